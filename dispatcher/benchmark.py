@@ -1,0 +1,572 @@
+"""Benchmark programs: manifests, lookup, building and output checking.
+
+A benchmark is a directory holding OCaml sources and a ``benchmark.yaml`` manifest (format:
+``benchmarks/README.md``). Bundled benchmarks live in ``<repo>/benchmarks``; a user's
+directory anywhere on disk is loaded and built by exactly the same code, so nothing here
+special-cases the bundled ones.
+
+Manifests are validated strictly, because a silently misread manifest (a number where a
+string was meant, a misspelt key, a module path pointing outside the directory) would
+produce timings for the wrong program. Every problem is a one-line ``ManifestError``
+naming the file and the field.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUNDLED_DIR = REPO_ROOT / "benchmarks"
+MANIFEST_NAME = "benchmark.yaml"
+
+SPLITS = ("training", "test")
+REQUIRED_SIZES = ("quick", "full")
+DEFAULT_FLAGS = ("-O3",)
+
+#: Options that build_benchmark manages itself; a manifest may not set them.
+RESERVED_FLAGS = ("-o", "-c", "-inlining-overrides", "-dump-inlining-decisions")
+
+NAME_RE = re.compile(r"^[a-z0-9_-]+$")
+SIZE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+SOURCE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.mli?$")
+SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
+
+_TOP_KEYS = ("name", "split", "description", "modules", "main", "flags", "sizes")
+_TOP_REQUIRED = ("name", "split", "description", "main", "sizes")
+_SIZE_KEYS = ("args", "expected_output")
+_EXPECTED_KEYS = ("text", "sha256")
+
+# Bump when the meaning of source_hash changes, so old cache keys are never reused.
+_HASH_VERSION = "benchmark-source-v1"
+
+
+class _FrozenDict(dict):
+    """A read-only dict: keeps a frozen Benchmark immutable yet picklable (unlike
+    MappingProxyType), so benchmarks can be sent to worker processes."""
+
+    def _readonly(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("benchmark sizes are read-only")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _readonly  # type: ignore[assignment]
+    __ior__ = _readonly  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple:
+        return (_FrozenDict, (dict(self),))
+
+
+class ManifestError(ValueError):
+    """A benchmark manifest (or a name meant to find one) is unusable.
+
+    The message is one line, ``"<file>: <field>: <what was expected>"``, so it can be shown
+    as-is in logs and CLI errors.
+    """
+
+    def __init__(self, file: Path | str, field: str, expected: str) -> None:
+        self.file = str(file)
+        self.field = field
+        self.expected = " ".join(str(expected).split())
+        super().__init__(f"{self.file}: {self.field}: {self.expected}")
+
+    def __reduce__(self) -> tuple:  # picklable across worker processes
+        return (type(self), (self.file, self.field, self.expected))
+
+
+@dataclass(frozen=True)
+class ExpectedOutput:
+    """What a run must print, either literally or as a sha256 of stdout.
+
+    Exactly one of ``text`` and ``sha256`` is set; ``sha256`` is lowercase hex.
+    """
+
+    text: str | None = None
+    sha256: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.text is None) == (self.sha256 is None):
+            raise ValueError("ExpectedOutput needs exactly one of text and sha256")
+        if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
+            raise ValueError(f"ExpectedOutput.sha256: not 64 lowercase hex digits: {self.sha256!r}")
+
+    def matches(self, stdout: bytes) -> bool:
+        """True when ``stdout`` is exactly the expected output (byte for byte)."""
+        if self.text is not None:
+            return stdout == self.text.encode("utf-8")
+        return hashlib.sha256(stdout).hexdigest() == self.sha256
+
+    def to_json(self) -> dict[str, str]:
+        """A plain dict (``{"text": ...}`` or ``{"sha256": ...}``) a stdlib-only worker can check."""
+        if self.text is not None:
+            return {"text": self.text}
+        assert self.sha256 is not None
+        return {"sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class Size:
+    """One problem size: command-line arguments and the output they must produce."""
+
+    name: str
+    args: tuple[str, ...]
+    expected: ExpectedOutput
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A loaded, validated benchmark; ``directory`` is absolute."""
+
+    name: str
+    split: str
+    directory: Path
+    description: str
+    modules: tuple[str, ...]
+    main: str
+    flags: tuple[str, ...]
+    sizes: Mapping[str, Size] = field(hash=False)
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.directory / MANIFEST_NAME
+
+    def source_files(self) -> list[Path]:
+        """The sources in compilation order: modules, then main."""
+        return [self.directory / f for f in (*self.modules, self.main)]
+
+    def source_hash(self) -> str:
+        """sha256 identifying everything that determines the build output.
+
+        Covers the name (it names the binary), modules, main, the manifest's flags and every
+        source file's name and contents; not the description or sizes, which do not change
+        the binary. Deterministic across machines and runs.
+        """
+        h = hashlib.sha256()
+        header = {
+            "version": _HASH_VERSION,
+            "name": self.name,
+            "modules": list(self.modules),
+            "main": self.main,
+            "flags": list(self.flags),
+        }
+        h.update(json.dumps(header, sort_keys=True).encode("utf-8"))
+        for path in self.source_files():
+            data = path.read_bytes()
+            h.update(b"\0file\0" + path.name.encode("utf-8") + b"\0")
+            h.update(str(len(data)).encode("ascii") + b"\0")
+            h.update(data)
+        return h.hexdigest()
+
+    def size(self, name: str) -> Size:
+        """The size called ``name``; a ManifestError listing the known sizes otherwise."""
+        try:
+            return self.sizes[name]
+        except KeyError:
+            known = ", ".join(self.sizes)
+            raise ManifestError(
+                self.manifest_path, f"sizes.{name}", f"no such size in benchmark {self.name} (known: {known})"
+            ) from None
+
+    def binary_name(self) -> str:
+        """File name of the linked executable inside a build directory: ``<name>.exe``."""
+        return f"{self.name}.exe"
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate mapping keys instead of keeping the last one."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            duplicate = key in seen
+        except TypeError:  # unhashable key: let the base constructor report it
+            break
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "bool", int: "int", float: "float", str: "string", list: "list", dict: "mapping"}.get(
+        type(value), type(value).__name__
+    )
+
+
+class _Checker:
+    """Small helpers that raise ManifestError with this manifest's path."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+
+    def fail(self, field_name: str, expected: str) -> ManifestError:
+        return ManifestError(self.file, field_name, expected)
+
+    def mapping(self, value: Any, field_name: str, allowed: Sequence[str], required: Sequence[str]) -> dict:
+        if not isinstance(value, dict):
+            raise self.fail(field_name, f"expected a mapping, got {_type_name(value)}")
+        prefix = f"{field_name}." if field_name != "(top level)" else ""
+        for key in value:
+            if not isinstance(key, str):
+                raise self.fail(f"{prefix}{key!r}", f"expected a string key, got {_type_name(key)}")
+            if key not in allowed:
+                raise self.fail(f"{prefix}{key}", f"unknown key (allowed: {', '.join(allowed)})")
+        for key in required:
+            if key not in value:
+                raise self.fail(f"{prefix}{key}", "missing required key")
+        return value
+
+    def string(self, value: Any, field_name: str, *, nonempty: bool = True) -> str:
+        if not isinstance(value, str):
+            hint = ' (quote it: "...")' if isinstance(value, (int, float, bool)) else ""
+            raise self.fail(field_name, f"expected a string{hint}, got {_type_name(value)}")
+        if nonempty and not value.strip():
+            raise self.fail(field_name, "expected a non-empty string")
+        if "\0" in value:
+            raise self.fail(field_name, "expected a string without NUL characters")
+        return value
+
+    def string_list(self, value: Any, field_name: str) -> tuple[str, ...]:
+        if not isinstance(value, list):
+            raise self.fail(field_name, f"expected a list of strings, got {_type_name(value)}")
+        out = []
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                hint = ' (quote numbers: "64")' if isinstance(item, (int, float, bool)) else ""
+                raise self.fail(f"{field_name}[{i}]", f"expected a string{hint}, got {_type_name(item)}")
+            if "\0" in item:
+                raise self.fail(f"{field_name}[{i}]", "expected a string without NUL characters")
+            out.append(item)
+        return tuple(out)
+
+
+def _read_manifest(file: Path) -> Any:
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ManifestError(file, "manifest", "file not found (expected a benchmark directory containing benchmark.yaml)") from None
+    except UnicodeDecodeError as e:
+        raise ManifestError(file, "manifest", f"expected UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise ManifestError(file, "manifest", f"cannot read ({e.strerror or e})") from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "yaml"
+        problem = getattr(e, "problem", None) or str(e)
+        raise ManifestError(file, where, f"expected valid YAML ({problem})") from None
+
+
+def _check_source_name(c: _Checker, directory: Path, value: Any, field_name: str, *, main: bool) -> str:
+    name = c.string(value, field_name)
+    if "/" in name or "\\" in name or name.startswith("."):
+        raise c.fail(field_name, f"expected a plain file name in the benchmark directory, got {name!r}")
+    if not SOURCE_RE.fullmatch(name):
+        raise c.fail(field_name, f"expected a file name matching {SOURCE_RE.pattern}, got {name!r}")
+    if main and not name.endswith(".ml"):
+        raise c.fail(field_name, f"expected an .ml file, got {name!r}")
+    path = directory / name
+    real_dir = directory.resolve()
+    try:
+        real = path.resolve(strict=True)
+    except (FileNotFoundError, RuntimeError):
+        raise c.fail(field_name, f"expected an existing file, {path} does not exist") from None
+    if real.parent != real_dir:
+        raise c.fail(field_name, f"expected a file inside {directory}, {name} resolves to {real}")
+    if not real.is_file():
+        raise c.fail(field_name, f"expected a regular file, {path} is not one")
+    return name
+
+
+def _unit_name(file_name: str) -> str:
+    """The OCaml module name of a source file (foo.ml -> Foo), case-folded for comparison.
+
+    Case-folded because Foo.ml and foo.ml collide on case-insensitive file systems.
+    """
+    return file_name.rsplit(".", 1)[0].lower()
+
+
+def _check_sources(c: _Checker, directory: Path, modules_raw: Any, main_raw: Any) -> tuple[tuple[str, ...], str]:
+    if not isinstance(modules_raw, list):
+        raise c.fail("modules", f"expected a list of file names, got {_type_name(modules_raw)}")
+    modules = tuple(
+        _check_source_name(c, directory, m, f"modules[{i}]", main=False) for i, m in enumerate(modules_raw)
+    )
+    main = _check_source_name(c, directory, main_raw, "main", main=True)
+    seen_files: dict[str, str] = {}
+    seen_units: dict[tuple[str, str], str] = {}
+    for i, name in enumerate((*modules, main)):
+        fname = "main" if i == len(modules) else f"modules[{i}]"
+        if name in seen_files:
+            raise c.fail(fname, f"expected each file once, {name} is also {seen_files[name]}")
+        seen_files[name] = fname
+        key = (_unit_name(name), name.rsplit(".", 1)[1])
+        if key in seen_units:
+            raise c.fail(fname, f"expected distinct module names, {name} and {seen_units[key]} name the same module")
+        seen_units[key] = name
+        if name.endswith(".ml"):
+            mli = name + "i"
+            if (directory / mli).exists() and mli not in seen_files:
+                where = "listed after it" if mli in (*modules, main) else "not listed"
+                raise c.fail(fname, f"expected {mli} to be listed in modules before {name} ({mli} exists but is {where})")
+    return modules, main
+
+
+def _check_expected(c: _Checker, value: Any, field_name: str) -> ExpectedOutput:
+    d = c.mapping(value, field_name, _EXPECTED_KEYS, ())
+    if ("text" in d) == ("sha256" in d):
+        raise c.fail(field_name, "expected exactly one of text and sha256")
+    if "text" in d:
+        return ExpectedOutput(text=c.string(d["text"], f"{field_name}.text", nonempty=False))
+    sha = c.string(d["sha256"], f"{field_name}.sha256")
+    if not SHA256_RE.fullmatch(sha):
+        raise c.fail(f"{field_name}.sha256", f"expected 64 hex digits, got {sha!r}")
+    return ExpectedOutput(sha256=sha.lower())
+
+
+def _check_sizes(c: _Checker, value: Any) -> Mapping[str, Size]:
+    if not isinstance(value, dict):
+        raise c.fail("sizes", f"expected a mapping of size names, got {_type_name(value)}")
+    sizes: dict[str, Size] = {}
+    for name, spec in value.items():
+        if not isinstance(name, str) or not SIZE_NAME_RE.fullmatch(name):
+            raise c.fail(f"sizes.{name}", f"expected a size name matching {SIZE_NAME_RE.pattern}")
+        f = f"sizes.{name}"
+        d = c.mapping(spec, f, _SIZE_KEYS, _SIZE_KEYS)
+        args = c.string_list(d["args"], f"{f}.args")
+        expected = _check_expected(c, d["expected_output"], f"{f}.expected_output")
+        sizes[name] = Size(name=name, args=args, expected=expected)
+    for required in REQUIRED_SIZES:
+        if required not in sizes:
+            raise c.fail(f"sizes.{required}", "missing required size")
+    return _FrozenDict(sizes)
+
+
+def load_benchmark(path: Path | str) -> Benchmark:
+    """Load and validate the benchmark in ``path`` (a directory, or its benchmark.yaml)."""
+    p = Path(os.path.abspath(path))
+    if p.is_dir():
+        directory, file = p, p / MANIFEST_NAME
+    elif p.name == MANIFEST_NAME:
+        directory, file = p.parent, p
+    elif p.exists():
+        raise ManifestError(p, "manifest", f"expected a benchmark directory or its {MANIFEST_NAME}")
+    else:
+        raise ManifestError(p, "manifest", "no such file or directory (expected a benchmark directory)")
+    c = _Checker(file)
+    raw = _read_manifest(file)
+    if raw is None:
+        raise c.fail("(top level)", "expected a mapping, the file is empty")
+    d = c.mapping(raw, "(top level)", _TOP_KEYS, _TOP_REQUIRED)
+
+    name = c.string(d["name"], "name")
+    if not NAME_RE.fullmatch(name):
+        raise c.fail("name", f"expected a name matching {NAME_RE.pattern}, got {name!r}")
+    if name != directory.name:
+        raise c.fail("name", f"expected the directory name {directory.name!r}, got {name!r}")
+    split = c.string(d["split"], "split")
+    if split not in SPLITS:
+        raise c.fail("split", f"expected one of {', '.join(SPLITS)}, got {split!r}")
+    description = c.string(d["description"], "description")
+    modules, main = _check_sources(c, directory, d.get("modules", []), d["main"])
+    if "flags" in d:
+        flags = c.string_list(d["flags"], "flags")
+        for i, flag in enumerate(flags):
+            if flag in RESERVED_FLAGS:
+                raise c.fail(f"flags[{i}]", f"expected a compiler flag other than {flag} (build_benchmark sets it)")
+    else:
+        flags = DEFAULT_FLAGS
+    sizes = _check_sizes(c, d["sizes"])
+    return Benchmark(
+        name=name,
+        split=split,
+        directory=directory,
+        description=description.strip(),
+        modules=modules,
+        main=main,
+        flags=flags,
+        sizes=sizes,
+    )
+
+
+def _bundled_names() -> list[str]:
+    if not BUNDLED_DIR.is_dir():
+        return []
+    return sorted(p.name for p in BUNDLED_DIR.iterdir() if (p / MANIFEST_NAME).is_file())
+
+
+def bundled_benchmarks(split: str | None = None) -> list[Benchmark]:
+    """Every benchmark shipped in ``<repo>/benchmarks`` (optionally one split), sorted by name."""
+    if split is not None and split not in SPLITS:
+        raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
+    benches = [load_benchmark(BUNDLED_DIR / n) for n in _bundled_names()]
+    return [b for b in benches if split is None or b.split == split]
+
+
+def resolve_benchmark(name_or_path: str) -> Benchmark:
+    """A benchmark from a directory path, or else a bundled benchmark's name.
+
+    Anything containing ``/`` or naming an existing directory (or benchmark.yaml) is a path;
+    other strings are looked up among the bundled benchmarks.
+    """
+    s = str(name_or_path)
+    if "/" in s or os.sep in s or Path(s).is_dir() or Path(s).name == MANIFEST_NAME:
+        return load_benchmark(s)
+    names = _bundled_names()
+    if s in names:
+        return load_benchmark(BUNDLED_DIR / s)
+    raise ManifestError(
+        BUNDLED_DIR,
+        s,
+        f"unknown benchmark (known: {', '.join(names) or 'none'}; or give the path of a benchmark directory)",
+    )
+
+
+def check_output(bench: Benchmark, size_name: str, stdout: bytes) -> bool:
+    """True when ``stdout`` is what the manifest expects for that size."""
+    return bench.size(size_name).expected.matches(stdout)
+
+
+# --------------------------------------------------------------------------- building
+
+
+@dataclass
+class BuildResult:
+    """A built benchmark: its executable, the decision dumps, and everything ocamlopt said."""
+
+    binary: Path
+    decision_files: list[Path]
+    compiler_output: str
+
+
+class BuildError(RuntimeError):
+    """Compiling or linking a benchmark failed; ``output`` holds the full compiler output."""
+
+    def __init__(self, summary: str, output: str) -> None:
+        super().__init__(" ".join(summary.split()))
+        self.output = output
+
+    def __reduce__(self) -> tuple:  # picklable across worker processes
+        return (type(self), (str(self), self.output))
+
+
+def _first_error_line(output: str) -> str:
+    for line in output.splitlines():
+        if line.startswith("Error"):
+            return line.strip()
+    lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith("$ ")]
+    return lines[-1].strip() if lines else "no output"
+
+
+def build_benchmark(
+    bench: Benchmark,
+    outdir: Path,
+    ocamlopt: Path,
+    *,
+    flags: Sequence[str] | None = None,
+    overrides: Path | None = None,
+    dump_decisions: bool = False,
+    timeout: float = 300,
+) -> BuildResult:
+    """Copy the sources into ``outdir`` and compile them there into ``outdir/<name>.exe``.
+
+    One ``ocamlopt -c`` per file, in manifest order (so each compilation unit gets its own
+    decision dumps, named after the unit), then a link of the ``.cmx`` files. ``flags``
+    replaces the manifest's flags. ``overrides`` adds ``-inlining-overrides <abs path>`` and
+    ``dump_decisions`` adds ``-dump-inlining-decisions`` to every ``.ml`` compile; neither is
+    passed otherwise, so a stock compiler works too. ``timeout`` bounds the whole build.
+
+    ``outdir`` may already exist (it may, e.g., hold the overrides file); stale
+    ``*.decisions.sexp`` files and a stale binary in it are removed first. It must not be
+    the benchmark directory itself.
+    """
+    outdir = Path(os.path.abspath(outdir))
+    ocamlopt = Path(os.path.abspath(ocamlopt))
+    if not ocamlopt.is_file():
+        raise FileNotFoundError(f"ocamlopt: {ocamlopt} does not exist")
+    if outdir.exists() and outdir.resolve() == bench.directory.resolve():
+        raise ValueError(f"outdir: {outdir} is the benchmark directory; build somewhere else")
+    extra: list[str] = []
+    if overrides is not None:
+        overrides = Path(os.path.abspath(overrides))
+        if not overrides.is_file():
+            raise FileNotFoundError(f"overrides: {overrides} does not exist")
+        extra += ["-inlining-overrides", str(overrides)]
+    if dump_decisions:
+        extra.append("-dump-inlining-decisions")
+    use_flags = list(bench.flags if flags is None else flags)
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    binary = outdir / bench.binary_name()
+    for stale in [*outdir.glob("*.decisions.sexp"), binary]:
+        if stale.is_file() or stale.is_symlink():
+            stale.unlink()
+    for src in bench.source_files():
+        shutil.copyfile(src, outdir / src.name)
+
+    env = dict(os.environ)
+    env.pop("OCAMLPARAM", None)  # would silently add flags to every compile
+    deadline = time.monotonic() + timeout
+    log: list[str] = []
+
+    def run(cmd: list[str], what: str) -> None:
+        log.append("$ " + " ".join(cmd))
+        remaining = deadline - time.monotonic()
+        try:
+            if remaining <= 0:
+                raise subprocess.TimeoutExpired(cmd, timeout)
+            proc = subprocess.run(
+                cmd, cwd=outdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=remaining
+            )
+        except subprocess.TimeoutExpired:
+            output = "\n".join(log)
+            raise BuildError(f"{bench.name}: {what}: timed out (build budget {timeout:g} s)", output) from None
+        except OSError as e:
+            log.append(str(e))
+            raise BuildError(f"{bench.name}: {what}: cannot run {cmd[0]} ({e})", "\n".join(log)) from None
+        text = proc.stdout.decode("utf-8", errors="replace")
+        if text:
+            log.append(text.rstrip("\n"))
+        if proc.returncode != 0:
+            output = "\n".join(log)
+            raise BuildError(
+                f"{bench.name}: {what} failed (exit {proc.returncode}): {_first_error_line(text)}", output
+            )
+
+    cmx: list[str] = []
+    for name in (*bench.modules, bench.main):
+        is_impl = name.endswith(".ml")
+        cmd = [str(ocamlopt), *use_flags, *(extra if is_impl else []), "-c", name]
+        run(cmd, f"compiling {name}")
+        if is_impl:
+            cmx.append(name[:-3] + ".cmx")
+    run([str(ocamlopt), *use_flags, *cmx, "-o", binary.name], f"linking {binary.name}")
+    if not binary.is_file():
+        raise BuildError(f"{bench.name}: linking {binary.name}: no binary produced", "\n".join(log))
+    return BuildResult(
+        binary=binary,
+        decision_files=sorted(outdir.glob("*.decisions.sexp")),
+        compiler_output="\n".join(log) + ("\n" if log else ""),
+    )
