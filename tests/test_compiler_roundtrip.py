@@ -3,7 +3,8 @@
 For a seeded sample of round-0 decisions across the bundled training benchmarks, every other
 decision of the unit is pinned as it was and the one decision is flipped.  The new dump must show
 the flipped action, or "prevented" with a guard; decisions outside the flipped site's subtree must
-keep their key and action.  The subtree of a site includes its copies: Flambda inlines optimised
+keep their key and action.  (A call site outside it may still appear or vanish: inlining can make
+a closure known, turning an indirect call into a direct one that then has a decision.)  The subtree of a site includes its copies: Flambda inlines optimised
 bodies, so a call site in a function's declaration reappears wherever the function is inlined.
 """
 from __future__ import annotations
@@ -90,7 +91,7 @@ def test_flip_fidelity_over_bundled_benchmarks(compiler, built, tmp_path):
     assert len(candidates) >= SAMPLE_SIZE
     sample = random.Random(SEED).sample(candidates, SAMPLE_SIZE)
 
-    honoured = prevented = 0
+    honoured = prevented = appeared_or_vanished = 0
     outside_changed = []
     for i, (name, target) in enumerate(sample):
         bench, d = built[name]
@@ -114,13 +115,19 @@ def test_flip_fidelity_over_bundled_benchmarks(compiler, built, tmp_path):
         before_out = {dec.key: dec.action for dec in unit_dumps[0].decisions
                       if not in_subtree(dec.key, target)}
         after_out = {k: dec.action for k, dec in new.items() if not in_subtree(k, target)}
-        if before_out != after_out:
-            outside_changed.append((name, target.key,
-                                    sorted(set(before_out.items()) ^ set(after_out.items()))[:4]))
+        both = before_out.keys() & after_out.keys()
+        changed = sorted(k for k in both if before_out[k] != after_out[k])
+        if changed:
+            outside_changed.append((name, target.key, changed[:4]))
+        # A site outside the subtree can appear or vanish when the flip changes what is
+        # known about a closure (a call becomes direct or indirect): counted, not a failure.
+        if before_out.keys() != after_out.keys():
+            appeared_or_vanished += 1
     explicit = honoured + prevented
     print(f"\nflip fidelity: {explicit}/{SAMPLE_SIZE} handled explicitly "
-          f"({honoured} honoured, {prevented} prevented with a guard), "
-          f"{len(outside_changed)} flips changed decisions outside their subtree")
+          f"({honoured} honoured, {prevented} prevented with a guard); "
+          f"{len(outside_changed)} flips changed a decision outside their subtree; "
+          f"{appeared_or_vanished} made a call site outside it appear or vanish")
     assert explicit == SAMPLE_SIZE
     assert not outside_changed, outside_changed
 

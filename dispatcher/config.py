@@ -1,0 +1,163 @@
+"""Experiment configuration: YAML, validated up front with one-line errors.
+
+Every error names the file, the key and what was expected, so a typo in a config costs seconds,
+not a failed overnight run.  ``configs/local.yaml`` is the default.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = REPO_ROOT / "configs" / "local.yaml"
+DEFAULT_STORE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) \
+    / "inlining-orchestrator" / "store"
+BACKENDS = ("local", "ssh", "ray")
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message is one line."""
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    cpus: tuple[int, ...]  # one worker slot per CPU
+    worker_class: str = "local"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    runs: int = 5
+    timeout: float = 120.0
+    perf: bool = True
+    size: str = "full"
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path | None
+    backend: str
+    store: Path
+    local: LocalConfig
+    run: RunConfig = field(default_factory=RunConfig)
+    compile_jobs: int = 1
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+def default_cpus() -> tuple[int, ...]:
+    """Every CPU this process may use but one (the master's), at least one."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return tuple(cpus[1:] if len(cpus) > 1 else cpus)
+
+
+class _Reader:
+    def __init__(self, path: Path | None):
+        self.path = path
+
+    def fail(self, key: str, expected: str, got: Any = None) -> ConfigError:
+        where = str(self.path) if self.path else "<config>"
+        tail = "" if got is None else f", got {got!r}"
+        return ConfigError(f"{where}: {key}: expected {expected}{tail}")
+
+    def section(self, data: dict, key: str, allowed: set[str]) -> dict:
+        value = data.get(key, {})
+        if value is None:
+            value = {}
+        if not isinstance(value, dict):
+            raise self.fail(key, "a mapping", value)
+        unknown = sorted(set(value) - allowed)
+        if unknown:
+            raise self.fail(f"{key}.{unknown[0]}", f"one of {', '.join(sorted(allowed))}",)
+        return value
+
+    def positive_int(self, data: dict, key: str, name: str, default: int) -> int:
+        v = data.get(key, default)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise self.fail(name, "a positive integer", v)
+        return v
+
+
+def parse_config(data: Any, path: Path | None = None) -> Config:
+    r = _Reader(path)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise r.fail("(top level)", "a mapping", type(data).__name__)
+    top = {"backend", "store", "local", "run", "compile", "ssh", "ray"}
+    unknown = sorted(set(data) - top)
+    if unknown:
+        raise r.fail(unknown[0], f"a known key ({', '.join(sorted(top))})")
+    backend = data.get("backend", "local")
+    if backend not in BACKENDS:
+        raise r.fail("backend", " or ".join(BACKENDS), backend)
+    store_raw = data.get("store")
+    if store_raw is None:
+        store = DEFAULT_STORE
+    elif isinstance(store_raw, str) and store_raw:
+        store = Path(os.path.expanduser(store_raw))
+        if not store.is_absolute():
+            store = (path.parent if path else Path.cwd()) / store
+    else:
+        raise r.fail("store", "a directory path", store_raw)
+
+    local = r.section(data, "local", {"cpus", "worker_class"})
+    cpus_raw = local.get("cpus", "auto")
+    allowed = set(os.sched_getaffinity(0))
+    if cpus_raw == "auto":
+        cpus = default_cpus()
+    elif (isinstance(cpus_raw, list) and cpus_raw
+          and all(isinstance(c, int) and not isinstance(c, bool) for c in cpus_raw)):
+        missing = sorted(set(cpus_raw) - allowed)
+        if missing:
+            raise r.fail("local.cpus", f"CPUs of this machine ({sorted(allowed)})", missing)
+        if len(set(cpus_raw)) != len(cpus_raw):
+            raise r.fail("local.cpus", "distinct CPU numbers", cpus_raw)
+        cpus = tuple(cpus_raw)
+    else:
+        raise r.fail("local.cpus", "auto or a list of CPU numbers", cpus_raw)
+    worker_class = local.get("worker_class", "local")
+    if not isinstance(worker_class, str) or not worker_class:
+        raise r.fail("local.worker_class", "a non-empty string", worker_class)
+
+    run = r.section(data, "run", {"runs", "timeout", "perf", "size"})
+    timeout = run.get("timeout", RunConfig.timeout)
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+        raise r.fail("run.timeout", "a positive number of seconds", timeout)
+    perf = run.get("perf", True)
+    if not isinstance(perf, bool):
+        raise r.fail("run.perf", "true or false", perf)
+    size = run.get("size", RunConfig.size)
+    if not isinstance(size, str) or not size:
+        raise r.fail("run.size", "a benchmark size name such as quick or full", size)
+
+    compile_ = r.section(data, "compile", {"jobs"})
+    jobs_raw = compile_.get("jobs", "auto")
+    jobs = (os.cpu_count() or 1) if jobs_raw == "auto" else \
+        r.positive_int(compile_, "jobs", "compile.jobs", 1)
+
+    return Config(path=path, backend=backend, store=store,
+                  local=LocalConfig(cpus=cpus, worker_class=worker_class),
+                  run=RunConfig(runs=r.positive_int(run, "runs", "run.runs", RunConfig.runs),
+                                timeout=float(timeout), perf=perf, size=size),
+                  compile_jobs=jobs, raw=data)
+
+
+def load_config(path: Path | str | None = None) -> Config:
+    """Load and validate a config file (default: ``configs/local.yaml``)."""
+    path = Path(path) if path is not None else DEFAULT_CONFIG
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{where}: YAML syntax error: {problem}") from None
+    return parse_config(data, path)

@@ -1,0 +1,63 @@
+"""The local backend: one worker slot per CPU of this machine, each slot an agent process.
+
+What every command uses when no config says otherwise.  Binaries reach the agents through a
+cache directory shared by the local slots, one file per sha256.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+from dispatcher.worker import AgentError, LocalAgent, RunJob, RunResult, result_from_response
+
+
+def install_binary(cache_dir: Path, sha256: str, source: Path) -> Path:
+    """Put a binary into an agent cache under its sha256, atomically (the agent verifies it)."""
+    dest = cache_dir / sha256
+    if dest.exists():
+        return dest
+    tmp = cache_dir / f".{sha256}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+        os.chmod(tmp, 0o755)
+    os.replace(tmp, dest)
+    return dest
+
+
+class LocalSlot:
+    def __init__(self, cpu: int, cache_dir: Path, worker_class: str):
+        self.cpu = cpu
+        self.name = f"local/cpu{cpu}"
+        self.worker_class = worker_class
+        self._cache_dir = cache_dir
+        self._agent: LocalAgent | None = None
+
+    def run(self, job: RunJob) -> RunResult:
+        install_binary(self._cache_dir, job.sha256, job.binary)
+        if self._agent is None or self._agent.process.poll() is not None:
+            self._agent = LocalAgent(self.name, self._cache_dir, self.worker_class)
+        try:
+            response = self._agent.connection.request(job.request(self.cpu))
+        except AgentError:
+            self.close()  # a fresh agent serves the next job
+            raise
+        return result_from_response(job, self, response)
+
+    def close(self) -> None:
+        if self._agent is not None:
+            self._agent.close()
+            self._agent = None
+
+
+class LocalBackend:
+    def __init__(self, cpus: tuple[int, ...], cache_dir: Path, worker_class: str = "local"):
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        self.slots = [LocalSlot(cpu, cache_dir, worker_class) for cpu in cpus]
+
+    def close(self) -> None:
+        for slot in self.slots:
+            slot.close()

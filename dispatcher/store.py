@@ -1,0 +1,143 @@
+"""Content-addressed store of compiled artifacts and measurements.
+
+Layout (every write is a temporary name, then a rename, so a crash never leaves a half entry):
+
+    <root>/compiled/<kk>/<key>/      binary, *.decisions.sexp, overrides.sexp,
+                                     compiler-output.txt, meta.json
+    <root>/measurements/<mm>/<mkey>.json
+    <root>/worker-cache/<sha256>     binaries handed to local agents
+
+A compile key hashes (compiler identity, benchmark sources, flags, canonical overrides); a
+measurement key hashes (binary sha256, arguments, worker class), so two decision files that give
+the same binary share their measurements.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from dispatcher.worker import RunResult
+
+
+def _hash(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def compile_key(compiler_identity: str, source_hash: str, flags: tuple[str, ...],
+                overrides_text: str) -> str:
+    return _hash({"compiler": compiler_identity, "sources": source_hash, "flags": list(flags),
+                  "overrides": overrides_text})
+
+
+def measurement_key(sha256: str, args: tuple[str, ...], worker_class: str) -> str:
+    return _hash({"binary": sha256, "args": list(args), "worker_class": worker_class})
+
+
+def write_json_atomic(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A compiled candidate as stored."""
+
+    key: str
+    directory: Path
+    sha256: str
+
+    @property
+    def binary(self) -> Path:
+        return self.directory / "binary"
+
+    @property
+    def decision_files(self) -> list[Path]:
+        return sorted(self.directory.glob("*.decisions.sexp"))
+
+    @property
+    def compiler_output(self) -> str:
+        return (self.directory / "compiler-output.txt").read_text()
+
+
+class Store:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.compiled = self.root / "compiled"
+        self.measurements = self.root / "measurements"
+        self.worker_cache = self.root / "worker-cache"
+        for d in (self.compiled, self.measurements, self.worker_cache):
+            d.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    # -- compiled artifacts
+
+    def _artifact_dir(self, key: str) -> Path:
+        return self.compiled / key[:2] / key
+
+    def artifact(self, key: str) -> Artifact | None:
+        d = self._artifact_dir(key)
+        try:
+            meta = json.loads((d / "meta.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return Artifact(key, d, meta["sha256"])
+
+    def staging_dir(self, key: str) -> Path:
+        """A private directory to build in; ``commit_artifact`` publishes it."""
+        parent = self.compiled / key[:2]
+        parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(dir=parent, prefix=f".{key}."))
+
+    def commit_artifact(self, key: str, staging: Path, meta: dict) -> Artifact:
+        meta = {**meta, "sha256": sha256_file(staging / "binary")}
+        write_json_atomic(staging / "meta.json", meta)
+        final = self._artifact_dir(key)
+        try:
+            os.rename(staging, final)
+        except OSError:  # an identical artifact won the race: keep it
+            shutil.rmtree(staging, ignore_errors=True)
+        artifact = self.artifact(key)
+        assert artifact is not None
+        return artifact
+
+    # -- measurements
+
+    def _measurement_path(self, mkey: str) -> Path:
+        return self.measurements / mkey[:2] / f"{mkey}.json"
+
+    def measurements_for(self, sha256: str, args: tuple[str, ...],
+                         worker_class: str) -> list[RunResult]:
+        path = self._measurement_path(measurement_key(sha256, args, worker_class))
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return []
+        return [RunResult.from_json(r) for r in data["results"]]
+
+    def add_measurement(self, result: RunResult) -> None:
+        mkey = measurement_key(result.sha256, result.args, result.worker_class)
+        path = self._measurement_path(mkey)
+        with self._lock:
+            existing = self.measurements_for(result.sha256, result.args, result.worker_class)
+            write_json_atomic(path, {"sha256": result.sha256, "args": list(result.args),
+                                     "worker_class": result.worker_class,
+                                     "results": [r.to_json() for r in [*existing, result]]})

@@ -1,0 +1,179 @@
+"""The worker contract: typed run requests and results, and a connection to one agent.
+
+The agent (``workers/agent.py``) speaks JSON lines; this module is the master's side of that
+protocol.  Every backend hands the scheduler ``Slot`` objects (one per worker CPU) built on an
+``AgentConnection``: over a local pipe, an SSH channel or inside a Ray actor.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+AGENT_PATH = Path(__file__).resolve().parent.parent / "workers" / "agent.py"
+
+
+class AgentError(RuntimeError):
+    """The agent refused a request, or the connection to it broke."""
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """What to run, independent of where: the scheduler picks the slot (and its CPU)."""
+
+    sha256: str
+    binary: Path  # on the master; backends copy it to the worker once per sha256
+    args: tuple[str, ...]
+    runs: int
+    timeout: float
+    expected_output: dict | None = None
+    perf: bool = True
+    env: dict = field(default_factory=dict)
+
+    def request(self, cpu: int) -> dict:
+        return {"op": "run", "sha256": self.sha256, "args": list(self.args), "runs": self.runs,
+                "cpu": cpu, "timeout": self.timeout, "expected_output": self.expected_output,
+                "perf": self.perf, "env": dict(self.env)}
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run of a binary, as measured by the agent."""
+
+    wall_ns: int
+    user_s: float
+    sys_s: float
+    maxrss_kb: int
+    exit_status: int | None
+    signal: int | None
+    output_ok: bool | None
+    gc: dict
+    perf: dict | None
+    failure: str | None
+    stderr_tail: str = ""
+
+    @property
+    def wall_s(self) -> float:
+        return self.wall_ns / 1e9
+
+    @classmethod
+    def from_json(cls, d: dict) -> "RunRecord":
+        return cls(wall_ns=d["wall_ns"], user_s=d["user_s"], sys_s=d["sys_s"],
+                   maxrss_kb=d["maxrss_kb"], exit_status=d.get("exit_status"),
+                   signal=d.get("signal"), output_ok=d.get("output_ok"), gc=d.get("gc") or {},
+                   perf=d.get("perf"), failure=d.get("failure"),
+                   stderr_tail=d.get("stderr_tail", ""))
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """All runs of one job on one slot."""
+
+    sha256: str
+    args: tuple[str, ...]
+    worker: str  # slot name, e.g. local/cpu1
+    worker_class: str
+    cpu: int
+    records: tuple[RunRecord, ...]
+
+    @property
+    def failed(self) -> int:
+        return sum(r.failure is not None for r in self.records)
+
+    @property
+    def times(self) -> list[float]:
+        return [r.wall_s for r in self.records if r.failure is None]
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["args"] = list(self.args)
+        d["records"] = [asdict(r) for r in self.records]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "RunResult":
+        return cls(sha256=d["sha256"], args=tuple(d["args"]), worker=d["worker"],
+                   worker_class=d["worker_class"], cpu=d["cpu"],
+                   records=tuple(RunRecord.from_json(r) for r in d["records"]))
+
+
+class AgentConnection:
+    """JSON lines to one agent over a pair of byte streams; one request at a time."""
+
+    def __init__(self, name: str, stdin: IO[bytes], stdout: IO[bytes]):
+        self.name = name
+        self._stdin, self._stdout = stdin, stdout
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def request(self, message: dict) -> dict:
+        with self._lock:
+            rid = next(self._ids)
+            line = json.dumps({**message, "id": rid}) + "\n"
+            try:
+                self._stdin.write(line.encode())
+                self._stdin.flush()
+                reply = self._stdout.readline()
+            except (OSError, ValueError) as exc:
+                raise AgentError(f"{self.name}: connection to the agent lost ({exc})") from None
+            if not reply:
+                raise AgentError(f"{self.name}: the agent exited")
+            try:
+                response = json.loads(reply)
+            except json.JSONDecodeError:
+                raise AgentError(f"{self.name}: unreadable reply {reply[:100]!r}") from None
+            if response.get("id") != rid:
+                raise AgentError(f"{self.name}: reply to request {response.get('id')}, "
+                                 f"expected {rid}")
+            if not response.get("ok"):
+                raise AgentError(f"{self.name}: {response.get('error', 'request refused')}")
+            return response
+
+
+class LocalAgent:
+    """The agent as a subprocess of the master."""
+
+    def __init__(self, name: str, cache_dir: Path, worker_class: str):
+        self.process = subprocess.Popen(
+            [sys.executable, str(AGENT_PATH), "--cache-dir", str(cache_dir),
+             "--worker-class", worker_class],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.connection = AgentConnection(name, self.process.stdin, self.process.stdout)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self.connection.request({"op": "shutdown"})
+            except AgentError:
+                pass
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream:
+                stream.close()
+
+
+class Slot(Protocol):
+    """One CPU of one worker: runs one job at a time."""
+
+    name: str
+    worker_class: str
+    cpu: int
+
+    def run(self, job: RunJob) -> RunResult: ...
+
+    def close(self) -> None: ...
+
+
+def result_from_response(job: RunJob, slot: Any, response: dict) -> RunResult:
+    return RunResult(sha256=job.sha256, args=job.args, worker=slot.name,
+                     worker_class=slot.worker_class, cpu=response["cpu"],
+                     records=tuple(RunRecord.from_json(r) for r in response["runs"]))

@@ -1,0 +1,227 @@
+"""The master's core: config, store, compile service, scheduler, and run-benchmark end to end."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dispatcher.benchmark import resolve_benchmark
+from dispatcher.compile import CompileError, CompileJob, CompileService
+from dispatcher.config import ConfigError, load_config, parse_config
+from dispatcher.decisions import Override, read_dumps, write_overrides
+from dispatcher.local import LocalBackend
+from dispatcher.scheduler import Scheduler
+from dispatcher.store import Store
+from dispatcher.worker import RunJob
+
+REPO = Path(__file__).resolve().parent.parent
+FIRST_CPU = min(os.sched_getaffinity(0))
+
+
+@pytest.fixture
+def store(tmp_path):
+    return Store(tmp_path / "store")
+
+
+def small_benchmark(root: Path, name: str = "tiny") -> Path:
+    """A user benchmark directory, anywhere on disk."""
+    d = root / name
+    d.mkdir()
+    (d / "arith.ml").write_text("let step acc i = acc + (i * i) mod 7\n"
+                                "let[@inline never] run n = let r = ref 0 in\n"
+                                "  for i = 1 to n do r := step !r i done; !r\n")
+    (d / "main.ml").write_text("let () = Printf.printf \"%d\\n\" "
+                               "(Arith.run (int_of_string Sys.argv.(1)))\n")
+    out = sum((i * i) % 7 for i in range(1, 1001))
+    (d / "benchmark.yaml").write_text(yaml.safe_dump({
+        "name": name, "split": "training", "description": "test program",
+        "modules": ["arith.ml"], "main": "main.ml",
+        "sizes": {"quick": {"args": ["1000"], "expected_output": {"text": f"{out}\n"}},
+                  "full": {"args": ["1000"], "expected_output": {"text": f"{out}\n"}}}}))
+    return d
+
+
+def write_config(tmp_path: Path, **extra) -> Path:
+    data = {"backend": "local", "store": str(tmp_path / "store"),
+            "local": {"cpus": [FIRST_CPU]}, "run": {"runs": 3, "timeout": 30, "size": "quick"}}
+    data.update(extra)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+# -- config
+
+def test_default_config_loads():
+    config = load_config()
+    assert config.backend == "local" and config.local.cpus
+    assert set(config.local.cpus) <= os.sched_getaffinity(0)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("backend: carrier-pigeon\n", "backend: expected local or ssh or ray"),
+    ("run:\n  runs: 0\n", "run.runs: expected a positive integer"),
+    ("run:\n  timeout: soon\n", "run.timeout: expected a positive number"),
+    ("local:\n  cpus: [99999]\n", "local.cpus: expected CPUs of this machine"),
+    ("local:\n  cpus: many\n", "local.cpus: expected auto or a list"),
+    ("colour: blue\n", "colour: expected a known key"),
+    ("run: [1, 2]\n", "run: expected a mapping"),
+    ("run:\n  runs: 3\n  bogus: 1\n", "run.bogus: expected one of"),
+    ("backend: local\n  nested: : :\n", "YAML syntax error"),
+])
+def test_bad_config_is_one_clear_line(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value).startswith(str(path)) and message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+# -- store and compile service
+
+def test_compile_cache_hit_and_override_miss(compiler, store):
+    bench = resolve_benchmark("kahan")
+    service = CompileService(store, compiler, jobs=2)
+    try:
+        first = service.compile(CompileJob(bench))
+        assert not first.cached and first.binary.is_file()
+        dumps = read_dumps(first.artifact.decision_files)
+        assert dumps and all(d.unit for d in dumps)
+        again = service.compile(CompileJob(bench))
+        assert again.cached and again.artifact.key == first.artifact.key
+        # A changed override is a different candidate.
+        inlined = next(d for dump in dumps for d in dump.decisions if d.action == "inline")
+        flipped = service.compile(CompileJob(bench, (
+            Override(inlined.unit, inlined.round, inlined.key, "dont_inline"),)))
+        assert not flipped.cached and flipped.artifact.key != first.artifact.key
+        assert (flipped.artifact.directory / "overrides.sexp").is_file()
+        # Object files are not kept, only what analysis needs.
+        assert not list(flipped.artifact.directory.glob("*.o"))
+    finally:
+        service.close()
+
+
+def test_identical_jobs_in_flight_compile_once(compiler, store, tmp_path):
+    bench = resolve_benchmark(str(small_benchmark(tmp_path)))
+    service = CompileService(store, compiler, jobs=2)
+    try:
+        futures = [service.submit(CompileJob(bench)) for _ in range(4)]
+        assert len({id(f) for f in futures}) == 1  # one compile, shared
+        assert not futures[0].result().cached
+        assert service.compile(CompileJob(bench)).cached
+    finally:
+        service.close()
+
+
+def test_compile_failure_is_reported(compiler, store, tmp_path):
+    d = small_benchmark(tmp_path, "broken")
+    (d / "arith.ml").write_text("let run n = n +. 1\n")
+    service = CompileService(store, compiler)
+    try:
+        with pytest.raises(CompileError) as err:
+            service.compile(CompileJob(resolve_benchmark(str(d))))
+        assert "broken" in str(err.value) and "arith.ml" in str(err.value)
+        assert "Error" in err.value.output
+    finally:
+        service.close()
+
+
+# -- scheduler on the local backend
+
+def test_scheduler_runs_jobs_on_local_agents(compiler, store, tmp_path):
+    bench = resolve_benchmark(str(small_benchmark(tmp_path)))
+    service = CompileService(store, compiler)
+    compiled = service.compile(CompileJob(bench))
+    service.close()
+    size = bench.size("quick")
+    job = RunJob(compiled.sha256, compiled.binary, size.args, runs=3, timeout=10,
+                 expected_output=size.expected.to_json())
+    backend = LocalBackend((FIRST_CPU,), store.worker_cache)
+    with Scheduler(backend.slots) as scheduler:
+        results = [f.result() for f in [scheduler.submit(job) for _ in range(3)]]
+    for r in results:
+        assert r.cpu == FIRST_CPU and len(r.records) == 3 and r.failed == 0
+        assert all(rec.output_ok for rec in r.records)
+    assert scheduler.busy_s[backend.slots[0].name] > 0
+    # The binary travelled once, under its sha256.
+    assert [p.name for p in store.worker_cache.iterdir()] == [compiled.sha256]
+
+
+# -- run-benchmark end to end
+
+def run_cli(*args, cwd=REPO):
+    return subprocess.run([sys.executable, "-m", "dispatcher", "run-benchmark", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def test_run_benchmark_bundled(tmp_path):
+    config = write_config(tmp_path)
+    proc = run_cli("hamming", "--config", str(config), "--runs", "3")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1
+    worker, label, *times = lines[0].split(",")
+    assert worker == f"local/cpu{FIRST_CPU}" and label == "heuristic" and len(times) == 3
+    assert all(float(t) > 0 for t in times)
+    assert "median" in proc.stderr and "inlined" in proc.stderr
+
+
+def test_run_benchmark_user_dir_overrides_and_measured_once(compiler, tmp_path):
+    bench_dir = small_benchmark(tmp_path)
+    config = write_config(tmp_path)
+    proc = run_cli(str(bench_dir), "--config", str(config), "--summary")
+    assert proc.returncode == 0, proc.stderr
+    assert "decisions:" in proc.stdout
+    store = Store(tmp_path / "store")
+    artifact = next(store.compiled.glob("*/*"))
+    dumps = read_dumps(artifact.glob("*.decisions.sexp"))
+    # Two decision files that pin different units' decisions as the heuristic took them
+    # give the same binary: measured once.
+    decisions = [d for dump in dumps for d in dump.decisions]
+    assert decisions
+    a = write_overrides(tmp_path / "a.sexp", [Override(d.unit, d.round, d.key, d.action)
+                                              for d in decisions[:1]])
+    b = write_overrides(tmp_path / "b.sexp", [Override(d.unit, d.round, d.key, d.action)
+                                              for d in decisions[-1:]])
+    outs = [run_cli(str(bench_dir), str(f), "--config", str(config), "--csv") for f in (a, b)]
+    assert all(o.returncode == 0 for o in outs), [o.stderr for o in outs]
+    assert len(list(store.compiled.glob("*/*"))) == 3  # three candidates compiled
+    measured = list(store.measurements.glob("*/*.json"))
+    assert len(measured) == 1  # one binary, one measurement entry
+    times = [o.stdout.split(",", 2)[2] for o in outs]
+    assert times[0] == times[1]  # the second reused the first's measurement
+
+
+@pytest.mark.parametrize("case", ["unknown_bench", "bad_sexp", "missing_sexp", "bad_config",
+                                  "compile_failure"])
+def test_run_benchmark_bad_input(tmp_path, case):
+    config = write_config(tmp_path)
+    args = ["hamming"]
+    if case == "unknown_bench":
+        args = ["no-such-benchmark"]
+    elif case == "bad_sexp":
+        (tmp_path / "bad.sexp").write_text("(inlining_overrides (version 1) (overrides ((unit")
+        args.append(str(tmp_path / "bad.sexp"))
+    elif case == "missing_sexp":
+        args.append(str(tmp_path / "nope.sexp"))
+    elif case == "bad_config":
+        config.write_text("run:\n  runs: -1\n")
+    elif case == "compile_failure":
+        d = small_benchmark(tmp_path, "broken")
+        (d / "main.ml").write_text("let () = print_int \"x\"\n")
+        args = [str(d)]
+    proc = run_cli(*args, "--config", str(config))
+    assert proc.returncode != 0
+    err = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("Error: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    expected = {"unknown_bench": "no-such-benchmark", "bad_sexp": "bad.sexp",
+                "missing_sexp": "nope.sexp", "bad_config": "config.yaml",
+                "compile_failure": "broken"}[case]
+    assert expected in err[0]

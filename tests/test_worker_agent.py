@@ -1,0 +1,578 @@
+"""Tests of workers/agent.py with real OCaml binaries built by the real compiler.
+
+The agent runs as a real subprocess speaking JSON lines, exactly as the master uses it.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import json
+import os
+import selectors
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+AGENT = Path(__file__).resolve().parent.parent / "workers" / "agent.py"
+# The agent must run on worker hosts with only python3 >= 3.7: point this at another
+# interpreter (e.g. a python3.7) to run the whole suite against it.
+AGENT_PYTHON = os.environ.get("WORKER_AGENT_PYTHON", sys.executable)
+
+PROGRAMS = {
+    # allocates a list of argv[1] ints and prints their sum
+    "sum": """
+let () =
+  let n = int_of_string Sys.argv.(1) in
+  let l = List.init n (fun i -> i) in
+  print_int (List.fold_left ( + ) 0 l);
+  print_newline ()
+""",
+    "echo": "let () = print_string Sys.argv.(1)\n",
+    "affinity": """
+let () =
+  let ic = open_in "/proc/self/status" in
+  let p = "Cpus_allowed_list:" in
+  let lp = String.length p in
+  (try
+     while true do
+       let l = input_line ic in
+       if String.length l >= lp && String.sub l 0 lp = p then
+         print_endline (String.trim (String.sub l lp (String.length l - lp)))
+     done
+   with End_of_file -> ());
+  close_in ic
+""",
+    "spin": """
+let () =
+  let r = ref 0 in
+  while true do r := !r + 1 done;
+  print_int !r
+""",
+    "segv": "let () = print_int !(Obj.magic 0 : int ref)\n",
+    "exit3": 'let () = prerr_endline "bye"; exit 3\n',
+    "raise": 'let () = if Array.length Sys.argv < 5 then failwith "boom"\n',
+    "trivial": "let () = ()\n",
+    # cwd entries (a fresh empty dir each run), then $FOO, $out and $PWD (sh's: no leaks)
+    "envcwd": """
+let () =
+  let n = Array.length (Sys.readdir ".") in
+  close_out (open_out "left-behind.txt");
+  let get v = try Sys.getenv v with Not_found -> "-" in
+  Printf.printf "%d %s %s %s\\n" n (get "FOO") (get "out") (get "PWD")
+""",
+}
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="session")
+def binaries(compiler, tmp_path_factory) -> dict:
+    """name -> compiled executable (compiled in parallel with ocamlopt -O3)."""
+    d = tmp_path_factory.mktemp("ocaml-progs")
+    procs = {}
+    for name, src in PROGRAMS.items():
+        (d / name).mkdir()
+        (d / name / "prog.ml").write_text(src)
+        procs[name] = subprocess.Popen(
+            [str(compiler.ocamlopt), "-O3", "prog.ml", "-o", "prog.exe"],
+            cwd=d / name, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = {}
+    for name, proc in procs.items():
+        log = proc.communicate()[0].decode()
+        assert proc.returncode == 0, f"compiling {name}: {log}"
+        out[name] = d / name / "prog.exe"
+    return out
+
+
+@pytest.fixture
+def cache_dir(tmp_path) -> Path:
+    d = tmp_path / "cache"
+    d.mkdir()
+    return d
+
+
+def put(cache_dir: Path, binary: Path) -> str:
+    sha = sha256_of(binary)
+    shutil.copyfile(binary, cache_dir / sha)
+    os.chmod(cache_dir / sha, 0o755)
+    return sha
+
+
+class AgentProc:
+    def __init__(self, cache_dir: Path, *extra: str):
+        self.proc = subprocess.Popen(
+            [AGENT_PYTHON, str(AGENT), "--cache-dir", str(cache_dir), *extra],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.proc.stdout, selectors.EVENT_READ)
+        self.next_id = 0
+
+    def send_raw(self, line: bytes) -> None:
+        self.proc.stdin.write(line)
+        self.proc.stdin.flush()
+
+    def recv(self, timeout: float = 30.0) -> dict:
+        if not self.sel.select(timeout):
+            raise AssertionError(f"no response from agent within {timeout}s")
+        line = self.proc.stdout.readline()
+        assert line.endswith(b"\n"), f"agent closed stdout (got {line!r})"
+        return json.loads(line)
+
+    def request(self, **req) -> dict:
+        """Send one request (fields as keywords) and return its response."""
+        self.next_id += 1
+        req.setdefault("id", self.next_id)
+        self.send_raw(json.dumps(req).encode() + b"\n")
+        resp = self.recv()
+        assert resp["id"] == req["id"]
+        return resp
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:  # EOF first: the agent then kills any child it is still running
+                self.proc.stdin.close()
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            f.close()
+        self.sel.close()
+
+
+@pytest.fixture
+def agent(cache_dir):
+    a = AgentProc(cache_dir, "--worker-class", "test")
+    yield a
+    a.close()
+
+
+@pytest.fixture(scope="module")
+def hello_info(tmp_path_factory) -> dict:
+    a = AgentProc(tmp_path_factory.mktemp("hello-cache"))
+    try:
+        return a.request(op="hello")
+    finally:
+        a.close()
+
+
+def perf_usable(hello_info) -> bool:
+    return bool(hello_info["perf"]["available"])
+
+
+def test_agent_imports_only_stdlib():
+    tree = ast.parse(AGENT.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "relative import"
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            assert top in sys.stdlib_module_names, f"non-stdlib import {name}"
+
+
+def test_hello(agent, cache_dir):
+    r = agent.request(op="hello")
+    assert r["ok"] is True
+    assert r["agent_version"] == sha256_of(AGENT)
+    if AGENT_PYTHON == sys.executable:
+        assert r["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert r["hostname"]
+    assert r["cpus"] == sorted(os.sched_getaffinity(0))
+    assert r["worker_class"] == "test"
+    perf = r["perf"]
+    assert isinstance(perf["available"], bool)
+    assert perf["method"] == "perf_event_open"
+    assert set(perf["events"]) >= {"task-clock", "page-faults", "context-switches",
+                                   "cpu-migrations", "cycles", "instructions", "branches",
+                                   "branch-misses", "cache-misses"}
+    assert set(perf["events"].values()) <= {"supported", "unsupported"}
+    if perf["available"]:
+        assert perf["events"]["task-clock"] == "supported"
+    else:
+        assert perf["reason"]
+
+
+def test_importable_in_process(cache_dir, binaries):
+    spec = importlib.util.spec_from_file_location("agent_under_test", AGENT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert callable(mod.main)
+    a = mod.Agent(cache_dir)
+    try:
+        sha = put(cache_dir, binaries["echo"])
+        r = a.handle({"id": 7, "op": "run", "sha256": sha, "args": ["hi"], "runs": 1,
+                      "cpu": min(os.sched_getaffinity(0)), "timeout": 10,
+                      "expected_output": {"text": "hi"}, "perf": False})
+        assert r["id"] == 7 and r["ok"] is True and r["failed"] == 0, r
+        assert r["runs"][0]["output_ok"] is True
+        # the binary's cwd was a fresh temp dir, removed afterwards
+        assert not [p for p in os.listdir(a._scratch) if p.startswith("run-")]
+        assert a.handle({"op": "bogus"})["ok"] is False
+        assert a.handle(["not", "a", "dict"]) == {
+            "id": None, "ok": False, "error": "request must be a JSON object"}
+    finally:
+        a.close()
+
+
+def test_run_records(agent, cache_dir, binaries):
+    sha = put(cache_dir, binaries["sum"])
+    assert agent.request(op="has", sha256=sha) == {"id": agent.next_id, "ok": True,
+                                                   "present": True}
+    n = 100000
+    r = agent.request(op="run", sha256=sha, args=[str(n)], runs=3, cpu=0, timeout=20,
+                      expected_output={"text": f"{n * (n - 1) // 2}\n"}, perf=False)
+    assert r["ok"] is True, r
+    assert r["sha256"] == sha and r["cpu"] == 0 and r["failed"] == 0
+    assert len(r["runs"]) == 3
+    for rec in r["runs"]:
+        assert rec["failure"] is None
+        assert rec["exit_status"] == 0 and rec["signal"] is None
+        assert rec["output_ok"] is True
+        assert 0 < rec["wall_ns"] < 10e9
+        assert 0 <= rec["user_s"] < 10 and 0 <= rec["sys_s"] < 10
+        assert rec["user_s"] + rec["sys_s"] > 0
+        assert 500 < rec["maxrss_kb"] < 1_000_000
+        gc = rec["gc"]
+        # a list of 100000 ints is 300000 words, at least
+        assert gc["minor_words"] >= 3 * n
+        assert gc["minor_collections"] > 0
+        assert {"promoted_words", "major_words", "major_collections", "heap_words",
+                "top_heap_words", "compactions"} <= set(gc)
+        assert all(isinstance(v, int) for v in gc.values())
+        assert "minor_words" not in rec["stderr_tail"]
+        assert rec["stderr_tail"] == ""
+        assert rec["perf"] is None
+        assert rec["cpus_allowed"] == "0"
+
+
+def test_output_check_sha256_and_wrong_output(agent, cache_dir, binaries):
+    sha = put(cache_dir, binaries["echo"])
+    good = hashlib.sha256(b"hello").hexdigest()
+    r = agent.request(op="run", sha256=sha, args=["hello"], runs=1, cpu=0, timeout=10,
+                      expected_output={"sha256": good}, perf=False)
+    assert r["ok"] and r["failed"] == 0 and r["runs"][0]["output_ok"] is True
+    assert r["runs"][0]["stdout_sha256"] == good
+
+    r = agent.request(op="run", sha256=sha, args=["goodbye"], runs=2, cpu=0, timeout=10,
+                      expected_output={"sha256": good}, perf=False)
+    assert r["ok"] and r["failed"] == 2
+    bad = hashlib.sha256(b"goodbye").hexdigest()
+    for rec in r["runs"]:
+        assert rec["output_ok"] is False
+        assert rec["exit_status"] == 0
+        assert rec["failure"] == f"wrong output (sha256 {bad[:12]}...)"
+
+    r = agent.request(op="run", sha256=sha, args=["hello"], runs=1, cpu=0, timeout=10,
+                      expected_output={"text": "hello!"}, perf=False)
+    assert r["runs"][0]["output_ok"] is False and r["runs"][0]["failure"].startswith("wrong output")
+    r = agent.request(op="run", sha256=sha, args=["x"], runs=1, cpu=0, timeout=10,
+                      expected_output=None, perf=False)
+    assert r["runs"][0]["output_ok"] is None and r["runs"][0]["failure"] is None
+
+
+def test_pinning_seen_by_the_program(agent, cache_dir, binaries):
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    sha = put(cache_dir, binaries["affinity"])
+    for cpu in cpus[:2]:
+        for use_perf in (False, True):
+            r = agent.request(op="run", sha256=sha, runs=1, cpu=cpu, timeout=10,
+                              expected_output={"text": f"{cpu}\n"}, perf=use_perf)
+            rec = r["runs"][0]
+            assert rec["failure"] is None and rec["output_ok"] is True, (cpu, use_perf, rec)
+            assert rec["cpus_allowed"] == str(cpu)
+    # and the check really distinguishes CPUs
+    r = agent.request(op="run", sha256=sha, runs=1, cpu=cpus[1], timeout=10,
+                      expected_output={"text": f"{cpus[0]}\n"}, perf=False)
+    assert r["runs"][0]["output_ok"] is False
+
+
+def test_timeout_kills_and_agent_keeps_serving(agent, cache_dir, binaries):
+    sha = put(cache_dir, binaries["spin"])
+    t = time.monotonic()
+    r = agent.request(op="run", sha256=sha, runs=2, cpu=0, timeout=0.5)
+    elapsed = time.monotonic() - t
+    assert r["ok"] is True and r["failed"] == 2
+    for rec in r["runs"]:
+        assert rec["failure"] == "timeout after 0.5s"
+        assert rec["signal"] == 9 and rec["exit_status"] is None
+        assert 0.5e9 <= rec["wall_ns"] < 1.5e9
+    assert elapsed < 2 * 0.5 + 2.0
+    # nothing left spinning (the process group was killed)
+    out = subprocess.run(["pgrep", "-f", sha], capture_output=True, text=True)
+    assert out.stdout.strip() == ""
+    assert agent.request(op="hello")["ok"] is True
+
+
+@pytest.mark.parametrize("use_perf", [False, True])
+def test_crash_and_exit_status(agent, cache_dir, binaries, hello_info, use_perf):
+    if use_perf and not perf_usable(hello_info):
+        pytest.skip("perf not usable here")
+    segv = put(cache_dir, binaries["segv"])
+    r = agent.request(op="run", sha256=segv, runs=1, cpu=0, timeout=10, perf=use_perf,
+                      expected_output={"text": ""})
+    rec = r["runs"][0]
+    assert r["failed"] == 1
+    assert rec["signal"] == 11 and rec["exit_status"] is None
+    assert rec["failure"] == "killed by signal 11 (SIGSEGV)"
+    assert (rec["perf"] is not None) is use_perf
+
+    ex3 = put(cache_dir, binaries["exit3"])
+    r = agent.request(op="run", sha256=ex3, runs=2, cpu=0, timeout=10, perf=use_perf)
+    assert r["failed"] == 2
+    for rec in r["runs"]:
+        assert rec["exit_status"] == 3 and rec["signal"] is None
+        assert rec["failure"] == "exit status 3"
+        assert rec["stderr_tail"] == "bye\n"
+        assert rec["gc"]["minor_words"] > 0
+
+    rz = put(cache_dir, binaries["raise"])
+    r = agent.request(op="run", sha256=rz, runs=1, cpu=0, timeout=10, perf=use_perf)
+    rec = r["runs"][0]
+    assert rec["exit_status"] == 2 and rec["failure"] == "exit status 2", rec
+    assert 'Fatal error: exception Failure("boom")' in rec["stderr_tail"]
+    # the same binary succeeds with enough arguments: failures don't stick
+    r = agent.request(op="run", sha256=rz, args=["a", "b", "c", "d"], runs=1, cpu=0,
+                      timeout=10, perf=use_perf)
+    assert r["failed"] == 0
+
+
+def test_checksum_mismatch_is_refused_and_removed(agent, cache_dir, binaries):
+    sha = put(cache_dir, binaries["echo"])
+    path = cache_dir / sha
+    r = agent.request(op="run", sha256=sha, args=["a"], runs=1, cpu=0, timeout=10, perf=False)
+    assert r["ok"] and r["failed"] == 0
+    # corrupt it in place (same size, so only the mtime tells the verification cache)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    st = path.stat()
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    r = agent.request(op="run", sha256=sha, args=["a"], runs=1, cpu=0, timeout=10, perf=False)
+    assert r["ok"] is False and "checksum mismatch" in r["error"]
+    assert not path.exists()
+    r = agent.request(op="run", sha256=sha, args=["a"], runs=1, cpu=0, timeout=10)
+    assert r == {"id": agent.next_id, "ok": False, "error": f"binary {sha} not in cache"}
+    assert agent.request(op="has", sha256=sha)["present"] is False
+
+    # has verifies too
+    other = hashlib.sha256(b"something else").hexdigest()
+    shutil.copyfile(binaries["echo"], cache_dir / other)
+    assert agent.request(op="has", sha256=other)["present"] is False
+    assert not (cache_dir / other).exists()
+
+
+@pytest.mark.parametrize("bad", ["../../etc/passwd", "abc", "A" * 64, "0" * 63, "0" * 65,
+                                 "../" + "0" * 61, 42, None],
+                         ids=["dotdot", "short", "upper", "63", "65", "dotdot64", "int", "null"])
+def test_bad_sha256_rejected(agent, bad):
+    for op in ("has", "run"):
+        r = agent.request(op=op, sha256=bad, runs=1, cpu=0, timeout=1)
+        assert r["ok"] is False and "invalid sha256" in r["error"]
+
+
+def test_bad_requests_get_errors(agent, cache_dir, binaries):
+    sha = put(cache_dir, binaries["echo"])
+    base = dict(op="run", sha256=sha, args=["x"], runs=1, cpu=0, timeout=5)
+    bad_fields = [
+        {"args": "x"}, {"args": [1]}, {"runs": 0}, {"runs": True}, {"runs": 10**6},
+        {"cpu": 9999}, {"cpu": "0"}, {"cpu": None}, {"timeout": 0}, {"timeout": -1},
+        {"timeout": "5"}, {"expected_output": {"md5": "x"}}, {"expected_output": "x"},
+        {"env": {"A": 1}}, {"perf": "yes"},
+    ]
+    for fields in bad_fields:
+        r = agent.request(**{**base, **fields})
+        assert r["ok"] is False and "\n" not in r["error"] and r["error"], fields
+
+    agent.send_raw(b"{not json\n")
+    r = agent.recv()
+    assert r["id"] is None and r["ok"] is False and r["error"].startswith("malformed request")
+    agent.send_raw(b'{"op": "hello"\n')
+    r = agent.recv()
+    assert r["id"] is None and r["ok"] is False and r["error"].startswith("malformed request")
+    agent.send_raw(b"\xff\xfe\n")
+    r = agent.recv()
+    assert r["id"] is None and r["ok"] is False
+    agent.send_raw(b"[1, 2]\n")
+    assert agent.recv()["ok"] is False
+    assert agent.request(op="frobnicate") == {"id": agent.next_id, "ok": False,
+                                              "error": 'unknown op "frobnicate"'}
+    assert agent.request(op="hello")["ok"] is True
+
+
+def test_env_and_fresh_cwd(agent, cache_dir, binaries):
+    sha = put(cache_dir, binaries["envcwd"])
+    r = agent.request(op="run", sha256=sha, runs=2, cpu=0, timeout=10, env={"FOO": "bar"},
+                      expected_output={"text": "0 bar - -\n"})
+    assert r["failed"] == 0, r
+    sha = put(cache_dir, binaries["sum"])
+    # an explicit OCAMLRUNPARAM keeps working and GC stats are still collected
+    r = agent.request(op="run", sha256=sha, args=["1000"], runs=1, cpu=0, timeout=10,
+                      env={"OCAMLRUNPARAM": "s=32k", "FOO": "bar"}, perf=False)
+    rec = r["runs"][0]
+    assert rec["failure"] is None and rec["gc"]["minor_words"] > 0
+
+
+def test_perf_counters(agent, cache_dir, binaries, hello_info):
+    if not perf_usable(hello_info):
+        pytest.skip("perf events not usable here: %s" % hello_info["perf"].get("reason"))
+    sha = put(cache_dir, binaries["sum"])
+    small = agent.request(op="run", sha256=sha, args=["10"], runs=3, cpu=0, timeout=20)
+    big = agent.request(op="run", sha256=sha, args=["1000000"], runs=3, cpu=0, timeout=20)
+    assert small["failed"] == 0 and big["failed"] == 0, (small, big)
+    for rec in small["runs"] + big["runs"]:
+        p = rec["perf"]
+        assert isinstance(p["task-clock"]["value"], float) and p["task-clock"]["value"] > 0
+        assert p["task-clock"]["unit"] == "msec"
+        assert "value" in p["cycles"] or p["cycles"] == {"unsupported": True}
+        for e, status in hello_info["perf"]["events"].items():
+            if status == "unsupported":
+                assert p[e] == {"unsupported": True}
+        # the counters are the binary's alone: its CPU time is within its rusage CPU time
+        cpu_ms = (rec["user_s"] + rec["sys_s"]) * 1e3
+        assert p["task-clock"]["value"] <= rec["wall_ns"] / 1e6
+        assert abs(p["task-clock"]["value"] - cpu_ms) < 5 + 0.2 * cpu_ms, rec
+        assert rec["stderr_tail"] == "" and rec["exit_status"] == 0
+    # a million-element list (24 MB) faults in far more pages than ten elements
+    assert (min(r["perf"]["page-faults"]["value"] for r in big["runs"])
+            > max(r["perf"]["page-faults"]["value"] for r in small["runs"]) + 1000)
+    assert min(r["maxrss_kb"] for r in big["runs"]) > max(r["maxrss_kb"] for r in small["runs"])
+    # perf: false -> no perf dict
+    r = agent.request(op="run", sha256=sha, args=["10"], runs=1, cpu=0, timeout=20, perf=False)
+    assert r["runs"][0]["perf"] is None
+
+
+def test_exit_status_of_short_runs_is_never_lost(agent, cache_dir, binaries):
+    """Regression: under `perf stat` wrapping, ~5% of short runs reported exit status 0."""
+    sha = put(cache_dir, binaries["raise"])
+    r = agent.request(op="run", sha256=sha, runs=100, cpu=0, timeout=10)
+    assert r["failed"] == 100
+    assert {rec["exit_status"] for rec in r["runs"]} == {2}
+
+
+def test_eof_and_shutdown_exit_cleanly(cache_dir):
+    a = AgentProc(cache_dir)
+    try:
+        assert a.request(op="shutdown") == {"id": 1, "ok": True}
+        assert a.proc.wait(timeout=10) == 0
+    finally:
+        a.close()
+    a = AgentProc(cache_dir)
+    try:
+        a.proc.stdin.close()
+        assert a.proc.wait(timeout=10) == 0
+        assert a.proc.stdout.read() == b""
+    finally:
+        a.close()
+
+
+def _pids_running(pattern: str) -> list:
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+    return out.stdout.split()
+
+
+def _wait_for(predicate, limit: float) -> bool:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_no_orphans_when_agent_is_killed(cache_dir, binaries, how):
+    """SIGTERM: the agent kills its running child; SIGKILL: RLIMIT_CPU (timeout + 2 s) does."""
+    sha = put(cache_dir, binaries["spin"])
+    path = str(cache_dir / sha)
+    a = AgentProc(cache_dir)
+    try:
+        a.send_raw(json.dumps({"op": "run", "sha256": sha, "runs": 1, "cpu": 0,
+                               "timeout": 1}).encode() + b"\n")
+        assert _wait_for(lambda: _pids_running(path), 10), "spinner never started"
+        a.proc.send_signal(getattr(__import__("signal"), how))
+        assert a.proc.wait(timeout=10) == (0 if how == "SIGTERM" else -9)
+        limit = 1.0 if how == "SIGTERM" else 6.0
+        assert _wait_for(lambda: not _pids_running(path), limit), _pids_running(path)
+    finally:
+        a.close()
+
+
+@pytest.mark.parametrize("spawn", ["gated", "direct"])
+def test_unrunnable_file_is_a_failed_run(cache_dir, spawn):
+    junk = cache_dir / "junk"
+    junk.write_bytes(b"this is not an executable\n")
+    sha = sha256_of(junk)
+    junk.rename(cache_dir / sha)  # not even executable: the agent adds the x bit
+    a = AgentProc(cache_dir, "--spawn", spawn)
+    try:
+        r = a.request(op="run", sha256=sha, runs=2, cpu=0, timeout=5)
+        assert r["ok"] is True and r["failed"] == 2 and r["spawn"] == spawn, r
+        for rec in r["runs"]:
+            if spawn == "direct":
+                assert rec["failure"].startswith("exec failed: [Errno 8] Exec format error"), rec
+            else:  # sh runs a non-ELF file as a script: "this: not found"
+                assert rec["failure"] == "exit status 127", rec
+                assert "not found" in rec["stderr_tail"]
+        assert a.request(op="hello")["ok"] is True
+    finally:
+        a.close()
+
+
+def test_maxrss_is_the_binarys_own(agent, cache_dir, binaries):
+    """Not inflated to the agent's RSS (Linux folds the pre-exec RSS into ru_maxrss)."""
+    hello = agent.request(op="hello")
+    if not hello["spawn"]["maxrss_exact"]:
+        pytest.skip("gated spawning unavailable: %s" % hello["spawn"])
+    triv = put(cache_dir, binaries["trivial"])
+    r = agent.request(op="run", sha256=triv, runs=3, cpu=0, timeout=10, perf=False)
+    assert r["spawn"] == "gated"
+    for rec in r["runs"]:
+        assert 300 < rec["maxrss_kb"] < 6000, rec  # ~1.8 MB; the agent itself is ~15 MB+
+    big = put(cache_dir, binaries["sum"])
+    r = agent.request(op="run", sha256=big, args=["1000000"], runs=1, cpu=0, timeout=20,
+                      perf=False)
+    # a million-element list is 3 M words = 24 MB, all live at once
+    assert r["runs"][0]["maxrss_kb"] > 24000
+
+
+def test_direct_spawn_mode(cache_dir, binaries):
+    """The fallback without sh/prctl: same records, maxrss includes the agent's RSS."""
+    a = AgentProc(cache_dir, "--spawn", "direct")
+    try:
+        hello = a.request(op="hello")
+        assert hello["spawn"]["method"] == "direct" and not hello["spawn"]["maxrss_exact"]
+        sha = put(cache_dir, binaries["sum"])
+        r = a.request(op="run", sha256=sha, args=["1000"], runs=2, cpu=0, timeout=10,
+                      expected_output={"text": "499500\n"})
+        assert r["spawn"] == "direct" and r["failed"] == 0, r
+        for rec in r["runs"]:
+            assert rec["output_ok"] is True and rec["gc"]["minor_words"] > 1000
+            assert rec["cpus_allowed"] == "0"
+            if hello["perf"]["available"]:
+                assert rec["perf"]["task-clock"]["value"] > 0
+        segv = put(cache_dir, binaries["segv"])
+        rec = a.request(op="run", sha256=segv, runs=1, cpu=0, timeout=10)["runs"][0]
+        assert rec["failure"] == "killed by signal 11 (SIGSEGV)"
+        spin = put(cache_dir, binaries["spin"])
+        rec = a.request(op="run", sha256=spin, runs=1, cpu=0, timeout=0.3)["runs"][0]
+        assert rec["failure"] == "timeout after 0.3s" and rec["wall_ns"] < 1.3e9
+    finally:
+        a.close()

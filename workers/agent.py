@@ -1,0 +1,972 @@
+#!/usr/bin/env python3
+"""Worker agent: runs cached benchmark binaries pinned to one CPU and reports timings.
+
+One agent is started per CPU slot of a worker machine (as a local subprocess, over SSH, or
+imported by a Ray actor).  It is a single stdlib-only file that must run on any Linux host
+with ``python3`` >= 3.7: no third-party imports and no imports from the project.
+
+Protocol: JSON lines.  Each line on stdin is one request object; each request gets exactly
+one response object on one line of stdout, flushed at once.  Nothing else is ever written
+to stdout (the protocol uses a private duplicate of fd 1; fd 1 itself is pointed at stderr
+so a stray print cannot corrupt the stream).  A request may carry ``"id"``, which is
+echoed.  Bad requests, unknown ops and failing binaries never kill the agent; a refused
+request gets ``{"id": ..., "ok": false, "error": "<one line>"}``, a failing binary gives
+failed run records.  EOF on stdin ends the agent with status 0.
+
+Ops:
+
+``hello``
+    agent_version (sha256 of this file), python, hostname, cpus (this process's affinity),
+    perf (availability and per-event support, probed once and cached), worker_class.
+``has``  (``sha256``)
+    present: the binary ``<cache-dir>/<sha256>`` exists and its content hash was verified.
+``run``  (``sha256``, ``args``, ``runs``, ``cpu``, ``timeout``, ``expected_output``,
+``env``, ``perf``)
+    Runs the binary ``runs`` times in sequence, each pinned to ``cpu``, and returns one
+    record per run (see ``Agent._run_once``).  Failed runs are reported, never raised.
+``shutdown``
+    ``{"ok": true}``, then the agent exits 0.
+
+Design notes
+------------
+* Spawning ("gated", the default): the binary is started by ``sh`` (dash when installed):
+  sh forks a subshell that blocks reading a gate pipe, prints the subshell's pid and exits.
+  The agent is a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), so after it reaps sh
+  the waiting subshell is its child; it attaches the counters to it, sets its RLIMIT_CPU,
+  starts the clock and opens the gate, and the subshell execs the binary.  Why not Popen
+  the binary directly: Linux folds the high-water RSS of the address space a process had
+  before ``exec`` into its ``ru_maxrss``, and a child of the agent starts from the agent's
+  own ~15-20 MB, so every binary would report at least that (a trivial OCaml program
+  really peaks at ~1.8 MB, as measured from a small spawner).  The gated binary starts from
+  sh's small address space and reports its real peak.  Only the agent can reap it (sh is
+  gone before it runs), so no shell can swallow its exit status.  Side effect: as the
+  binary is an asynchronous command of a non-interactive shell, SIGINT and SIGQUIT are
+  ignored in it.  Without ctypes/prctl or sh the agent falls back to "direct" spawning
+  (Popen; maxrss then includes the agent's RSS; hello says which).
+* Pinning: the spawning thread pins *itself* to the requested CPU for the duration of the
+  spawn (on Linux ``sched_setaffinity(0, ...)`` affects only the calling thread, and a child
+  inherits the mask of the thread that forked it), then restores its mask.  sh, the
+  subshell and the binary are on the CPU from their first instruction, without a
+  ``preexec_fn`` (which would force a slow ``fork()`` instead of ``vfork()`` and is unsafe
+  in a multi-threaded host such as a Ray actor).
+* Each run gets its own session (so a timeout kills the whole process tree with one
+  ``killpg``), a fresh empty temporary cwd (removed afterwards), stdin from /dev/null and
+  stdout/stderr in scratch files (not pipes).
+* Timing: ``wall_ns`` runs from opening the gate (direct: from Popen) to the exit seen by
+  ``waitid``; user_s, sys_s and maxrss_kb are the binary's own rusage from ``wait4``.  The
+  agent waits with ``waitid(WNOWAIT)`` first so the exited child stays a zombie (keeping
+  its process-group id reserved) while the watchdog is disarmed and stray group members are
+  killed; only then is it reaped.  The watchdog is one long-lived thread per agent that
+  SIGKILLs the group at the deadline.
+* Each binary gets RLIMIT_CPU = timeout + 2 s (it is pinned to one CPU, so its CPU time
+  cannot exceed its wall time and the limit never fires first), so a spinning benchmark
+  cannot outlive an agent that was SIGKILLed.  SIGTERM / SIGHUP make the agent kill the
+  running child's process group before it exits.
+* Counters use the ``perf_event_open`` system call (through ctypes) the way ``perf stat``
+  does: opened disabled, with ``inherit`` and ``enable_on_exec``, on the task that is
+  about to exec the binary; they count from its ``exec`` (the binary and any children it
+  forks) and are read after it exits.  Wrapping the binary in ``perf stat`` was tried and
+  rejected: perf 6.1 loses the child's exit status (reports 0, and zero rusage) whenever
+  the child exits before perf reaches its ``wait4`` (its SIGCHLD handler clears the pid),
+  which happened in ~5% of short runs pinned to perf's CPU; it also adds ~10 ms of
+  start-up to the wall time and its own ~20 MB to maxrss.  No ``perf`` binary is needed.
+  With kernel.perf_event_paranoid >= 2 and no privileges only user space is counted
+  (hello: ``perf.user_only``); hardware events a VM does not expose are "unsupported".
+* The verification of a cached binary is remembered by (device, inode, size, mtime_ns), so
+  repeated jobs do not rehash; a file rewritten in place with the same size within one
+  filesystem timestamp tick would not be noticed, so the master should upload to a
+  temporary name and rename.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z")
+MAX_RUNS = 10000
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+DEFAULT_TIMEOUT_S = 600.0
+SH_START_TIMEOUT_S = 30.0
+STDERR_TAIL_BYTES = 2000
+STDERR_SCAN_BYTES = 64 * 1024
+
+DEFAULT_PERF_EVENTS = (
+    "task-clock",
+    "page-faults",
+    "context-switches",
+    "cpu-migrations",
+    "cycles",
+    "instructions",
+    "branches",
+    "branch-misses",
+    "cache-misses",
+)
+
+# Names printed by the OCaml runtime at exit under OCAMLRUNPARAM=v=0x400 (4.x and 5.x).
+GC_KEYS = frozenset((
+    "allocated_words",
+    "minor_words",
+    "promoted_words",
+    "major_words",
+    "minor_collections",
+    "major_collections",
+    "heap_words",
+    "heap_chunks",
+    "top_heap_words",
+    "compactions",
+    "forced_major_collections",
+    "mean_space_overhead",
+))
+GC_LINE_RE = re.compile(rb"\A([a-z_]+): ([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*\Z")
+
+
+class RequestError(Exception):
+    """A request the agent refuses; the message becomes the one-line error."""
+
+
+def _one_line(text) -> str:
+    return " ".join(str(text).split()) or "error"
+
+
+def _sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(1 << 20)
+            if not chunk:
+                break
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return "SIG%d" % signum
+
+
+def _decode_wait_status(status: int):
+    """-> (exit_status or None, signal or None)."""
+    if os.WIFSIGNALED(status):
+        return None, os.WTERMSIG(status)
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status), None
+    return None, None
+
+
+def parse_gc_stats(stderr: bytes):
+    """Split the OCaml runtime's exit-time GC report off stderr -> (gc dict, rest bytes)."""
+    gc = {}
+    kept = []
+    for line in stderr.splitlines(True):
+        m = GC_LINE_RE.match(line)
+        if m and m.group(1).decode() in GC_KEYS:
+            value = float(m.group(2).decode())
+            gc[m.group(1).decode()] = int(value) if value.is_integer() else value
+        else:
+            kept.append(line)
+    return gc, b"".join(kept)
+
+
+def _read_tail(fd: int, limit: int) -> bytes:
+    size = os.fstat(fd).st_size
+    start = max(0, size - limit)
+    return os.pread(fd, size - start, start) if size > start else b""
+
+
+def _cpus_allowed_list(pid: int):
+    try:
+        with open("/proc/%d/status" % pid, "rb") as f:
+            for line in f:
+                if line.startswith(b"Cpus_allowed_list:"):
+                    return line.split(b":", 1)[1].strip().decode()
+    except OSError:
+        pass
+    return None
+
+
+def _limit_cpu_time(pid: int, timeout: float) -> None:
+    """Safety net for a hard-killed agent: RLIMIT_CPU, so an orphaned spinner dies anyway."""
+    if not hasattr(resource, "prlimit"):
+        return
+    limit = int(math.ceil(timeout)) + 2
+    try:
+        resource.prlimit(pid, resource.RLIMIT_CPU, (limit, limit))
+    except OSError:
+        pass
+
+
+def _killpg_quietly(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# --------------------------------------------------------------------------- libc access
+
+def _load_libc():
+    """(ctypes module, libc) or (None, reason)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        libc.prctl.restype = ctypes.c_int
+        return ctypes, libc
+    except (ImportError, OSError, AttributeError) as e:
+        return None, "no ctypes/libc (%s)" % e
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_child_subreaper() -> str:
+    """Make orphaned descendants our children (prctl); -> "" or why not."""
+    ctypes, libc = _load_libc()
+    if ctypes is None:
+        return libc
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        return "prctl(PR_SET_CHILD_SUBREAPER): %s" % os.strerror(ctypes.get_errno())
+    return ""
+
+
+# --------------------------------------------------------------------------- perf events
+
+# perf_event_open(2) syscall numbers.
+_PERF_EVENT_OPEN_NR = {
+    "x86_64": 298, "amd64": 298, "i386": 336, "i686": 336, "aarch64": 241, "arm64": 241,
+    "riscv64": 241, "loongarch64": 241, "ppc64": 319, "ppc64le": 319, "s390x": 331,
+    "armv7l": 364, "armv6l": 364,
+}
+# perf-tool event name -> (type, config): type 0 = PERF_TYPE_HARDWARE, 1 = SOFTWARE.
+PERF_EVENT_CODES = {
+    "cycles": (0, 0), "cpu-cycles": (0, 0),
+    "instructions": (0, 1),
+    "cache-references": (0, 2),
+    "cache-misses": (0, 3),
+    "branches": (0, 4), "branch-instructions": (0, 4),
+    "branch-misses": (0, 5),
+    "bus-cycles": (0, 6),
+    "stalled-cycles-frontend": (0, 7),
+    "stalled-cycles-backend": (0, 8),
+    "ref-cycles": (0, 9),
+    "cpu-clock": (1, 0),
+    "task-clock": (1, 1),
+    "page-faults": (1, 2), "faults": (1, 2),
+    "context-switches": (1, 3), "cs": (1, 3),
+    "cpu-migrations": (1, 4), "migrations": (1, 4),
+    "minor-faults": (1, 5),
+    "major-faults": (1, 6),
+    "alignment-faults": (1, 7),
+    "emulation-faults": (1, 8),
+}
+_CLOCK_EVENTS = frozenset(("task-clock", "cpu-clock"))  # counted in ns, reported in msec
+# perf_event_attr bits (first 64 bytes, PERF_ATTR_SIZE_VER0).
+_ATTR_DISABLED = 1 << 0
+_ATTR_INHERIT = 1 << 1
+_ATTR_EXCLUDE_KERNEL = 1 << 5
+_ATTR_EXCLUDE_HV = 1 << 6
+_ATTR_ENABLE_ON_EXEC = 1 << 12
+_READ_FORMAT = 1 | 2  # PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING
+_PERF_FLAG_FD_CLOEXEC = 8
+_ATTR_STRUCT = struct.Struct("=IIQQQQQIIQ")  # 64 bytes
+
+
+class PerfEvents:
+    """Counting with perf_event_open(2), as ``perf stat -e ... -- cmd`` does.
+
+    ``open(pid, names)`` opens disabled counters with ``inherit`` and ``enable_on_exec`` on
+    task ``pid`` (0: the calling thread): they start counting when that task (or a child
+    it forks afterwards) execs, and children's counts are added in when they exit.
+    """
+
+    def __init__(self):
+        self.exclude_kernel = False
+        self._nr = _PERF_EVENT_OPEN_NR.get(platform.machine())
+        self._ctypes, self._libc = _load_libc()
+        if self._nr is None:
+            self.reason = "unknown perf_event_open syscall number for %s" % platform.machine()
+        elif self._ctypes is None:
+            self.reason = self._libc
+        else:
+            self.reason = None
+
+    def _open(self, pid: int, name: str, exclude_kernel: bool) -> int:
+        """-> fd, or -errno."""
+        ctypes = self._ctypes
+        ev_type, config = PERF_EVENT_CODES[name]
+        flags = _ATTR_DISABLED | _ATTR_INHERIT | _ATTR_ENABLE_ON_EXEC
+        if exclude_kernel:
+            flags |= _ATTR_EXCLUDE_KERNEL | _ATTR_EXCLUDE_HV
+        attr = ctypes.create_string_buffer(
+            _ATTR_STRUCT.pack(ev_type, _ATTR_STRUCT.size, config, 0, 0, _READ_FORMAT, flags,
+                              0, 0, 0), _ATTR_STRUCT.size)
+        fd = self._libc.syscall(ctypes.c_long(self._nr), attr, ctypes.c_long(pid),
+                                ctypes.c_long(-1), ctypes.c_long(-1),
+                                ctypes.c_ulong(_PERF_FLAG_FD_CLOEXEC))
+        return fd if fd >= 0 else -ctypes.get_errno()
+
+    def probe(self, names) -> dict:
+        """-> {"available", "events": {name: "supported"|"unsupported"}, ...}."""
+        info = {"available": False, "events": {}, "method": "perf_event_open"}
+        if self.reason is not None:
+            info["events"] = {name: "unsupported" for name in names}
+            info["reason"] = self.reason
+            return info
+        errors = set()
+        for exclude_kernel in (False, True):
+            info["events"] = {}
+            denied = False
+            for name in names:
+                if name not in PERF_EVENT_CODES:
+                    info["events"][name] = "unsupported"
+                    errors.add("unknown event %s" % name)
+                    continue
+                fd = self._open(0, name, exclude_kernel)
+                if fd >= 0:
+                    os.close(fd)
+                    info["events"][name] = "supported"
+                else:
+                    info["events"][name] = "unsupported"
+                    errors.add(os.strerror(-fd))
+                    denied = denied or -fd in (1, 13)  # EPERM, EACCES: perf_event_paranoid
+            if not denied:
+                break
+        info["available"] = any(s == "supported" for s in info["events"].values())
+        # perf_event_paranoid >= 2 lets unprivileged users count user space only.
+        self.exclude_kernel = exclude_kernel and info["available"]
+        info["user_only"] = self.exclude_kernel
+        if not info["available"]:
+            info["reason"] = _one_line("perf_event_open: " + "; ".join(sorted(errors)))
+        return info
+
+    def open(self, pid: int, names):
+        """-> [(name, fd or None)]; read with ``read_and_close``."""
+        out = []
+        for name in names:
+            fd = self._open(pid, name, self.exclude_kernel)
+            out.append((name, fd if fd >= 0 else None))
+        return out
+
+    @staticmethod
+    def read_and_close(opened) -> dict:
+        out = {}
+        for name, fd in opened:
+            data = b""
+            if fd is not None:
+                try:
+                    data = os.read(fd, 24)
+                except OSError:
+                    pass
+                finally:
+                    os.close(fd)
+            if len(data) != 24:
+                out[name] = {"not_counted": True}
+                continue
+            value, enabled, running = struct.unpack("=QQQ", data)
+            if running == 0:
+                out[name] = {"not_counted": True}
+                continue
+            scaled = float(value) * enabled / running if running < enabled else float(value)
+            if name in _CLOCK_EVENTS:
+                entry = {"value": scaled / 1e6, "unit": "msec"}
+            else:
+                entry = {"value": scaled, "unit": ""}
+            if running < enabled:  # multiplexed: scaled the way perf stat does
+                entry["running_pct"] = round(100.0 * running / enabled, 2)
+            out[name] = entry
+        return out
+
+
+# --------------------------------------------------------------------------- watchdog
+
+class _Watchdog:
+    """One long-lived thread that SIGKILLs the armed process group at its deadline."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._target = None  # (pgid, deadline)
+        self._fired = False
+        self._thread = threading.Thread(target=self._loop, name="agent-watchdog", daemon=True)
+        self._thread.start()
+
+    def arm(self, pgid: int, timeout: float) -> None:
+        with self._cond:
+            self._target = (pgid, time.monotonic() + timeout)
+            self._fired = False
+            self._cond.notify()
+
+    def disarm(self) -> bool:
+        """Stop watching; -> whether it fired.  Once this returns it cannot fire."""
+        with self._cond:
+            self._target = None
+            self._cond.notify()
+            return self._fired
+
+    def _loop(self) -> None:
+        with self._cond:
+            while True:
+                if self._target is None:
+                    self._cond.wait()
+                    continue
+                pgid, deadline = self._target
+                remaining = deadline - time.monotonic()
+                if remaining > 0:
+                    self._cond.wait(remaining)
+                    continue
+                self._fired = True
+                self._target = None
+                _killpg_quietly(pgid)
+
+
+# --------------------------------------------------------------------------- spawning
+
+# Run by ``sh -c SCRIPT sh OUT BINARY ARGS...``: fork a subshell that waits on the gate
+# (the shell's stdin) and then execs the binary, print its pid, exit.  The agent (child
+# subreaper) inherits the waiting subshell, attaches counters and opens the gate.
+# PWD, which sh exports, is unset: the binary's environment is exactly the one asked for
+# (its size shifts the initial stack, which can shift timings).
+_GATE_SCRIPT = ('out=$1; shift; exec 3<&0; '
+                '{ read _ <&3 || exit 1; unset PWD; exec "$@" </dev/null 3<&-; } >"$out" '
+                '& echo $!')
+
+
+class _SpawnError(Exception):
+    pass
+
+
+def _read_line(fd: int, limit: int = 64) -> bytes:
+    data = b""
+    while len(data) < limit and not data.endswith(b"\n"):
+        chunk = os.read(fd, limit - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _reap_group(pgid: int) -> None:
+    """Reap any of our zombie children in process group ``pgid`` (never blocks)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-pgid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+# --------------------------------------------------------------------------- agent
+
+class Agent:
+    """The request handler; usable in-process (e.g. by a Ray actor) or via ``main``.
+
+    ``spawn``: "auto" (gated sh when possible), "gated" or "direct" (see ``_start``).
+    """
+
+    def __init__(self, cache_dir, worker_class=None, perf_events=DEFAULT_PERF_EVENTS,
+                 spawn="auto"):
+        if spawn not in ("auto", "gated", "direct"):
+            raise ValueError("spawn must be auto, gated or direct")
+        self.cache_dir = os.path.abspath(str(cache_dir))
+        os.makedirs(self.cache_dir, exist_ok=True)
+        self.worker_class = worker_class
+        self.perf_events = tuple(perf_events)
+        self._spawn_request = spawn
+        self._spawn = None  # ("gated", sh path) or ("direct", reason)
+        self._perf = None
+        self._perf_info = None
+        self._verified = {}  # sha256 -> (st_dev, st_ino, st_size, st_mtime_ns)
+        self._scratch = tempfile.mkdtemp(prefix="inlining-agent-")
+        self._lock = threading.Lock()  # one request at a time per Agent
+        self._watchdog = None
+        self._recent_pgids = []
+        self._version = None
+        self.closed = False
+
+    # ----------------------------------------------------------------- plumbing
+
+    def close(self) -> None:
+        self.closed = True
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def handle(self, request) -> dict:
+        """Answer one request (a decoded JSON value); never raises for a bad request."""
+        req_id = request.get("id") if isinstance(request, dict) else None
+        try:
+            if not isinstance(request, dict):
+                raise RequestError("request must be a JSON object")
+            op = request.get("op")
+            handler = {
+                "hello": self._op_hello,
+                "has": self._op_has,
+                "run": self._op_run,
+                "shutdown": self._op_shutdown,
+            }.get(op) if isinstance(op, str) else None
+            if handler is None:
+                raise RequestError("unknown op %s" % json.dumps(op))
+            with self._lock:
+                response = handler(request)
+        except RequestError as e:
+            response = {"ok": False, "error": _one_line(e)}
+        except Exception as e:  # never die from a request
+            sys.stderr.write("agent: internal error: %s: %s\n" % (type(e).__name__, e))
+            response = {"ok": False,
+                        "error": _one_line("internal error: %s: %s" % (type(e).__name__, e))}
+        out = {"id": req_id}
+        out.update(response)
+        return out
+
+    def perf_info(self) -> dict:
+        """Which counters this machine supports (probed once)."""
+        if self._perf_info is None:
+            self._perf = PerfEvents()
+            self._perf_info = self._perf.probe(self.perf_events)
+        return self._perf_info
+
+    def spawn_info(self) -> dict:
+        """How binaries are started (decided once; may make this process a subreaper)."""
+        if self._spawn is None:
+            sh = shutil.which("dash") or ("/bin/sh" if os.access("/bin/sh", os.X_OK) else None)
+            why = ""
+            if self._spawn_request == "direct":
+                why = "requested"
+            elif sh is None:
+                why = "no /bin/sh"
+            else:
+                why = _become_child_subreaper()
+            if why and self._spawn_request == "gated":
+                raise RequestError("cannot spawn through sh: %s" % why)
+            self._spawn = ("direct", why) if why else ("gated", sh)
+        if self._spawn[0] == "gated":
+            return {"method": "gated", "shell": self._spawn[1], "maxrss_exact": True}
+        return {"method": "direct", "reason": self._spawn[1], "maxrss_exact": False}
+
+    # ----------------------------------------------------------------- ops
+
+    def _op_hello(self, request) -> dict:
+        if self._version is None:
+            try:
+                self._version = _sha256_file(os.path.abspath(__file__))
+            except OSError:
+                self._version = "unknown"
+        return {
+            "ok": True,
+            "agent_version": self._version,
+            "python": platform.python_version(),
+            "hostname": socket.gethostname(),
+            "cpus": sorted(os.sched_getaffinity(0)),
+            "perf": self.perf_info(),
+            "spawn": self.spawn_info(),
+            "worker_class": self.worker_class,
+        }
+
+    def _op_has(self, request) -> dict:
+        sha = self._check_sha(request.get("sha256"))
+        try:
+            self._verify(sha)
+        except RequestError:
+            return {"ok": True, "present": False}
+        return {"ok": True, "present": True}
+
+    def _op_shutdown(self, request) -> dict:
+        self.closed = True
+        return {"ok": True}
+
+    def _op_run(self, request) -> dict:
+        sha = self._check_sha(request.get("sha256"))
+        args = request.get("args", [])
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise RequestError("args must be a list of strings")
+        if any("\0" in a for a in args):
+            raise RequestError("args must not contain NUL characters")
+        runs = request.get("runs", 1)
+        if not isinstance(runs, int) or isinstance(runs, bool) or not 1 <= runs <= MAX_RUNS:
+            raise RequestError("runs must be an integer in 1..%d" % MAX_RUNS)
+        cpu = request.get("cpu")
+        allowed = os.sched_getaffinity(0)
+        if not isinstance(cpu, int) or isinstance(cpu, bool) or cpu not in allowed:
+            raise RequestError("cpu must be one of this agent's CPUs %s, got %s"
+                               % (sorted(allowed), json.dumps(cpu)))
+        timeout = request.get("timeout", DEFAULT_TIMEOUT_S)
+        if (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
+                or not 0 < timeout <= MAX_TIMEOUT_S):
+            raise RequestError("timeout must be a number of seconds in (0, %g]" % MAX_TIMEOUT_S)
+        expected = request.get("expected_output")
+        bad_expected = 'expected_output must be null, {"sha256": hex} or {"text": str}'
+        if expected is not None:
+            if not isinstance(expected, dict) or len(expected) != 1:
+                raise RequestError(bad_expected)
+            if "sha256" in expected:
+                if not isinstance(expected["sha256"], str) or not SHA256_RE.match(
+                        expected["sha256"]):
+                    raise RequestError("expected_output.sha256 must be 64 lowercase hex digits")
+            elif "text" in expected:
+                if not isinstance(expected["text"], str):
+                    raise RequestError("expected_output.text must be a string")
+                expected = {"text": expected["text"].encode("utf-8")}
+            else:
+                raise RequestError(bad_expected)
+        extra_env = request.get("env") or {}
+        if not isinstance(extra_env, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and k and "=" not in k
+                and "\0" not in k + v for k, v in extra_env.items()):
+            raise RequestError("env must be an object of string names (no '=') to strings")
+        use_perf = request.get("perf", True)
+        if not isinstance(use_perf, bool):
+            raise RequestError("perf must be true or false")
+
+        binary = self._verify(sha)
+
+        env = dict(os.environ)
+        env.pop("PWD", None)  # stale (the agent's); sh would set it, see _GATE_SCRIPT
+        env.update(extra_env)
+        runparam = env.get("OCAMLRUNPARAM")
+        if not runparam:
+            env["OCAMLRUNPARAM"] = "v=0x400"
+        elif not any(p.strip().startswith("v=") for p in runparam.split(",")):
+            env["OCAMLRUNPARAM"] = runparam + ",v=0x400"
+
+        perf_events = None
+        if use_perf:
+            info = self.perf_info()
+            if info["available"]:
+                perf_events = [e for e, s in info["events"].items() if s == "supported"]
+        spawn = self.spawn_info()
+        if self._watchdog is None:
+            self._watchdog = _Watchdog()  # before any counter is opened on this thread
+
+        # stdout/stderr go to two scratch files, opened once per request, emptied per run.
+        out_path = os.path.join(self._scratch, "stdout")
+        out_fd = os.open(out_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            err_fd = os.open(os.path.join(self._scratch, "stderr"),
+                             os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                records = [self._run_once([binary] + args, cpu, float(timeout), expected, env,
+                                          perf_events, out_path, out_fd, err_fd)
+                           for _ in range(runs)]
+            finally:
+                os.close(err_fd)
+        finally:
+            os.close(out_fd)
+        return {
+            "ok": True,
+            "sha256": sha,
+            "cpu": cpu,
+            "spawn": spawn["method"],
+            "runs": records,
+            "failed": sum(1 for r in records if r["failure"] is not None),
+        }
+
+    # ----------------------------------------------------------------- cache
+
+    @staticmethod
+    def _check_sha(sha) -> str:
+        if not isinstance(sha, str) or not SHA256_RE.match(sha):
+            raise RequestError("invalid sha256 %s: need 64 lowercase hex digits"
+                               % json.dumps(sha)[:80])
+        return sha
+
+    def _verify(self, sha: str) -> str:
+        """Path of the verified binary ``sha``; RequestError if missing or corrupt."""
+        path = os.path.join(self.cache_dir, sha)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            self._verified.pop(sha, None)
+            raise RequestError("binary %s not in cache" % sha)
+        if not stat.S_ISREG(st.st_mode):
+            raise RequestError("binary %s in cache is not a regular file" % sha)
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if self._verified.get(sha) != key:
+            self._verified.pop(sha, None)
+            actual = _sha256_file(path)
+            if actual != sha:
+                try:
+                    os.unlink(path)
+                    what = "removed from cache"
+                except OSError as e:
+                    what = "could not remove it: %s" % e
+                raise RequestError("checksum mismatch for binary %s: content hashes to %s; %s"
+                                   % (sha, actual, what))
+            if not os.access(path, os.X_OK):  # e.g. uploaded over SFTP without mode bits
+                os.chmod(path, (st.st_mode & 0o7777) | 0o500)
+                st = os.stat(path)
+                key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            self._verified[sha] = key
+        return path
+
+    # ----------------------------------------------------------------- running
+
+    def _start(self, argv, cpu, workdir, env, out_path, out_fd, err_fd, perf_events, timeout):
+        """Start ``argv`` pinned to ``cpu`` in a new session.
+
+        -> (pid, pgid, t0_ns, counters, cpus_allowed); the watchdog is armed and the wall
+        clock started (t0) as the binary is let go.
+
+        gated: ``sh`` forks a subshell that blocks on a gate pipe, prints its pid and
+        exits; the agent, a child subreaper, reaps sh and so inherits the subshell, opens
+        the counters on it, then opens the gate and the subshell execs the binary.  The
+        binary's rusage is then its own: started from sh's small address space, not the
+        agent's, its ru_maxrss is not inflated to the agent's RSS (Linux folds the
+        pre-exec address space's high-water mark into ru_maxrss), and only the agent can
+        reap it (no shell can swallow its exit status).
+        direct: Popen the binary (ru_maxrss >= the agent's RSS, ~15-20 MB).
+        """
+        saved_mask = os.sched_getaffinity(0)
+        if self._spawn[0] == "direct":
+            counters = []
+            os.sched_setaffinity(0, {cpu})  # this thread only; the child inherits it
+            try:
+                if perf_events:  # inherited by the child, enabled at its exec
+                    counters = self._perf.open(0, perf_events)
+                t0 = time.monotonic_ns()
+                proc = subprocess.Popen(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
+                                        stdout=out_fd, stderr=err_fd, start_new_session=True)
+            except OSError as e:
+                PerfEvents.read_and_close(counters)
+                raise _SpawnError(_one_line("exec failed: %s" % e))
+            finally:
+                os.sched_setaffinity(0, saved_mask)
+            proc.returncode = 0  # reaped by the agent with wait4, not by Popen
+            self._watchdog.arm(proc.pid, timeout)
+            _limit_cpu_time(proc.pid, timeout)
+            return proc.pid, proc.pid, t0, counters, _cpus_allowed_list(proc.pid)
+
+        gate_r, gate_w = os.pipe()
+        pid_r, pid_w = os.pipe()
+        pgid = None
+        try:
+            os.sched_setaffinity(0, {cpu})
+            try:
+                sh = subprocess.Popen([self._spawn[1], "-c", _GATE_SCRIPT, "sh", out_path] + argv,
+                                      cwd=workdir, env=env, stdin=gate_r, stdout=pid_w,
+                                      stderr=err_fd, start_new_session=True)
+            except OSError as e:
+                raise _SpawnError(_one_line("could not start %s: %s" % (self._spawn[1], e)))
+            finally:
+                os.sched_setaffinity(0, saved_mask)
+                os.close(gate_r)
+                os.close(pid_w)
+            pgid = sh.pid
+            self._watchdog.arm(pgid, SH_START_TIMEOUT_S)  # sh must not hang the agent
+            line = _read_line(pid_r)
+            _, status, _ = os.wait4(sh.pid, 0)
+            sh.returncode = status
+            if self._watchdog.disarm():
+                raise _SpawnError("%s did not start the binary within %gs"
+                                  % (self._spawn[1], SH_START_TIMEOUT_S))
+            try:
+                pid = int(line)
+            except ValueError:
+                raise _SpawnError("%s did not start the binary (wait status %d)"
+                                  % (self._spawn[1], status))
+            cpus_allowed = _cpus_allowed_list(pid)
+            counters = self._perf.open(pid, perf_events) if perf_events else []
+            _limit_cpu_time(pid, timeout)
+            self._watchdog.arm(pgid, timeout)
+            t0 = time.monotonic_ns()
+            try:
+                os.write(gate_w, b"\n")
+            except BrokenPipeError:  # the subshell is gone; waiting for it will tell
+                pass
+            pgid_ok = pgid
+            pgid = None
+            return pid, pgid_ok, t0, counters, cpus_allowed
+        finally:
+            os.close(gate_w)
+            os.close(pid_r)
+            if pgid is not None:  # failed half-way: leave nothing behind
+                _killpg_quietly(pgid)
+                self._remember_pgid(pgid)
+
+    def _remember_pgid(self, pgid: int) -> None:
+        """Orphans of recent runs are our children (subreaper): reap them now and then."""
+        if pgid not in self._recent_pgids:
+            self._recent_pgids.append(pgid)
+            del self._recent_pgids[:-16]
+        for g in self._recent_pgids:
+            _reap_group(g)
+
+    def _run_once(self, argv, cpu, timeout, expected, env, perf_events, out_path,
+                  out_fd, err_fd) -> dict:
+        """Run the binary once -> record.
+
+        wall_ns (from letting the binary go to its exit, agent's monotonic clock), user_s,
+        sys_s, maxrss_kb (KiB): the binary's rusage from wait4; exit_status / signal;
+        output_ok (null without expected output); stdout_sha256 and stdout_bytes; gc (the
+        OCaml runtime's exit statistics); perf (counters or null); cpus_allowed (the
+        child's Cpus_allowed_list in /proc); stderr_tail (last 2000 bytes, GC lines
+        removed); failure (null or a reason).
+        """
+        record = {
+            "wall_ns": None, "user_s": None, "sys_s": None, "maxrss_kb": None,
+            "exit_status": None, "signal": None, "output_ok": None,
+            "stdout_sha256": None, "stdout_bytes": None, "gc": {}, "perf": None,
+            "cpus_allowed": None, "stderr_tail": "", "failure": None,
+        }
+        for fd in (out_fd, err_fd):
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)  # a directly spawned child shares this offset
+        workdir = tempfile.mkdtemp(prefix="run-", dir=self._scratch)
+        counters = []
+        try:
+            try:
+                pid, pgid, t0, counters, cpus_allowed = self._start(
+                    argv, cpu, workdir, env, out_path, out_fd, err_fd, perf_events, timeout)
+            except _SpawnError as e:
+                record["failure"] = str(e)
+                record["stderr_tail"] = _read_tail(err_fd, STDERR_TAIL_BYTES).decode(
+                    "utf-8", "replace")
+                return record
+            record["cpus_allowed"] = cpus_allowed
+            reaped = False
+            try:
+                # Wait without reaping: the zombie keeps the process group id reserved.
+                os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+                t1 = time.monotonic_ns()
+                timed_out = self._watchdog.disarm()
+                _killpg_quietly(pgid)  # stray background processes of the benchmark
+                _, status, ru = os.wait4(pid, 0)
+                reaped = True
+            finally:
+                if not reaped:  # interrupted (e.g. SIGTERM to the agent): leave no orphan
+                    self._watchdog.disarm()
+                    _killpg_quietly(pgid)
+                    try:
+                        os.wait4(pid, 0)
+                    except OSError:
+                        pass
+                self._remember_pgid(pgid)
+        finally:
+            if counters:
+                perf = PerfEvents.read_and_close(counters)
+                for name, state in self._perf_info["events"].items():
+                    if state != "supported":
+                        perf[name] = {"unsupported": True}
+                record["perf"] = perf
+            shutil.rmtree(workdir, ignore_errors=True)
+
+        record["wall_ns"] = t1 - t0
+        record["user_s"] = round(ru.ru_utime, 6)
+        record["sys_s"] = round(ru.ru_stime, 6)
+        record["maxrss_kb"] = ru.ru_maxrss
+        exit_status, sig = _decode_wait_status(status)
+        record["exit_status"] = exit_status
+        record["signal"] = sig
+
+        gc, tail = parse_gc_stats(_read_tail(err_fd, STDERR_SCAN_BYTES))
+        record["gc"] = gc
+        record["stderr_tail"] = tail[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
+
+        h = hashlib.sha256()
+        size = os.fstat(out_fd).st_size
+        offset = 0
+        while offset < size:
+            chunk = os.pread(out_fd, min(1 << 20, size - offset), offset)
+            if not chunk:
+                break
+            h.update(chunk)
+            offset += len(chunk)
+        digest = h.hexdigest()
+        record["stdout_sha256"] = digest
+        record["stdout_bytes"] = size
+        if expected is not None:
+            if "text" in expected:
+                want = expected["text"]
+                record["output_ok"] = size == len(want) and os.pread(out_fd, size, 0) == want
+            else:
+                record["output_ok"] = digest == expected["sha256"]
+
+        if timed_out:
+            record["failure"] = "timeout after %gs" % timeout
+        elif sig is not None:
+            record["failure"] = "killed by signal %d (%s)" % (sig, signal_name(sig))
+        elif exit_status != 0:
+            record["failure"] = "exit status %s" % exit_status
+        elif record["output_ok"] is False:
+            record["failure"] = "wrong output (sha256 %s...)" % digest[:12]
+        return record
+
+
+# --------------------------------------------------------------------------- main
+
+def serve(agent: Agent, infile, outfile) -> None:
+    """Answer JSON-line requests from ``infile`` (binary) on ``outfile`` (binary) until EOF."""
+    while not agent.closed:
+        line = infile.readline()
+        if not line:
+            break
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line.decode("utf-8"))
+        except ValueError as e:  # includes UnicodeDecodeError
+            response = {"id": None, "ok": False, "error": _one_line("malformed request: %s" % e)}
+        else:
+            response = agent.handle(request)
+        try:
+            data = json.dumps(response, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            req_id = response.get("id")
+            data = json.dumps({
+                "id": req_id if isinstance(req_id, (str, int, float, type(None))) else None,
+                "ok": False, "error": _one_line("unencodable response: %s" % e)})
+        outfile.write(data.encode("utf-8") + b"\n")
+        outfile.flush()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache-dir", required=True, help="directory of binaries named by sha256")
+    parser.add_argument("--worker-class", default=None, help="label reported by hello")
+    parser.add_argument("--spawn", choices=("auto", "gated", "direct"), default="auto",
+                        help="how binaries are started (default: gated through sh if possible)")
+    opts = parser.parse_args(argv)
+
+    # The protocol gets a private copy of stdout; fd 1 then points at stderr, so nothing a
+    # library (or a bug) prints can corrupt the response stream.
+    proto_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def on_term(signum, frame):
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGHUP, on_term)
+
+    agent = Agent(opts.cache_dir, worker_class=opts.worker_class, spawn=opts.spawn)
+    try:
+        serve(agent, sys.stdin.buffer, proto_out)
+    except BrokenPipeError:
+        pass
+    finally:
+        agent.close()
+        try:
+            proto_out.close()
+        except OSError:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
