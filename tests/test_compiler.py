@@ -10,6 +10,7 @@ import pytest
 
 from dispatcher.decisions import (Override, dump_files, read_dump, read_dumps,
                                   write_overrides)
+from dispatcher.tree import split_key
 
 UTIL_ML = """\
 let add x y = x + y
@@ -264,20 +265,6 @@ def assert_subtrees_consistent(by_key: dict) -> None:
                 assert parent in by_key, f"{key}: parent call {parent} was not decided"
                 want = "inline" if frame == "I" else "specialise"
                 assert by_key[parent].action == want, f"{key}: parent {parent} not {want}d"
-
-
-def split_key(key: str) -> list[str]:
-    """Split a key into frames on '/' outside parentheses (file names may hold '/')."""
-    frames, depth, cur = [], 0, ""
-    for ch in key:
-        if ch == "/" and depth == 0:
-            frames.append(cur)
-            cur = ""
-            continue
-        depth += (ch == "(") - (ch == ")")
-        cur += ch
-    frames.append(cur)
-    return frames
 
 
 MALFORMED = {

@@ -1,0 +1,494 @@
+"""The inlining tree of one build, built from the compiler's decision dumps.
+
+A dump is a flat list of keyed decisions; the key already encodes the tree (``compiler/README.md``,
+"Call-site keys"): ``D(..)`` frames are declarations, ``C(..)`` frames calls, and ``I`` / ``S``
+step into the inlined / specialised body of the call before them.  A search over inlining
+decisions wants the tree itself: leaves to flip, inlined calls to undo, subtrees that vanish
+with them.  Everything here is immutable and pure, so trees can be hashed, cached, compared,
+and mutations can be replayed from a seed.
+
+The search loop this serves: real tree ``T`` (from a build's dumps) -> ``mutate(T)`` gives a
+proposal ``P`` -> ``to_overrides(P)`` -> compile -> the new dumps give the real tree ``T'``.
+A proposal is only a request: the compiler may prevent a pin (guards), and sites inside a newly
+inlined body are decided by the compiler, so the next state of a search is always ``T'``.
+"""
+from __future__ import annotations
+
+import functools
+import random
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterable, Iterator, NamedTuple
+
+from dispatcher.decisions import Decision, DecisionDump, Override, dump_files, read_dumps
+
+DECL = "decl"
+CALL = "call"
+INLINE, DONT_INLINE, SPECIALISE = "inline", "dont_inline", "specialise"
+
+# D(...) or C(...), optionally #k; the name is everything before the first '@'.
+_FRAME = re.compile(r"^(?P<kind>[DC])\((?P<name>[^@]*)@(?P<loc>.*)\)(?P<suffix>#\d+)?$")
+
+
+class TreeError(ValueError):
+    """Decision dumps that do not form a tree (a key whose parent call is missing, ...)."""
+
+
+def split_key(key: str) -> list[str]:
+    """Split a key into frames on '/' outside parentheses (file names may hold '/')."""
+    frames, depth, cur = [], 0, ""
+    for ch in key:
+        if ch == "/" and depth == 0:
+            frames.append(cur)
+            cur = ""
+            continue
+        depth += (ch == "(") - (ch == ")")
+        cur += ch
+    frames.append(cur)
+    return frames
+
+
+def join_key(frames: Iterable[str]) -> str:
+    return "/".join(frames)
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+@dataclass(frozen=True)
+class Node:
+    """A declaration or a call site; ``key`` is the compiler's own key string for it.
+
+    Calls carry what the compiler decided (``action``, ``reason`` ...); their ``children`` are
+    the nodes directly under ``key/I/`` (inlined) or ``key/S/`` (specialised).  A declaration's
+    key is the key prefix ending with its ``D`` frame; its children are what it contains.
+    Children keep the order in which the dump first mentions them.
+    """
+
+    kind: str  # decl | call
+    key: str
+    name: str  # the callee of a call, the declared function of a decl
+    action: str | None = None  # calls: inline | dont_inline | specialise
+    reason: str | None = None  # calls: heuristic | attribute | override | prevented
+    guard: str | None = None  # what prevented it, when reason == "prevented"
+    detail: str | None = None
+    override: str | None = None
+    children: tuple[Node, ...] = ()
+
+    @property
+    def prevented(self) -> bool:
+        return self.reason == "prevented"
+
+    @property
+    def is_call(self) -> bool:
+        return self.kind == CALL
+
+    @property
+    def is_leaf(self) -> bool:
+        """A call with nothing decided below it (a leaf of the search, flippable)."""
+        return self.kind == CALL and not self.children
+
+    @property
+    def decided(self) -> str:
+        """The action of a call (decls have none)."""
+        if self.action is None:
+            raise TreeError(f"{self.key}: a {self.kind} node has no action")
+        return self.action
+
+    def walk(self) -> Iterator[Node]:
+        """This node and everything below it, parent before children."""
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
+
+@dataclass(frozen=True)
+class RoundTree:
+    """The root-level nodes of one compilation unit in one round (top-level calls and decls)."""
+
+    unit: str
+    round: int
+    roots: tuple[Node, ...] = ()
+
+    def walk(self) -> Iterator[Node]:
+        for n in self.roots:
+            yield from n.walk()
+
+
+class Site(NamedTuple):
+    """Where a call node lives: the compiler's (unit, round, key)."""
+
+    unit: str
+    round: int
+    key: str
+
+
+class Located(NamedTuple):
+    unit: str
+    round: int
+    node: Node
+
+
+@dataclass(frozen=True, eq=False)
+class Tree:
+    """Every unit and round of one build.  Equal when the same call sites got the same actions.
+
+    ``parts`` is sorted by (unit, round) and keeps (unit, round)s without decisions: they count
+    as rounds that ran (see ``to_overrides``).  Equality deliberately ignores reasons, order and
+    empty parts: two builds with the same (unit, round, key, action) set made the same choices.
+    """
+
+    parts: tuple[RoundTree, ...] = ()
+
+    def __post_init__(self) -> None:
+        ids = [(p.unit, p.round) for p in self.parts]
+        if ids != sorted(set(ids)):
+            object.__setattr__(self, "parts", _merge_parts(self.parts))
+
+    # ---- construction
+    @staticmethod
+    def from_dumps(dumps: Iterable[DecisionDump]) -> Tree:
+        return from_dumps(dumps)
+
+    @staticmethod
+    def from_dir(directory: Path | str) -> Tree:
+        """The tree of a build directory holding ``*.decisions.sexp`` files."""
+        return from_dumps(read_dumps(dump_files(directory)))
+
+    # ---- access
+    def part(self, unit: str, round: int) -> RoundTree | None:
+        return self._parts_by_id.get((unit, round))
+
+    def units(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p.unit for p in self.parts))
+
+    def rounds(self, unit: str) -> tuple[int, ...]:
+        return tuple(p.round for p in self.parts if p.unit == unit)
+
+    def nodes(self) -> Iterator[Located]:
+        """Every node (decls too), per part, parent before children."""
+        for p in self.parts:
+            for n in p.walk():
+                yield Located(p.unit, p.round, n)
+
+    def calls(self) -> Iterator[Located]:
+        return (x for x in self.nodes() if x.node.kind == CALL)
+
+    def decisions(self) -> Iterator[tuple[str, int, str, str]]:
+        """(unit, round, key, action) of every call node."""
+        for unit, round_, n in self.calls():
+            yield (unit, round_, n.key, n.decided)
+
+    def find(self, unit: str, round: int, key: str) -> Node | None:
+        """The node (call or decl) with this key, if the tree has it."""
+        return self._index.get((unit, round, key))
+
+    def __len__(self) -> int:
+        """Number of nodes, declarations included."""
+        return len(self._index)
+
+    # ---- identity
+    @functools.cached_property
+    def _decision_set(self) -> frozenset[tuple[str, int, str, str]]:
+        return frozenset(self.decisions())
+
+    @functools.cached_property
+    def _parts_by_id(self) -> dict[tuple[str, int], RoundTree]:
+        return {(p.unit, p.round): p for p in self.parts}
+
+    @functools.cached_property
+    def _index(self) -> dict[tuple[str, int, str], Node]:
+        return {(u, r, n.key): n for u, r, n in self.nodes()}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Tree):
+            return NotImplemented
+        return self._decision_set == other._decision_set
+
+    def __hash__(self) -> int:
+        return hash(self._decision_set)
+
+    def __repr__(self) -> str:
+        inl, out, prev = count(self)
+        return (f"Tree({len(self.parts)} unit-rounds, {inl} inlined, {out} not inlined, "
+                f"{prev} prevented)")
+
+
+def _merge_parts(parts: Iterable[RoundTree]) -> tuple[RoundTree, ...]:
+    by_id: dict[tuple[str, int], RoundTree] = {}
+    for p in parts:
+        if (p.unit, p.round) in by_id:
+            raise TreeError(f"two trees for unit {p.unit} round {p.round}")
+        by_id[(p.unit, p.round)] = p
+    return tuple(by_id[i] for i in sorted(by_id))
+
+
+# --------------------------------------------------------------------------- dumps <-> tree
+
+
+class _Builder:
+    """A mutable node while the dump is read; children by key, in first-mention order."""
+
+    __slots__ = ("kind", "key", "name", "decision", "children")
+
+    def __init__(self, kind: str, key: str, name: str, decision: Decision | None) -> None:
+        self.kind, self.key, self.name, self.decision = kind, key, name, decision
+        self.children: dict[str, _Builder] = {}
+
+    def freeze(self) -> Node:
+        kids = tuple(c.freeze() for c in self.children.values())
+        d = self.decision
+        if d is None:
+            return Node(DECL, self.key, self.name, children=kids)
+        return Node(CALL, d.key, d.callee, d.action, d.reason, d.guard, d.detail, d.override,
+                    kids)
+
+
+def _frame_name(frame: str, where: str) -> tuple[str, str]:
+    m = _FRAME.match(frame)
+    if m is None:
+        raise TreeError(f"{where}: malformed frame {frame!r} (expected D(..), C(..), I or S)")
+    return m.group("kind"), m.group("name")
+
+
+def _round_tree(dump: DecisionDump) -> RoundTree:
+    where = f"unit {dump.unit} round {dump.round}"
+    by_key: dict[str, Decision] = {}
+    for d in dump.decisions:
+        if d.key in by_key:
+            raise TreeError(f"{where}: key {d.key} decided twice")
+        by_key[d.key] = d
+    roots: dict[str, _Builder] = {}
+    made: dict[str, _Builder] = {}
+
+    def get(container: dict[str, _Builder], key: str, make) -> _Builder:
+        b = made.get(key)
+        if b is None:
+            b = made[key] = make()
+            container[key] = b
+        return b
+
+    for d in dump.decisions:
+        frames = split_key(d.key)
+        container = roots
+        i = 0
+        while i < len(frames) - 1:
+            frame = frames[i]
+            prefix = join_key(frames[: i + 1])
+            if frame in ("I", "S"):
+                raise TreeError(f"{where}: {d.key}: {frame} frame not after a C(..) frame")
+            kind, name = _frame_name(frame, f"{where}: {d.key}")
+            if kind == "D":
+                b = get(container, prefix, lambda: _Builder(DECL, prefix, name, None))
+                i += 1
+            else:
+                step = frames[i + 1]
+                if step not in ("I", "S"):
+                    raise TreeError(f"{where}: {d.key}: call frame {frame} followed by {step!r}, "
+                                    f"expected I or S")
+                parent = by_key.get(prefix)
+                if parent is None:
+                    raise TreeError(f"{where}: {d.key}: its parent call {prefix} is not in the "
+                                    f"dump")
+                want = INLINE if step == "I" else SPECIALISE
+                if parent.action != want:
+                    raise TreeError(f"{where}: {d.key}: its parent call {prefix} was "
+                                    f"{parent.action}, not {want}")
+                b = get(container, prefix, lambda: _Builder(CALL, prefix, parent.callee, parent))
+                i += 2
+            container = b.children
+        if i != len(frames) - 1 or _frame_name(frames[-1], f"{where}: {d.key}")[0] != "C":
+            raise TreeError(f"{where}: {d.key}: a decision's key must end with a C(..) frame")
+        get(container, d.key, lambda: _Builder(CALL, d.key, d.callee, d))
+    return RoundTree(dump.unit, dump.round, tuple(b.freeze() for b in roots.values()))
+
+
+def from_dumps(dumps: Iterable[DecisionDump]) -> Tree:
+    """The tree of a build from all its dumps (every unit and round)."""
+    return Tree(_merge_parts(_round_tree(d) for d in dumps))
+
+
+def _node_decisions(unit: str, round_: int, node: Node) -> Iterator[Decision]:
+    for n in node.walk():
+        if n.kind == CALL:
+            yield Decision(unit=unit, round=round_, key=n.key, callee=n.name, action=n.decided,
+                           reason=n.reason or "", guard=n.guard, detail=n.detail, override=n.override)
+
+
+def to_dumps(tree: Tree) -> list[DecisionDump]:
+    """The tree rendered back as dumps (parent before child), one per (unit, round).
+
+    ``from_dumps(to_dumps(t))`` rebuilds ``t`` node for node.  The overrides statistics of the
+    original dumps are not part of a tree and come back as zero.
+    """
+    return [DecisionDump(p.unit, p.round,
+                         tuple(d for n in p.roots for d in _node_decisions(p.unit, p.round, n)))
+            for p in tree.parts]
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+def to_overrides(tree: Tree, rounds: int | None = None) -> list[Override]:
+    """Pins that ask the compiler for exactly this tree: every call node with its action.
+
+    Under -O3 every round re-decides the call sites that survived the earlier ones, with the same
+    key.  So a ``dont_inline`` node of round r is pinned ``dont_inline`` in rounds r+1 .. R-1 as
+    well, up to the first later round that has its own node for the key: from there on that
+    node speaks for the site (its action, carried on if it is dont_inline).  R is ``rounds``
+    when given, else the number of rounds the tree has for the unit (highest round + 1).
+    Prevented nodes are pinned as what happened (their action), so the pin is honoured.
+    Sorted, one pin per (unit, round, key).
+    """
+    pins: dict[Site, str] = {}
+    for unit, round_, key, action in tree.decisions():
+        pins[Site(unit, round_, key)] = action
+    for unit in tree.units():
+        last = rounds if rounds is not None else max(tree.rounds(unit)) + 1
+        for part in (p for p in tree.parts if p.unit == unit):
+            r = part.round
+            for n in part.walk():
+                if n.kind == CALL and n.action == DONT_INLINE:
+                    for later in range(r + 1, last):
+                        if tree.find(unit, later, n.key) is not None:
+                            break
+                        pins[Site(unit, later, n.key)] = DONT_INLINE
+    return sorted(Override(s.unit, s.round, s.key, a) for s, a in pins.items())
+
+
+# --------------------------------------------------------------------------- mutations
+#
+# A mutation changes nodes of one round (round 0 by default: the search controls round 0) and
+# keeps every other round as it was, so ``to_overrides`` pins those too: sites that still exist
+# after the change keep their earlier decisions, stale keys simply match nothing, and a site
+# flipped to dont_inline is carried into the later rounds.  What the later rounds then really
+# did is read back from the compiler's dumps.
+
+
+def _replace_nodes(tree: Tree, new: dict[tuple[str, int, str], Node]) -> Tree:
+    """Copy of ``tree`` with the nodes named in ``new`` replaced (path copying; the rest shared)."""
+
+    def rebuild(unit: str, round_: int, node: Node) -> Node:
+        hit = new.get((unit, round_, node.key))
+        if hit is not None:
+            return hit
+        if not node.children:
+            return node
+        kids = tuple(rebuild(unit, round_, c) for c in node.children)
+        same = all(x is y for x, y in zip(kids, node.children))
+        return node if same else replace(node, children=kids)
+
+    touched = {(u, r) for u, r, _ in new}
+    parts = []
+    for p in tree.parts:
+        if (p.unit, p.round) in touched:
+            p = replace(p, roots=tuple(rebuild(p.unit, p.round, n) for n in p.roots))
+        parts.append(p)
+    return Tree(tuple(parts))
+
+
+def _proposed(node: Node, action: str) -> Node:
+    """The node as a proposal asks for it: the pin will be an override, nothing below is known."""
+    return Node(CALL, node.key, node.name, action, "override", None, None, action, ())
+
+
+def flippable(tree: Tree, round: int | None = 0) -> list[Located]:
+    """Leaves ``flip_leaves`` may pick in ``round`` (None: every round), in tree order.
+
+    Prevented leaves are left out: the guard that stopped them would stop the flip too.
+    """
+    return [x for x in leaves(tree, round) if not x.node.prevented]
+
+
+def flip(action: str) -> str:
+    """inline -> dont_inline; dont_inline -> inline; specialise -> dont_inline.
+
+    Specialising copies the callee's body much as inlining does, so its opposite is keeping
+    the plain call; asking for ``inline`` instead would be a different, second experiment.
+    """
+    return INLINE if action == DONT_INLINE else DONT_INLINE
+
+
+def flip_leaves(tree: Tree, k: int, rng: random.Random, round: int | None = 0) -> Tree:
+    """A proposal with ``k`` distinct random leaves of ``round`` flipped (see ``flip``).
+
+    A dont_inline leaf flipped to inline gets no children: the compiler decides the calls in the
+    newly inlined body.  An inline leaf flipped to dont_inline simply becomes a plain call.
+    Raises ValueError when fewer than ``k`` leaves are flippable.
+    """
+    pool = flippable(tree, round)
+    if not 0 <= k <= len(pool):
+        raise ValueError(f"flip_leaves: cannot flip {k} leaves, {len(pool)} are flippable")
+    chosen = rng.sample(pool, k)
+    return _replace_nodes(tree, {(u, r, n.key): _proposed(n, flip(n.decided))
+                                 for u, r, n in chosen})
+
+
+def backtrackable(tree: Tree, round: int | None = 0) -> list[Located]:
+    """Inlined (or specialised) calls of ``round`` with something decided below them."""
+    return [x for x in tree.calls()
+            if (round is None or x.round == round) and x.node.children
+            and x.node.action in (INLINE, SPECIALISE)]
+
+
+def backtrack(tree: Tree, rng: random.Random, round: int | None = 0) -> Tree:
+    """A proposal that undoes the inlining of one random ancestor: the call becomes a
+    dont_inline leaf and its whole subtree is dropped.
+
+    Specialised calls count as inlined here, as in ``flip``.  Raises ValueError when no call
+    of ``round`` has children.
+    """
+    pool = backtrackable(tree, round)
+    if not pool:
+        raise ValueError("backtrack: no inlined call with children to undo")
+    u, r, n = rng.choice(pool)
+    return _replace_nodes(tree, {(u, r, n.key): _proposed(n, DONT_INLINE)})
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+def leaves(tree: Tree, round: int | None = None) -> list[Located]:
+    """Call nodes with no children, in tree order (optionally of one round)."""
+    return [x for x in tree.calls()
+            if (round is None or x.round == round) and not x.node.children]
+
+
+def count(tree: Tree) -> tuple[int, int, int]:
+    """(inlined, not_inlined, prevented) over call nodes; the three partition them.
+
+    Prevented calls count only as prevented; a specialised call stays a call (to the
+    specialised copy), so it counts as not inlined.
+    """
+    inlined = not_inlined = prevented = 0
+    for _, _, n in tree.calls():
+        if n.prevented:
+            prevented += 1
+        elif n.action == INLINE:
+            inlined += 1
+        else:
+            not_inlined += 1
+    return inlined, not_inlined, prevented
+
+
+@dataclass(frozen=True)
+class TreeDiff:
+    """Call sites of two trees: decided differently, only in the first, only in the second."""
+
+    changed: tuple[Site, ...] = ()
+    only_a: tuple[Site, ...] = ()
+    only_b: tuple[Site, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.changed or self.only_a or self.only_b)
+
+
+def diff(a: Tree, b: Tree) -> TreeDiff:
+    """Which call sites differ between two trees (sorted)."""
+    da = {Site(u, r, k): act for u, r, k, act in a.decisions()}
+    db = {Site(u, r, k): act for u, r, k, act in b.decisions()}
+    return TreeDiff(
+        changed=tuple(sorted(s for s in da.keys() & db.keys() if da[s] != db[s])),
+        only_a=tuple(sorted(da.keys() - db.keys())),
+        only_b=tuple(sorted(db.keys() - da.keys())))
