@@ -116,3 +116,146 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
 
 def run_benchmark_main() -> None:
     run_benchmark(prog_name="run-benchmark")
+
+
+def read_tasks(path: Path) -> list[str]:
+    """One benchmark (bundled name or directory) per line; # starts a comment."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise click.ClickException(f"{path}: cannot read ({exc.strerror})") from None
+    tasks = [line.split("#", 1)[0].strip() for line in lines]
+    return [t for t in tasks if t]
+
+
+def _progress_line(status, slots_busy: float) -> str:
+    best = "-" if status.best_energy is None else f"{1 / status.best_energy:.3f}x"
+    return (f"{status.task:14} step {status.step:>4}/{status.steps:<4} best speedup {best:>7}  "
+            f"workers busy {100 * slots_busy:5.1f}%  {status.state}")
+
+
+@click.command()
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
+              help="Config file (default: configs/local.yaml).")
+@click.option("--tasks", "tasks_file", type=click.Path(path_type=Path),
+              help="File listing the benchmarks, one per line (default: the training split).")
+@click.option("--algorithm", type=click.Choice(["sa", "random-walk"]))
+@click.option("--steps", type=click.IntRange(min=1))
+@click.option("--chains", "chains_per_task", type=click.IntRange(min=1),
+              help="Chains per benchmark.")
+@click.option("--seed", type=int)
+@click.option("--size", help="Benchmark size (default: config run.size).")
+@click.option("--runs", type=click.IntRange(min=1), help="Runs per candidate.")
+@click.option("--resume", "resume", multiple=True, type=click.Path(path_type=Path),
+              help="Continue this rundir exactly where it stopped (repeatable).")
+def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_per_task, seed,
+                             size, runs, resume) -> None:
+    """Generate training data: search over inlining decisions for every task."""
+    import signal
+    import threading
+    import time as _time
+    from datetime import datetime
+
+    from dispatcher.benchmark import bundled_benchmarks, load_benchmark
+    from dispatcher.experiment import Chain, SearchParams
+    from dispatcher.rundir import Rundir, RundirError, append_batch_log
+
+    try:
+        config = load_config(config_path)
+        compiler = locate_compiler()
+        s = config.search
+        if resume:
+            rundirs = [Rundir.open(p) for p in resume]
+            plans = [(load_benchmark(rd.experiment["benchmark"]), rd) for rd in rundirs]
+        else:
+            benches = ([resolve_benchmark(t) for t in read_tasks(tasks_file)] if tasks_file
+                       else bundled_benchmarks("training"))
+            plans = [(b, None) for b in benches]
+    except (ConfigError, ManifestError, CompilerNotFound, RundirError) as exc:
+        raise click.ClickException(str(exc)) from None
+    store = Store(config.store)
+    backend = make_backend(config, store)
+    slots = len(backend.slots)
+    stop = threading.Event()
+    scheduler = Scheduler(backend.slots)
+    compile_service = CompileService(store, compiler, jobs=config.compile_jobs)
+    chains = []
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    try:
+        for bench, rd in plans:
+            for k in range(1 if rd else (chains_per_task or s.chains)):
+                if rd is None:
+                    exp = {"task": bench.name, "benchmark": str(bench.directory),
+                           "algorithm": algorithm or s.algorithm,
+                           "seed": (s.seed if seed is None else seed) + k, "chain": k,
+                           "steps": steps or s.steps, "size": size or config.run.size,
+                           "runs": runs or config.run.runs, "baseline_runs": s.baseline_runs,
+                           "candidates_per_step": s.candidates_per_step or slots,
+                           "t_start": s.t_start, "t_end": s.t_end,
+                           "remeasure_every": s.remeasure_every, "max_flips": s.max_flips}
+                    path = s.rundirs / f"{bench.name}-{exp['algorithm']}-s{exp['seed']}-{stamp}"
+                    exp["rundir"] = str(path.resolve())
+                    bench.size(exp["size"])  # an unknown size fails before anything starts
+                    rd = Rundir.create(path, exp, config.raw)
+                    append_batch_log(s.batch_log, {"task": bench.name, "rundir": exp["rundir"],
+                                                   "algorithm": exp["algorithm"],
+                                                   "steps": exp["steps"]})
+                exp = rd.experiment
+                params = SearchParams(
+                    algorithm=exp["algorithm"], steps=exp["steps"], seed=exp["seed"],
+                    size=exp["size"], runs=exp["runs"], baseline_runs=exp["baseline_runs"],
+                    candidates_per_step=exp["candidates_per_step"], t_start=exp["t_start"],
+                    t_end=exp["t_end"], remeasure_every=exp["remeasure_every"],
+                    max_flips=exp["max_flips"], timeout=config.run.timeout,
+                    perf=config.run.perf)
+                chains.append(Chain(rd, bench, params, compile_service, scheduler, store,
+                                    backend.slots[0].worker_class, stop))
+                rd = None
+    except (ManifestError, RundirError) as exc:
+        scheduler.close()
+        raise click.ClickException(str(exc)) from None
+
+    def interrupt(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        click.echo("\nstopping: finishing the journal of every chain (Ctrl-C again to abort)",
+                   err=True)
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    threads = [threading.Thread(target=c.run, daemon=True) for c in chains]
+    t0 = _time.monotonic()
+    from rich.live import Live
+    from rich.text import Text
+
+    def render() -> Text:
+        elapsed = max(_time.monotonic() - t0, 1e-9)
+        busy = sum(scheduler.busy_s.values()) / (elapsed * slots)
+        return Text("\n".join(_progress_line(c.status, min(busy, 1.0)) for c in chains))
+
+    try:
+        for t in threads:
+            t.start()
+        with Live(render(), refresh_per_second=2, transient=False,
+                  redirect_stderr=False) as live:
+            while any(t.is_alive() for t in threads):
+                _time.sleep(0.5)
+                live.update(render())
+            live.update(render())
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        scheduler.close()
+        compile_service.close()
+    failed = [c for c in chains if c.status.state == "failed"]
+    for c in failed:
+        click.echo(f"{c.status.task}: failed: {c.status.error} ({c.rundir.path})", err=True)
+    for c in chains:
+        click.echo(f"{c.status.state:12} {c.rundir.path}")
+    if stop.is_set():
+        sys.exit(130)
+    if failed:
+        sys.exit(1)
+
+
+def run_training_experiments_main() -> None:
+    run_training_experiments(prog_name="run_training_experiments")

@@ -38,6 +38,22 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class SearchConfig:
+    algorithm: str = "sa"
+    steps: int = 300
+    chains: int = 1
+    seed: int = 0
+    baseline_runs: int = 10
+    candidates_per_step: int | None = None  # None: one per worker slot
+    t_start: float = 0.04  # the research tool's schedule: 0.04 -> 0.001 over 300 steps
+    t_end: float = 0.001
+    remeasure_every: int = 10
+    max_flips: int = 2
+    rundirs: Path = Path("rundirs")
+    batch_log: Path = Path("batch.log")
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path | None
     backend: str
@@ -45,6 +61,7 @@ class Config:
     local: LocalConfig
     run: RunConfig = field(default_factory=RunConfig)
     compile_jobs: int = 1
+    search: SearchConfig = field(default_factory=SearchConfig)
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -87,7 +104,7 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
         data = {}
     if not isinstance(data, dict):
         raise r.fail("(top level)", "a mapping", type(data).__name__)
-    top = {"backend", "store", "local", "run", "compile", "ssh", "ray"}
+    top = {"backend", "store", "local", "run", "compile", "search", "ssh", "ray"}
     unknown = sorted(set(data) - top)
     if unknown:
         raise r.fail(unknown[0], f"a known key ({', '.join(sorted(top))})")
@@ -139,11 +156,50 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
     jobs = (os.cpu_count() or 1) if jobs_raw == "auto" else \
         r.positive_int(compile_, "jobs", "compile.jobs", 1)
 
-    return Config(path=path, backend=backend, store=store,
+    search = _search_config(r, data, path)
+    return Config(path=path, backend=backend, store=store, search=search,
                   local=LocalConfig(cpus=cpus, worker_class=worker_class),
                   run=RunConfig(runs=r.positive_int(run, "runs", "run.runs", RunConfig.runs),
                                 timeout=float(timeout), perf=perf, size=size),
                   compile_jobs=jobs, raw=data)
+
+
+def _search_config(r: _Reader, data: dict, path: Path | None) -> SearchConfig:
+    d = r.section(data, "search", {"algorithm", "steps", "chains", "seed", "baseline_runs",
+                                   "candidates_per_step", "t_start", "t_end", "remeasure_every",
+                                   "max_flips", "rundirs", "batch_log"})
+    algorithm = d.get("algorithm", "sa")
+    if algorithm not in ("sa", "random-walk"):
+        raise r.fail("search.algorithm", "sa or random-walk", algorithm)
+    temps = {}
+    for key in ("t_start", "t_end"):
+        v = d.get(key, getattr(SearchConfig, key))
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
+            raise r.fail(f"search.{key}", "a positive number", v)
+        temps[key] = float(v)
+    seed = d.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise r.fail("search.seed", "an integer", seed)
+    cps = d.get("candidates_per_step", "auto")
+    candidates = None if cps == "auto" else r.positive_int(d, "candidates_per_step",
+                                                           "search.candidates_per_step", 1)
+    remeasure = d.get("remeasure_every", 10)
+    if not isinstance(remeasure, int) or isinstance(remeasure, bool) or remeasure < 0:
+        raise r.fail("search.remeasure_every", "a number of steps (0: never)", remeasure)
+    paths = {}
+    for key in ("rundirs", "batch_log"):
+        v = d.get(key, str(getattr(SearchConfig, key)))
+        if not isinstance(v, str) or not v:
+            raise r.fail(f"search.{key}", "a path", v)
+        p = Path(os.path.expanduser(v))
+        paths[key] = p if p.is_absolute() else Path.cwd() / p
+    return SearchConfig(
+        algorithm=algorithm, seed=seed, candidates_per_step=candidates,
+        steps=r.positive_int(d, "steps", "search.steps", 300),
+        chains=r.positive_int(d, "chains", "search.chains", 1),
+        baseline_runs=r.positive_int(d, "baseline_runs", "search.baseline_runs", 10),
+        remeasure_every=remeasure,
+        max_flips=r.positive_int(d, "max_flips", "search.max_flips", 2), **temps, **paths)
 
 
 def load_config(path: Path | str | None = None) -> Config:

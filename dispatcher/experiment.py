@@ -1,0 +1,292 @@
+"""The data-generation driver: search chains that share one compile service and one scheduler.
+
+Each chain (one benchmark, one rundir) runs in its own thread: propose candidates, compile
+them, read back the tree the compiler really produced, measure, decide, journal.  Jobs of all
+chains meet in the scheduler's queue, so a free worker slot takes whichever chain has work and
+no slot idles while one chain compiles.  Chains only write their rundir and a ``status`` record
+that the progress display reads: data flows one way.
+"""
+from __future__ import annotations
+
+import random
+import shutil
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dispatcher.benchmark import Benchmark
+from dispatcher.compile import CompileError, CompileJob, CompileResult, CompileService
+from dispatcher.rundir import Rundir
+from dispatcher.scheduler import Scheduler
+from dispatcher.search import energy, geomean, geomean_ci95, metropolis, propose, temperature
+from dispatcher.store import Store, write_json_atomic
+from dispatcher.tree import Tree, count, to_overrides
+from dispatcher.worker import RunJob, RunResult
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    algorithm: str  # "sa" | "random-walk"
+    steps: int
+    seed: int
+    size: str
+    runs: int
+    baseline_runs: int
+    candidates_per_step: int
+    t_start: float = 0.04
+    t_end: float = 0.001
+    remeasure_every: int = 10
+    max_flips: int = 2
+    timeout: float = 120.0
+    perf: bool = True
+
+
+@dataclass
+class ChainStatus:
+    """What the progress display shows; written by the chain thread only."""
+
+    task: str
+    rundir: Path
+    steps: int
+    step: int = 0
+    best_energy: float | None = None
+    state: str = "starting"
+    error: str | None = None
+
+
+def _rng_to_json(rng: random.Random) -> list:
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+def _rng_from_json(data: list) -> random.Random:
+    rng = random.Random()
+    rng.setstate((data[0], tuple(data[1]), data[2]))
+    return rng
+
+
+def _counts(tree: Tree) -> dict:
+    inlined, not_inlined, prevented = count(tree)
+    return {"inlined": inlined, "not_inlined": not_inlined, "prevented": prevented}
+
+
+class Interrupted(Exception):
+    pass
+
+
+@dataclass
+class Chain:
+    rundir: Rundir
+    benchmark: Benchmark
+    params: SearchParams
+    compiler: CompileService
+    scheduler: Scheduler
+    store: Store
+    worker_class: str
+    stop: threading.Event
+    status: ChainStatus = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.status = ChainStatus(self.benchmark.name, self.rundir.path, self.params.steps)
+
+    # -- helpers
+
+    def _check_stop(self) -> None:
+        if self.stop.is_set():
+            raise Interrupted
+
+    def _wait(self, future: Future):
+        """Wait for a future, but give up promptly on Ctrl-C (the job's result is dropped)."""
+        while True:
+            try:
+                return future.result(timeout=0.2)
+            except TimeoutError:
+                self._check_stop()
+
+    def _submit_runs(self, sha256: str, binary: Path, runs: int,
+                     reuse: bool) -> Future | list[RunResult]:
+        """Queue a run job, or return the stored measurement of this binary if allowed."""
+        size = self.benchmark.size(self.params.size)
+        if reuse:
+            known = [r for r in self.store.measurements_for(sha256, size.args, self.worker_class)
+                     if len(r.records) >= runs]
+            if known:
+                return known[:1]
+        return self.scheduler.submit(RunJob(
+            sha256=sha256, binary=binary, args=size.args, runs=runs, timeout=self.params.timeout,
+            expected_output=size.expected.to_json(), perf=self.params.perf))
+
+    def _collect(self, pending: Future | list[RunResult]) -> tuple[list[RunResult], bool]:
+        if isinstance(pending, list):
+            return pending, True
+        result = self._wait(pending)
+        self.store.add_measurement(result)
+        return [result], False
+
+    @staticmethod
+    def _times(results: list[RunResult]) -> list[float]:
+        return [t for r in results for t in r.times]
+
+    def _save_candidate(self, d: Path, compiled: CompileResult, results: list[RunResult]) -> None:
+        for f in compiled.artifact.decision_files:
+            shutil.copyfile(f, d / f.name)
+        overrides = compiled.artifact.directory / "overrides.sexp"
+        if overrides.exists():
+            shutil.copyfile(overrides, d / "overrides.sexp")
+        write_json_atomic(d / "measurements.json", [r.to_json() for r in results])
+
+    # -- the search
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Interrupted:
+            self.rundir.append({"event": "finish", "reason": "interrupted"})
+            self.status.state = "interrupted"
+        except Exception as exc:  # recorded in the rundir, never lost silently
+            message = " ".join(str(exc).split())[:300] or type(exc).__name__
+            self.rundir.append({"event": "finish", "reason": f"failed: {message}"})
+            self.status.state, self.status.error = "failed", message
+
+    def _baseline(self) -> dict:
+        baseline = self.rundir.baseline()
+        if baseline is not None:
+            return baseline
+        self.status.state = "baseline"
+        compiled = self._wait(self.compiler.submit(CompileJob(self.benchmark)))
+        results, _ = self._collect(self._submit_runs(compiled.sha256, compiled.binary,
+                                                     self.params.baseline_runs, reuse=True))
+        times = self._times(results)
+        if not times:
+            failure = next((rec.failure for r in results for rec in r.records if rec.failure),
+                           "no successful run")
+            raise RuntimeError(f"{self.benchmark.name}: baseline: {failure}")
+        d = self.rundir.candidate_dir(0, 0)
+        self._save_candidate(d, compiled, results)
+        baseline = {"event": "baseline", "sha256": compiled.sha256, "dir": "steps/00000/c0",
+                    "artifact": compiled.artifact.key,
+                    "times": times, "geomean": geomean(times),
+                    "median": sorted(times)[len(times) // 2],
+                    "ci95": list(geomean_ci95(times)),
+                    "decisions": _counts(Tree.from_dir(d))}
+        self.rundir.append(baseline)
+        return baseline
+
+    def _run(self) -> None:
+        p = self.params
+        baseline = self._baseline()
+        base = baseline["geomean"]
+        last = self.rundir.last_step()
+        if last is None:
+            rng = random.Random(p.seed)
+            incumbent = {"step": 0, "candidate": 0, "dir": baseline["dir"], "energy": 1.0,
+                         "sha256": baseline["sha256"], "artifact": baseline["artifact"]}
+            best = dict(incumbent)
+            current_dir = baseline["dir"]  # random walk: the last compiled tree
+            first = 1
+        else:
+            rng = _rng_from_json(last["rng"])
+            incumbent, best = last["incumbent"], last["best"]
+            current_dir = last.get("current", incumbent["dir"])
+            first = last["step"] + 1
+            self.rundir.append({"event": "resume", "from_step": first})
+        incumbent_tree = Tree.from_dir(self.rundir.path / incumbent["dir"])
+        current_tree = Tree.from_dir(self.rundir.path / current_dir)
+        self.status.best_energy = best["energy"]
+        t_begin = time.monotonic()
+
+        for step in range(first, p.steps + 1):
+            self._check_stop()
+            self.status.step, self.status.state = step - 1, "compiling"
+            temp = temperature(step, p.steps, p.t_start, p.t_end) if p.algorithm == "sa" else None
+            origin = incumbent_tree if p.algorithm == "sa" else current_tree
+            n = p.candidates_per_step if p.algorithm == "sa" else 1
+            proposals = [propose(origin, rng, p.max_flips) for _ in range(n)]
+            u = rng.random()  # the Metropolis draw, taken whatever happens
+            futures = [self.compiler.submit(CompileJob(self.benchmark, tuple(to_overrides(t))))
+                       for t, _ in proposals]
+            candidates, compiled = [], []
+            for k, ((_, mutation), future) in enumerate(zip(proposals, futures)):
+                entry = {"candidate": k, "dir": f"steps/{step:05d}/c{k}", "mutation": mutation,
+                         "sha256": None, "artifact": None, "cached": False, "decisions": None,
+                         "times": [], "failed": 0, "energy": None, "error": None}
+                try:
+                    compiled.append(self._wait(future))
+                    entry["sha256"] = compiled[-1].sha256
+                    entry["artifact"] = compiled[-1].artifact.key
+                except CompileError as exc:
+                    compiled.append(None)
+                    entry["error"] = f"compile failed: {exc}"
+                candidates.append(entry)
+            self.status.state = "running"
+            # Submit every candidate's runs before waiting for any: slots fill at once.
+            pending = {e["candidate"]: self._submit_runs(c.sha256, c.binary, p.runs, reuse=True)
+                       for e, c in zip(candidates, compiled) if c is not None}
+            for entry, c in zip(candidates, compiled):
+                d = self.rundir.candidate_dir(step, entry["candidate"])
+                if c is None:
+                    continue
+                results, cached = self._collect(pending[entry["candidate"]])
+                self._save_candidate(d, c, results)
+                times = self._times(results)
+                entry.update(cached=cached, decisions=_counts(Tree.from_dir(d)), times=times,
+                             failed=sum(r.failed for r in results), energy=energy(times, base))
+            scored = [e for e in candidates if e["energy"] is not None]
+            chosen = min(scored, key=lambda e: e["energy"]) if scored else None
+            if p.algorithm == "sa":
+                accepted = chosen is not None and metropolis(incumbent["energy"],
+                                                             chosen["energy"], temp, u)
+            else:
+                accepted = chosen is not None
+            if accepted:
+                incumbent = {key: chosen[key] for key in ("candidate", "dir", "energy", "sha256",
+                                                          "artifact")}
+                incumbent["step"] = step
+                incumbent_tree = Tree.from_dir(self.rundir.path / chosen["dir"])
+                current_dir, current_tree = chosen["dir"], incumbent_tree
+            for e in scored:
+                if e["energy"] < best["energy"]:
+                    best = {"step": step, **{key: e[key] for key in
+                                             ("candidate", "dir", "energy", "sha256", "artifact")}}
+            if (p.algorithm == "sa" and p.remeasure_every and step % p.remeasure_every == 0
+                    and incumbent["step"] > 0):
+                incumbent = self._remeasure(step, incumbent, base)
+            event = {"event": "step", "step": step, "temperature": temp,
+                     "candidates": candidates,
+                     "chosen": chosen["candidate"] if chosen else None, "accepted": accepted,
+                     "incumbent": incumbent, "best": best, "current": current_dir,
+                     "rng": _rng_to_json(rng), "elapsed_s": time.monotonic() - t_begin,
+                     "busy_s": sum(self.scheduler.busy_s.values())}
+            self.rundir.append(event)
+            self.rundir.write_state({k: event[k] for k in
+                                     ("step", "temperature", "incumbent", "best", "current",
+                                      "rng")})
+            self.status.step, self.status.best_energy = step, best["energy"]
+        self.rundir.append({"event": "finish", "reason": "completed"})
+        self.status.state = "finished"
+
+    def _remeasure(self, step: int, incumbent: dict, base: float) -> dict:
+        """Measure the incumbent again (noise must not keep a lucky candidate forever)."""
+        artifact = self.store.artifact(incumbent["artifact"])
+        if artifact is None:
+            raise RuntimeError(f"{incumbent['dir']}: its compiled artifact left the store")
+        result, _ = self._collect(self._submit_runs(artifact.sha256, artifact.binary,
+                                                    self.params.runs, reuse=False))
+        size = self.benchmark.size(self.params.size)
+        times = self._times(self.store.measurements_for(artifact.sha256, size.args,
+                                                        self.worker_class))
+        new_energy = energy(times, base) if times else incumbent["energy"]
+        self.rundir.append({"event": "remeasure", "step": step, "dir": incumbent["dir"],
+                            "times": self._times(result), "energy": new_energy})
+        return {**incumbent, "energy": new_energy}
+
+
+def run_chains(chains: list[Chain]) -> None:
+    threads = [threading.Thread(target=c.run, name=f"chain {c.status.task}", daemon=True)
+               for c in chains]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
