@@ -537,8 +537,10 @@ def build_benchmark(
         try:
             if remaining <= 0:
                 raise subprocess.TimeoutExpired(cmd, timeout)
+            # Own session: a Ctrl-C meant for the master must not kill the compiler under it.
             proc = subprocess.run(
-                cmd, cwd=outdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=remaining
+                cmd, cwd=outdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                timeout=remaining, start_new_session=True,
             )
         except subprocess.TimeoutExpired:
             output = "\n".join(log)

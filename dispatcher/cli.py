@@ -223,6 +223,9 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
                    err=True)
 
     previous = signal.signal(signal.SIGINT, interrupt)
+    # `kill -USR1 <pid>` prints every thread's stack: a stuck experiment can be inspected.
+    import faulthandler
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     threads = [threading.Thread(target=c.run, daemon=True) for c in chains]
     t0 = _time.monotonic()
     from rich.live import Live

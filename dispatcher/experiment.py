@@ -253,6 +253,7 @@ class Chain:
             if (p.algorithm == "sa" and p.remeasure_every and step % p.remeasure_every == 0
                     and incumbent["step"] > 0):
                 incumbent = self._remeasure(step, incumbent, base)
+            self._check_stop()  # a step cut short by a stop is redone on resume, not recorded
             event = {"event": "step", "step": step, "temperature": temp,
                      "candidates": candidates,
                      "chosen": chosen["candidate"] if chosen else None, "accepted": accepted,
@@ -278,7 +279,11 @@ class Chain:
         times = self._times(self.store.measurements_for(artifact.sha256, size.args,
                                                         self.worker_class))
         new_energy = energy(times, base) if times else incumbent["energy"]
+        d = self.rundir.path / "steps" / f"{step:05d}" / "remeasure"
+        d.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(d / "measurements.json", [r.to_json() for r in result])
         self.rundir.append({"event": "remeasure", "step": step, "dir": incumbent["dir"],
+                            "measurements": f"steps/{step:05d}/remeasure/measurements.json",
                             "times": self._times(result), "energy": new_energy})
         return {**incumbent, "energy": new_energy}
 

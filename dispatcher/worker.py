@@ -142,7 +142,8 @@ class LocalAgent:
         self.process = subprocess.Popen(
             [sys.executable, str(AGENT_PATH), "--cache-dir", str(cache_dir),
              "--worker-class", worker_class],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            start_new_session=True)  # Ctrl-C is for the master, which stops cleanly
         self.connection = AgentConnection(name, self.process.stdin, self.process.stdout)
 
     def close(self) -> None:

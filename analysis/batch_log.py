@@ -1,0 +1,477 @@
+"""``batch-log``: the state of every experiment in a batch log, and exports and plots of them.
+
+    batch-log [BATCH_LOG] [--csv] [--plot] [--export OUT.csv|OUT.parquet] [--rundir RUNDIR ...]
+
+The batch log (``batch.log`` in the working directory by default) lists one experiment per line
+(docs/rundir-format.md); each rundir's journal is the truth about it.  This is the reading side
+only: rundirs are never modified (in particular a torn journal tail is skipped, not truncated,
+since the experiment may still be writing it), except for ``plot.png`` with ``--plot``.
+
+Status of an experiment: ``finished`` (last event ``finish``, reason ``completed``), ``failed``
+(reason ``failed: ...``), ``interrupted``, ``running`` (no ``finish`` as the last event),
+``stale`` (running, but the last event is older than ``--stale-after``, an hour by default: a
+crashed or killed master), ``missing`` (the rundir is gone) and ``corrupt`` (a journal line in
+the middle does not parse: reported on stderr, and the exit status is 1).
+
+Best speedup: baseline geomean / geomean of the best candidate's times (the journal's ``best``
+{step, candidate} -> that step event's candidate ``times``, or the baseline's when the best is
+still step 0, plus the new runs of every ``remeasure`` of the same dir or of the same binary).
+Its 95% confidence interval is a Welch t-interval for the
+difference of the mean log times (baseline minus candidate), exponentiated; the t quantile is
+computed exactly from the regularized incomplete beta function (no scipy needed), so the
+non-integer Welch degrees of freedom need no table.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from statistics import NormalDist
+
+import click
+
+from analysis.export import experiment_info
+from dispatcher.rundir import RundirError, read_batch_log, read_journal
+
+STALE_AFTER_S = 3600.0
+
+COLUMNS = ("task", "rundir", "algorithm", "steps_done", "steps_planned", "best_speedup",
+           "ci_low", "ci_high", "last_update", "status")
+
+
+class AnalysisError(RuntimeError):
+    """A fatal problem with an input file; the message is one line and names the file."""
+
+
+# --------------------------------------------------------------------------- statistics
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny, eps = 1e-300, 1e-15
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < eps:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_quantile_two_sided(df: float, level: float = 0.95) -> float:
+    """t such that P(|T| <= t) = level for Student's t with ``df`` (> 0, may be fractional).
+
+    P(|T| > t) = I_{df/(df+t^2)}(df/2, 1/2), increasing in x = df/(df+t^2): bisect on x.
+    """
+    if not df > 0:
+        raise ValueError("degrees of freedom must be positive")
+    alpha = 1.0 - level
+    if df > 1e7:
+        return NormalDist().inv_cdf(1.0 - alpha / 2)
+    lo, hi = 0.0, 1.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if betainc(df / 2, 0.5, mid) < alpha:
+            lo = mid
+        else:
+            hi = mid
+    x = (lo + hi) / 2
+    return math.sqrt(df * (1.0 - x) / x)
+
+
+def speedup_ci(baseline_times, candidate_times, level: float = 0.95):
+    """-> (speedup, low, high): baseline geomean / candidate geomean and its Welch interval.
+
+    low and high are None with fewer than two times on either side.  Times must be positive.
+    """
+    lb = [math.log(t) for t in baseline_times]
+    lc = [math.log(t) for t in candidate_times]
+    if not lb or not lc:
+        raise ValueError("no times")
+    mb, mc = sum(lb) / len(lb), sum(lc) / len(lc)
+    diff = mb - mc
+    speedup = math.exp(diff)
+    if len(lb) < 2 or len(lc) < 2:
+        return speedup, None, None
+    vb = sum((v - mb) ** 2 for v in lb) / (len(lb) - 1) / len(lb)
+    vc = sum((v - mc) ** 2 for v in lc) / (len(lc) - 1) / len(lc)
+    se2 = vb + vc
+    if se2 == 0.0:
+        return speedup, speedup, speedup
+    df = se2 ** 2 / (vb ** 2 / (len(lb) - 1) + vc ** 2 / (len(lc) - 1))
+    half = t_quantile_two_sided(df, level) * math.sqrt(se2)
+    return speedup, math.exp(diff - half), math.exp(diff + half)
+
+
+# --------------------------------------------------------------------------- batch log
+
+def load_batch_log(path: Path) -> list[dict]:
+    """The batch log's entries, one per rundir (a rundir listed twice keeps its first line)."""
+    if not path.is_file():
+        raise AnalysisError(f"{path}: batch log not found")
+    try:
+        entries = read_batch_log(path)
+    except RundirError as exc:
+        raise AnalysisError(f"{exc} (batch log)") from None
+    except OSError as exc:
+        raise AnalysisError(f"{path}: cannot read the batch log: {exc.strerror}") from None
+    seen, out = set(), []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not entry.get("rundir"):
+            raise AnalysisError(f"{path}: entry {i + 1} has no rundir")
+        key = str(resolve_rundir(path, entry["rundir"]))
+        if key not in seen:
+            seen.add(key)
+            out.append(entry)
+    return out
+
+
+def resolve_rundir(batch_log: Path | None, rundir: str) -> Path:
+    """A batch-log rundir: absolute as is; relative ones are taken relative to the batch log's
+    directory (the experiments' working directory) if that exists, else to the current one."""
+    p = Path(rundir)
+    if p.is_absolute() or batch_log is None:
+        return p
+    beside = batch_log.parent / p
+    if beside.exists() or not p.exists():
+        return beside
+    return p
+
+
+# --------------------------------------------------------------------------- summaries
+
+@dataclass
+class Summary:
+    task: str | None
+    rundir: str
+    algorithm: str | None
+    steps_done: int | None
+    steps_planned: int | None
+    best_speedup: float | None
+    ci_low: float | None
+    ci_high: float | None
+    last_update: float | None  # Unix seconds
+    status: str
+    error: str | None = None  # why the journal could not be read
+    best_step: int | None = None
+
+    def row(self) -> dict:
+        d = asdict(self)
+        d.pop("error")
+        d.pop("best_step")
+        return d
+
+
+def best_times(events: list[dict], best: dict) -> list[float] | None:
+    """The best candidate's times: its step event's (the baseline's for step 0), plus the times
+    of every ``remeasure`` of the same candidate dir or of another dir with the same binary.
+
+    A remeasure's ``times`` are its new runs only (dispatcher/experiment.py), and the energy it
+    reports is over all runs of the binary, so pooling them is what "its energy is then the one
+    over all its runs" means.  None if the journal does not have the best candidate's step.
+    """
+    sha_of: dict[str, str] = {}
+    times = None
+    target_dir, target_sha = best.get("dir"), best.get("sha256")
+    for e in events:
+        if e.get("event") == "baseline":
+            base_dir = e.get("dir") or "steps/00000/c0"
+            if e.get("sha256"):
+                sha_of[base_dir] = e["sha256"]
+            if best.get("step") == 0 and best.get("candidate", 0) == 0:
+                times = list(e.get("times") or [])
+                target_dir = target_dir or base_dir
+                target_sha = target_sha or e.get("sha256")
+        elif e.get("event") == "step":
+            for k, c in enumerate(e.get("candidates") or []):
+                if c.get("dir") and c.get("sha256"):
+                    sha_of[c["dir"]] = c["sha256"]
+                if e.get("step") == best.get("step") and c.get("candidate", k) == \
+                        best.get("candidate"):
+                    times = list(c.get("times") or [])
+                    target_dir = target_dir or c.get("dir")
+                    target_sha = target_sha or c.get("sha256")
+    if times is None:
+        return None
+    for e in events:
+        if e.get("event") != "remeasure":
+            continue
+        d = e.get("dir")
+        if (target_dir is not None and d == target_dir) or \
+                (target_sha is not None and sha_of.get(d) == target_sha):
+            times += list(e.get("times") or [])
+    return times
+
+
+def status_of(events: list[dict], now: float, stale_after: float = STALE_AFTER_S) -> str:
+    if events and events[-1].get("event") == "finish":
+        reason = str(events[-1].get("reason") or "")
+        if reason == "completed":
+            return "finished"
+        if reason == "interrupted":
+            return "interrupted"
+        if reason.startswith("failed"):
+            return "failed"
+        return reason or "finished"
+    last = events[-1].get("time") if events else None
+    if isinstance(last, (int, float)) and now - last > stale_after:
+        return "stale"
+    return "running"
+
+
+def summarize(rundir: Path, entry: dict | None = None, now: float | None = None,
+              stale_after: float = STALE_AFTER_S, label: str | None = None) -> Summary:
+    """One experiment's line of the table; never raises for a missing or corrupt rundir."""
+    entry = entry or {}
+    now = time.time() if now is None else now
+    label = label or str(entry.get("rundir") or rundir)
+    summary = Summary(task=entry.get("task"), rundir=label, algorithm=entry.get("algorithm"),
+                      steps_done=None, steps_planned=entry.get("steps"), best_speedup=None,
+                      ci_low=None, ci_high=None, last_update=None, status="missing")
+    if not rundir.is_dir():
+        return summary
+    try:
+        events = read_journal(rundir / "journal.jsonl")
+    except RundirError as exc:
+        summary.status, summary.error = "corrupt", str(exc)
+        return summary
+    except OSError as exc:
+        summary.status = "unreadable"
+        summary.error = f"{rundir / 'journal.jsonl'}: {exc.strerror}"
+        return summary
+    experiment = experiment_info(rundir, events)
+    summary.task = summary.task or experiment.get("task")
+    summary.algorithm = summary.algorithm or experiment.get("algorithm")
+    if experiment.get("steps") is not None:
+        summary.steps_planned = experiment["steps"]
+    steps = [e for e in events if e.get("event") == "step"]
+    summary.steps_done = max((e.get("step") or 0 for e in steps), default=0)
+    if events:
+        summary.last_update = events[-1].get("time")
+    elif isinstance(entry.get("time"), (int, float)):
+        summary.last_update = entry["time"]
+    summary.status = status_of(events, now, stale_after) if events else (
+        "stale" if summary.last_update is not None and now - summary.last_update > stale_after
+        else "running")
+    baseline = next((e for e in events if e.get("event") == "baseline"), None)
+    best = steps[-1].get("best") if steps else None
+    if best:
+        summary.best_step = best.get("step")
+        times = best_times(events, best)
+        base_times = (baseline or {}).get("times") or []
+        if best.get("step") == 0:  # nothing beat the baseline yet
+            summary.best_speedup = 1.0
+        elif times and base_times:
+            s, lo, hi = speedup_ci(base_times, times)
+            summary.best_speedup, summary.ci_low, summary.ci_high = s, lo, hi
+        elif best.get("energy"):
+            summary.best_speedup = 1.0 / best["energy"]
+    return summary
+
+
+def summaries(batch_log: Path | None, entries: list[dict], rundirs: list[Path] | None = None,
+              now: float | None = None, stale_after: float = STALE_AFTER_S) -> list[Summary]:
+    """Summaries of the batch log's experiments, or of ``rundirs`` only if given."""
+    now = time.time() if now is None else now
+    by_path = {resolve_rundir(batch_log, e["rundir"]).resolve(): e for e in entries}
+    if rundirs is None:
+        return [summarize(resolve_rundir(batch_log, e["rundir"]), e, now, stale_after)
+                for e in entries]
+    return [summarize(r, by_path.get(r.resolve()), now, stale_after,
+                      label=str(by_path.get(r.resolve(), {}).get("rundir") or r))
+            for r in rundirs]
+
+
+# --------------------------------------------------------------------------- output
+
+def format_speedup(s: Summary) -> str:
+    if s.best_speedup is None:
+        return "-"
+    if s.best_step == 0:
+        return f"{s.best_speedup:.3f} (baseline)"
+    if s.ci_low is None:
+        return f"{s.best_speedup:.3f}"
+    return f"{s.best_speedup:.3f} [{s.ci_low:.3f}, {s.ci_high:.3f}]"
+
+
+def format_time(t: float | None) -> str:
+    if not isinstance(t, (int, float)):
+        return "-"
+    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _steps(s: Summary) -> str:
+    done = "-" if s.steps_done is None else str(s.steps_done)
+    planned = "?" if s.steps_planned is None else str(s.steps_planned)
+    return f"{done}/{planned}"
+
+
+def print_table(rows: list[Summary]) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    out = sys.stdout
+    tty = out.isatty()
+    console = Console(file=out, width=None if tty else 10_000, highlight=False,
+                      force_terminal=tty, color_system="auto" if tty else None)
+    table = Table(box=box.SIMPLE_HEAD, expand=False, show_edge=False)
+    for name, justify in (("task", "left"), ("rundir", "left"), ("algorithm", "left"),
+                          ("steps", "right"), ("best speedup [95% CI]", "right"),
+                          ("last update", "left"), ("status", "left")):
+        table.add_column(name, justify=justify, no_wrap=not tty, overflow="fold")
+    for s in rows:
+        table.add_row(s.task or "-", s.rundir, s.algorithm or "-", _steps(s), format_speedup(s),
+                      format_time(s.last_update), s.status)
+    console.print(table)
+
+
+def print_csv(rows: list[Summary]) -> None:
+    out = sys.stdout
+    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for s in rows:
+        row = s.row()
+        row["last_update"] = format_time(s.last_update) if s.last_update is not None else ""
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+
+
+# --------------------------------------------------------------------------- CLI
+
+def _fail(message: str) -> None:
+    click.echo(f"batch-log: {message}", err=True)
+    sys.exit(2)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("batch_log", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--csv", "as_csv", is_flag=True, help="Print the table as CSV.")
+@click.option("--plot", is_flag=True, help="Write <rundir>/plot.png for each experiment.")
+@click.option("--export", "export_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Export every run of the experiments to OUT.csv or OUT.parquet.")
+@click.option("--rundir", "rundirs", multiple=True, type=click.Path(path_type=Path),
+              help="Only this rundir (repeatable; default: every rundir in the batch log).")
+@click.option("--stale-after", default=STALE_AFTER_S, show_default=True, type=float,
+              help="Seconds without a journal event before a running experiment is 'stale'.")
+def main(batch_log, as_csv, plot, export_path, rundirs, stale_after):
+    """Show the experiments of BATCH_LOG (default ./batch.log): progress, best speedup with its
+    95% confidence interval, last update and status; optionally plot or export them."""
+    explicit_log = batch_log is not None
+    batch_log = batch_log if explicit_log else Path("batch.log")
+    entries: list[dict] = []
+    try:
+        if explicit_log or not rundirs or batch_log.is_file():
+            entries = load_batch_log(batch_log)
+    except AnalysisError as exc:
+        _fail(str(exc))
+    selected = list(rundirs) if rundirs else None
+    if export_path is not None:
+        _export(batch_log, entries, selected, export_path)
+        return
+    rows = summaries(batch_log, entries, selected, stale_after=stale_after)
+    if plot:
+        _plot(batch_log, entries, selected, rows)
+        return
+    if as_csv:
+        print_csv(rows)
+    else:
+        print_table(rows)
+    bad = [s for s in rows if s.error]
+    for s in bad:
+        click.echo(f"batch-log: {s.error}", err=True)
+    if bad:
+        sys.exit(1)
+
+
+def _selected_paths(batch_log, entries, selected) -> list[tuple[Path, bool]]:
+    """(path, explicitly asked for) of every selected rundir."""
+    if selected is not None:
+        return [(p, True) for p in selected]
+    return [(resolve_rundir(batch_log, e["rundir"]), False) for e in entries]
+
+
+def _plot(batch_log, entries, selected, rows) -> None:
+    from analysis.plots import plot_experiment
+
+    failed = False
+    for (path, explicit), s in zip(_selected_paths(batch_log, entries, selected), rows):
+        if s.status == "missing":
+            click.echo(f"batch-log: {path}: rundir missing, not plotted", err=True)
+            failed = failed or explicit
+            continue
+        try:
+            click.echo(str(plot_experiment(path)))
+        except (RundirError, AnalysisError) as exc:
+            click.echo(f"batch-log: {exc}", err=True)
+            failed = True
+    if failed:
+        sys.exit(1)
+
+
+def _export(batch_log, entries, selected, out: Path) -> None:
+    from analysis.export import (ExportError, MeasurementWarning, export_format,
+                                 measurements_table, write_table)
+
+    try:
+        export_format(out)  # before reading everything: e.g. pyarrow missing
+    except ExportError as exc:
+        _fail(str(exc))
+    paths = []
+    for path, explicit in _selected_paths(batch_log, entries, selected):
+        if not path.is_dir():
+            if explicit:
+                _fail(f"{path}: no such rundir")
+            click.echo(f"batch-log: {path}: rundir missing, skipped", err=True)
+            continue
+        paths.append(path)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", MeasurementWarning)
+            table = measurements_table(paths)
+        for w in caught:
+            if issubclass(w.category, MeasurementWarning):
+                click.echo(f"batch-log: {w.message}", err=True)
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        write_table(table, out)
+    except (ExportError, RundirError) as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"{out}: cannot write: {exc.strerror or exc}")
+    click.echo(f"{out}: {len(table)} runs from {len(paths)} rundirs", err=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Data generation end to end: real compiles, real runs, and kill -9 of the master."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dispatcher.rundir import Rundir, read_batch_log
+
+REPO = Path(__file__).resolve().parent.parent
+FIRST_CPU = min(os.sched_getaffinity(0))
+
+
+def config(tmp_path: Path, store: Path, **search) -> Path:
+    data = {"store": str(store), "local": {"cpus": [FIRST_CPU]},
+            "run": {"runs": 2, "timeout": 30, "size": "quick"},
+            "search": {"baseline_runs": 3, "remeasure_every": 0, "max_flips": 2,
+                       "rundirs": str(tmp_path / "rundirs"),
+                       "batch_log": str(tmp_path / "batch.log"), **search}}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def command(cfg: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "dispatcher", "run_training_experiments",
+            "--config", str(cfg), *args]
+
+
+def start(cfg: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(command(cfg, *args), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+
+
+def only_rundir(tmp_path: Path) -> Path:
+    (rundir,) = list((tmp_path / "rundirs").iterdir())
+    return rundir
+
+
+def proposals(rundir: Path) -> list[tuple[int, int, str, str]]:
+    """(step, candidate, mutation, proposal text) for every candidate of every step."""
+    out = []
+    for e in Rundir(rundir).events_of("step"):
+        for c in e["candidates"]:
+            text = (rundir / c["dir"] / "overrides.sexp").read_text()
+            out.append((e["step"], c["candidate"], c["mutation"], text))
+    return out
+
+
+def step_numbers(rundir: Path) -> list[int]:
+    return [e["step"] for e in Rundir(rundir).events_of("step")]
+
+
+def kill_after(proc: subprocess.Popen, journal: Path, steps: int, deadline_s: float = 120):
+    """SIGKILL the master once the journal holds `steps` step events (0: after the baseline)."""
+    want = "baseline" if steps == 0 else "step"
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < deadline_s:
+        if journal.exists():
+            kinds = [json.loads(line)["event"] for line in journal.read_text().splitlines()
+                     if line.strip().endswith("}")]
+            if kinds.count(want) >= max(steps, 1):
+                break
+        if proc.poll() is not None:
+            break
+        time.sleep(0.01)
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def run_to_end(cfg: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    proc = subprocess.Popen(command(cfg, *args), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGUSR1)  # the master prints its threads' stacks
+        time.sleep(2)
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"master stuck; its stacks:\n{err[-6000:]}")
+    assert proc.returncode == 0, err
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize("algorithm, store_shared", [("random-walk", False), ("sa", True)])
+def test_kill_and_resume_replays_an_uninterrupted_run(compiler, tmp_path, algorithm,
+                                                      store_shared):
+    steps = "7"
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("# one benchmark\nkahan\n")
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    a_dir.mkdir(), b_dir.mkdir()
+    # SA decisions depend on measured energies: run B shares A's store, so the same binaries
+    # replay the same measurements. Random-walk proposals do not depend on timing at all.
+    store_a = a_dir / "store"
+    store_b = store_a if store_shared else b_dir / "store"
+    cfg_a = config(a_dir, store_a, algorithm=algorithm, seed=11)
+    cfg_b = config(b_dir, store_b, algorithm=algorithm, seed=11)
+    run_to_end(cfg_a, "--tasks", str(tasks), "--steps", steps)
+    rundir_a = only_rundir(a_dir)
+
+    proc = start(cfg_b, "--tasks", str(tasks), "--steps", steps)
+    deadline = time.monotonic() + 60
+    while not (b_dir / "rundirs").exists() or not any((b_dir / "rundirs").iterdir()):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.01)
+    rundir_b = only_rundir(b_dir)
+    kill_after(proc, rundir_b / "journal.jsonl", 0)
+    for kill_at in (2, 4):
+        proc = start(cfg_b, "--resume", str(rundir_b))
+        kill_after(proc, rundir_b / "journal.jsonl", kill_at)
+    run_to_end(cfg_b, "--resume", str(rundir_b))
+
+    assert step_numbers(rundir_a) == list(range(1, int(steps) + 1))
+    assert step_numbers(rundir_b) == list(range(1, int(steps) + 1))  # none twice, none skipped
+    assert proposals(rundir_b) == proposals(rundir_a)
+    events = Rundir(rundir_b).events()
+    assert events[-1]["event"] == "finish" and events[-1]["reason"] == "completed"
+    assert sum(e["event"] == "baseline" for e in events) == 1
+    # The batch log lists the experiment once, however often it was resumed.
+    assert [e["rundir"] for e in read_batch_log(b_dir / "batch.log")] == [str(rundir_b)]
+
+
+def test_sa_rundir_contents_and_ctrl_c(compiler, tmp_path):
+    cfg = config(tmp_path, tmp_path / "store", algorithm="sa", seed=1, remeasure_every=2)
+    proc = start(cfg, "--tasks", str(tmp_path / "t.txt"), "--steps", "200") \
+        if (tmp_path / "t.txt").write_text("lens\n") else None
+    journal = None
+    deadline = time.monotonic() + 120
+    while journal is None or "\"step\"" not in journal.read_text():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+        rundirs = list((tmp_path / "rundirs").glob("*"))
+        journal = rundirs[0] / "journal.jsonl" if rundirs else None
+        if journal is not None and not journal.exists():
+            journal = None
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole group
+    proc.wait(timeout=60)
+    assert proc.returncode == 130
+    rundir = Rundir(journal.parent)
+    assert rundir.events()[-1] == {**rundir.events()[-1], "event": "finish",
+                                   "reason": "interrupted"}
+    baseline = rundir.baseline()
+    assert baseline["ci95"][0] <= baseline["geomean"] <= baseline["ci95"][1]
+    step = rundir.last_step()
+    cand = step["candidates"][0]
+    d = journal.parent / cand["dir"]
+    assert (d / "overrides.sexp").is_file() and list(d.glob("*.decisions.sexp"))
+    runs = json.loads((d / "measurements.json").read_text())
+    assert runs[0]["records"] and "gc" in runs[0]["records"][0]
+    assert step["temperature"] == pytest.approx(0.04)
+    assert set(step["incumbent"]) >= {"step", "candidate", "dir", "energy"}
+    state = json.loads((journal.parent / "state.json").read_text())
+    assert state["step"] == step["step"] and state["rng"] == step["rng"]
+
+
+def test_bad_inputs_fail_with_one_line(tmp_path):
+    cfg = config(tmp_path, tmp_path / "store")
+    (tmp_path / "tasks.txt").write_text("no-such-benchmark\n")
+    for args, expected in [(["--tasks", str(tmp_path / "tasks.txt")], "no-such-benchmark"),
+                           (["--resume", str(tmp_path)], "not a rundir"),
+                           (["--tasks", str(tmp_path / "missing.txt")], "missing.txt")]:
+        proc = subprocess.run(command(cfg, *args), cwd=REPO, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode != 0
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and expected in lines[0], proc.stderr
