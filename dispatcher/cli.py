@@ -128,10 +128,12 @@ def read_tasks(path: Path) -> list[str]:
     return [t for t in tasks if t]
 
 
-def _progress_line(status, slots_busy: float) -> str:
+def _progress_line(status, slots_busy: float, width: int = 20) -> str:
     best = "-" if status.best_energy is None else f"{1 / status.best_energy:.3f}x"
-    return (f"{status.task:14} step {status.step:>4}/{status.steps:<4} best speedup {best:>7}  "
-            f"workers busy {100 * slots_busy:5.1f}%  {status.state}")
+    done = int(width * status.step / max(status.steps, 1))
+    bar = "#" * done + "-" * (width - done)
+    return (f"{status.task:14} [{bar}] step {status.step:>4}/{status.steps:<4} "
+            f"best speedup {best:>7}  workers busy {100 * slots_busy:5.1f}%  {status.state}")
 
 
 @click.command()
@@ -245,10 +247,17 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
                 _time.sleep(0.5)
                 live.update(render())
             live.update(render())
+        click.echo()
     finally:
         signal.signal(signal.SIGINT, previous)
         scheduler.close()
         compile_service.close()
+    from analysis.plots import plot_experiment
+    for c in chains:
+        try:
+            plot_experiment(c.rundir.path)
+        except Exception as exc:  # a plot is a convenience: never lose the run over it
+            click.echo(f"{c.rundir.path}: no plot ({exc})", err=True)
     failed = [c for c in chains if c.status.state == "failed"]
     for c in failed:
         click.echo(f"{c.status.task}: failed: {c.status.error} ({c.rundir.path})", err=True)
