@@ -76,8 +76,10 @@ class CompileService:
                 return running
             future = self._pool.submit(self._compile, key, job)
             self._inflight[key] = future
-            future.add_done_callback(lambda _f: self._forget(key))
-            return future
+        # Outside the lock: a cache hit can finish before this line, and then the callback
+        # runs right here, in this thread, and takes the lock itself.
+        future.add_done_callback(lambda _f: self._forget(key))
+        return future
 
     def compile(self, job: CompileJob) -> CompileResult:
         return self.submit(job).result()

@@ -225,3 +225,25 @@ def test_run_benchmark_bad_input(tmp_path, case):
                 "missing_sexp": "nope.sexp", "bad_config": "config.yaml",
                 "compile_failure": "broken"}[case]
     assert expected in err[0]
+
+
+def test_submit_survives_a_compile_that_finishes_at_once(compiler, store, tmp_path):
+    """A cache hit can complete before submit registers its callback; the callback then runs
+    in the submitting thread and must not deadlock on the service's lock."""
+    import threading
+    from concurrent.futures import Future
+
+    service = CompileService(store, compiler)
+
+    def finished_at_once(fn, *args):
+        f: Future = Future()
+        f.set_result(None)
+        return f
+
+    service._pool.submit = finished_at_once
+    bench = resolve_benchmark(str(small_benchmark(tmp_path)))
+    t = threading.Thread(target=service.submit, args=(CompileJob(bench),), daemon=True)
+    t.start()
+    t.join(5)
+    assert not t.is_alive(), "submit deadlocked"
+    assert not service._inflight  # forgotten once done
