@@ -1,18 +1,29 @@
 """User commands.  Thin: parsing, wiring and printing; the logic lives in the modules."""
 from __future__ import annotations
 
+import faulthandler
+import signal
 import statistics
 import sys
+import threading
+import time
+from datetime import datetime
 from pathlib import Path
 
 import click
+from rich.live import Live
+from rich.text import Text
 
-from dispatcher.benchmark import ManifestError, resolve_benchmark
+from analysis.plots import plot_experiment
+from dispatcher.benchmark import (ManifestError, bundled_benchmarks, load_benchmark,
+                                  resolve_benchmark)
 from dispatcher.compile import CompileError, CompileJob, CompileService
 from dispatcher.compiler import CompilerNotFound, locate_compiler
 from dispatcher.config import Config, ConfigError, load_config
 from dispatcher.decisions import DecisionFileError, read_dumps, read_overrides
+from dispatcher.experiment import Chain, new_experiment, params_of
 from dispatcher.local import LocalBackend
+from dispatcher.rundir import Rundir, RundirError, append_batch_log
 from dispatcher.scheduler import Scheduler
 from dispatcher.store import Store
 from dispatcher.worker import AgentError, RunJob, RunResult
@@ -153,15 +164,6 @@ def _progress_line(status, slots_busy: float, width: int = 20) -> str:
 def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_per_task, seed,
                              size, runs, resume) -> None:
     """Generate training data: search over inlining decisions for every task."""
-    import signal
-    import threading
-    import time as _time
-    from datetime import datetime
-
-    from dispatcher.benchmark import bundled_benchmarks, load_benchmark
-    from dispatcher.experiment import Chain, SearchParams
-    from dispatcher.rundir import Rundir, RundirError, append_batch_log
-
     try:
         config = load_config(config_path)
         compiler = locate_compiler()
@@ -187,14 +189,8 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
         for bench, rd in plans:
             for k in range(1 if rd else (chains_per_task or s.chains)):
                 if rd is None:
-                    exp = {"task": bench.name, "benchmark": str(bench.directory),
-                           "algorithm": algorithm or s.algorithm,
-                           "seed": (s.seed if seed is None else seed) + k, "chain": k,
-                           "steps": steps or s.steps, "size": size or config.run.size,
-                           "runs": runs or config.run.runs, "baseline_runs": s.baseline_runs,
-                           "candidates_per_step": s.candidates_per_step or slots,
-                           "t_start": s.t_start, "t_end": s.t_end,
-                           "remeasure_every": s.remeasure_every, "max_flips": s.max_flips}
+                    exp = new_experiment(bench, k, config, slots, algorithm=algorithm,
+                                         steps=steps, seed=seed, size=size, runs=runs)
                     path = s.rundirs / f"{bench.name}-{exp['algorithm']}-s{exp['seed']}-{stamp}"
                     exp["rundir"] = str(path.resolve())
                     bench.size(exp["size"])  # an unknown size fails before anything starts
@@ -202,14 +198,7 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
                     append_batch_log(s.batch_log, {"task": bench.name, "rundir": exp["rundir"],
                                                    "algorithm": exp["algorithm"],
                                                    "steps": exp["steps"]})
-                exp = rd.experiment
-                params = SearchParams(
-                    algorithm=exp["algorithm"], steps=exp["steps"], seed=exp["seed"],
-                    size=exp["size"], runs=exp["runs"], baseline_runs=exp["baseline_runs"],
-                    candidates_per_step=exp["candidates_per_step"], t_start=exp["t_start"],
-                    t_end=exp["t_end"], remeasure_every=exp["remeasure_every"],
-                    max_flips=exp["max_flips"], timeout=config.run.timeout,
-                    perf=config.run.perf)
+                params = params_of(rd.experiment, config)
                 chains.append(Chain(rd, bench, params, compile_service, scheduler, store,
                                     backend.slots[0].worker_class, stop))
                 rd = None
@@ -226,15 +215,12 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
 
     previous = signal.signal(signal.SIGINT, interrupt)
     # `kill -USR1 <pid>` prints every thread's stack: a stuck experiment can be inspected.
-    import faulthandler
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     threads = [threading.Thread(target=c.run, daemon=True) for c in chains]
-    t0 = _time.monotonic()
-    from rich.live import Live
-    from rich.text import Text
+    t0 = time.monotonic()
 
     def render() -> Text:
-        elapsed = max(_time.monotonic() - t0, 1e-9)
+        elapsed = max(time.monotonic() - t0, 1e-9)
         busy = sum(scheduler.busy_s.values()) / (elapsed * slots)
         return Text("\n".join(_progress_line(c.status, min(busy, 1.0)) for c in chains))
 
@@ -244,7 +230,7 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
         with Live(render(), refresh_per_second=2, transient=False,
                   redirect_stderr=False) as live:
             while any(t.is_alive() for t in threads):
-                _time.sleep(0.5)
+                time.sleep(0.5)
                 live.update(render())
             live.update(render())
         click.echo()
@@ -252,7 +238,6 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
         signal.signal(signal.SIGINT, previous)
         scheduler.close()
         compile_service.close()
-    from analysis.plots import plot_experiment
     for c in chains:
         try:
             plot_experiment(c.rundir.path)

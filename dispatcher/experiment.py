@@ -288,10 +288,28 @@ class Chain:
         return {**incumbent, "energy": new_energy}
 
 
-def run_chains(chains: list[Chain]) -> None:
-    threads = [threading.Thread(target=c.run, name=f"chain {c.status.task}", daemon=True)
-               for c in chains]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+def new_experiment(bench: Benchmark, chain: int, config, slots: int, *,
+                   algorithm: str | None = None, steps: int | None = None,
+                   seed: int | None = None, size: str | None = None,
+                   runs: int | None = None) -> dict:
+    """The experiment record of a new chain: the config's search settings, then overrides."""
+    s = config.search
+    return {"task": bench.name, "benchmark": str(bench.directory),
+            "algorithm": algorithm or s.algorithm,
+            "seed": (s.seed if seed is None else seed) + chain, "chain": chain,
+            "steps": steps or s.steps, "size": size or config.run.size,
+            "runs": runs or config.run.runs, "baseline_runs": s.baseline_runs,
+            "candidates_per_step": s.candidates_per_step or slots,
+            "t_start": s.t_start, "t_end": s.t_end,
+            "remeasure_every": s.remeasure_every, "max_flips": s.max_flips}
+
+
+def params_of(experiment: dict, config) -> SearchParams:
+    """Search parameters from a rundir's experiment record (so a resume uses the same)."""
+    e = experiment
+    return SearchParams(
+        algorithm=e["algorithm"], steps=e["steps"], seed=e["seed"], size=e["size"],
+        runs=e["runs"], baseline_runs=e["baseline_runs"],
+        candidates_per_step=e["candidates_per_step"], t_start=e["t_start"], t_end=e["t_end"],
+        remeasure_every=e["remeasure_every"], max_flips=e["max_flips"],
+        timeout=config.run.timeout, perf=config.run.perf)

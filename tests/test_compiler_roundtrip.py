@@ -82,7 +82,7 @@ def recompile_unit(compiler, bench, build_dir: Path, unit: str, overrides: Path)
 
 def test_flip_fidelity_over_bundled_benchmarks(compiler, built, tmp_path):
     candidates = []
-    for name, (bench, d) in sorted(built.items()):
+    for name, (_, d) in sorted(built.items()):
         dumps = read_dumps(dump_files(d))
         for dump in dumps:
             if dump.round == 0:
@@ -134,7 +134,7 @@ def test_flip_fidelity_over_bundled_benchmarks(compiler, built, tmp_path):
 
 def test_dumps_hold_no_discarded_speculation(built):
     """Across every benchmark and round: a decision below C(..)/I sits under an inlined call."""
-    for name, (bench, d) in built.items():
+    for _, d in built.values():
         for dump in read_dumps(dump_files(d)):
             assert_subtrees_consistent({dec.key: dec for dec in dump.decisions})
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import yaml
 
 from dispatcher.benchmark import resolve_benchmark
 from dispatcher.compile import CompileError, CompileJob, CompileService
-from dispatcher.config import ConfigError, load_config, parse_config
+from dispatcher.config import ConfigError, load_config
 from dispatcher.decisions import Override, read_dumps, write_overrides
 from dispatcher.local import LocalBackend
 from dispatcher.scheduler import Scheduler

@@ -65,6 +65,34 @@ let () =
   let get v = try Sys.getenv v with Not_found -> "-" in
   Printf.printf "%d %s %s %s\\n" n (get "FOO") (get "out") (get "PWD")
 """,
+    # writes to the file $REPORT, NUL-separated: argv[1..], "--env--", its sorted environ,
+    # "--status--", the Sig* lines of /proc/self/status, "--fds--", its open fds
+    "inspect": """
+let read f =
+  let ic = open_in_bin f in
+  let buf = Buffer.create 4096 and chunk = Bytes.create 4096 in
+  let rec go () =
+    let n = input ic chunk 0 4096 in
+    if n > 0 then (Buffer.add_subbytes buf chunk 0 n; go ()) in
+  go (); close_in ic; Buffer.contents buf
+let () =
+  let b = Buffer.create 4096 in
+  let add s = Buffer.add_string b s; Buffer.add_char b '\\000' in
+  Array.iteri (fun i a -> if i > 0 then add a) Sys.argv;
+  add "--env--";
+  let env = List.filter (( <> ) "") (String.split_on_char '\\000' (read "/proc/self/environ")) in
+  List.iter add (List.sort compare env);
+  add "--status--";
+  List.iter (fun l -> if String.length l > 3 && String.sub l 0 3 = "Sig" then add l)
+    (String.split_on_char '\\n' (read "/proc/self/status"));
+  add "--fds--";
+  let fds = Sys.readdir "/proc/self/fd" in
+  Array.sort compare fds;
+  Array.iter add fds;
+  let oc = open_out_bin (Sys.getenv "REPORT") in
+  output_string oc (Buffer.contents b);
+  close_out oc
+""",
 }
 
 
@@ -106,10 +134,10 @@ def put(cache_dir: Path, binary: Path) -> str:
 
 
 class AgentProc:
-    def __init__(self, cache_dir: Path, *extra: str):
+    def __init__(self, cache_dir: Path, *extra: str, env=None):
         self.proc = subprocess.Popen(
             [AGENT_PYTHON, str(AGENT), "--cache-dir", str(cache_dir), *extra],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.proc.stdout, selectors.EVENT_READ)
         self.next_id = 0
@@ -507,15 +535,20 @@ def test_no_orphans_when_agent_is_killed(cache_dir, binaries, how):
         a.send_raw(json.dumps({"op": "run", "sha256": sha, "runs": 1, "cpu": 0,
                                "timeout": 1}).encode() + b"\n")
         assert _wait_for(lambda: _pids_running(path), 10), "spinner never started"
+        servers = _fork_servers(a.proc.pid)
+        assert len(servers) == 1, servers
         a.proc.send_signal(getattr(__import__("signal"), how))
         assert a.proc.wait(timeout=10) == (0 if how == "SIGTERM" else -9)
         limit = 1.0 if how == "SIGTERM" else 6.0
         assert _wait_for(lambda: not _pids_running(path), limit), _pids_running(path)
+        # the fork server ends too (SIGKILL: on EOF of its request pipe; it may stay a
+        # zombie of an init that does not reap)
+        assert _wait_for(lambda: not _is_running(servers[0]), 5), servers
     finally:
         a.close()
 
 
-@pytest.mark.parametrize("spawn", ["gated", "direct"])
+@pytest.mark.parametrize("spawn", ["forkserver", "gated", "direct"])
 def test_unrunnable_file_is_a_failed_run(cache_dir, spawn):
     junk = cache_dir / "junk"
     junk.write_bytes(b"this is not an executable\n")
@@ -543,7 +576,7 @@ def test_maxrss_is_the_binarys_own(agent, cache_dir, binaries):
         pytest.skip("gated spawning unavailable: %s" % hello["spawn"])
     triv = put(cache_dir, binaries["trivial"])
     r = agent.request(op="run", sha256=triv, runs=3, cpu=0, timeout=10, perf=False)
-    assert r["spawn"] == "gated"
+    assert r["spawn"] == hello["spawn"]["method"] == "forkserver"
     for rec in r["runs"]:
         assert 300 < rec["maxrss_kb"] < 6000, rec  # ~1.8 MB; the agent itself is ~15 MB+
     big = put(cache_dir, binaries["sum"])
@@ -574,5 +607,202 @@ def test_direct_spawn_mode(cache_dir, binaries):
         spin = put(cache_dir, binaries["spin"])
         rec = a.request(op="run", sha256=spin, runs=1, cpu=0, timeout=0.3)["runs"][0]
         assert rec["failure"] == "timeout after 0.3s" and rec["wall_ns"] < 1.3e9
+    finally:
+        a.close()
+
+
+# --------------------------------------------------------------------------- fork server
+
+def _children(pid: int) -> dict:
+    """pid -> (state, cmdline) of the processes whose parent is ``pid``."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split()
+        if int(fields[1]) == pid:
+            out[int(entry)] = (fields[0].decode(), cmdline)
+    return out
+
+
+def _is_running(pid: int) -> bool:
+    """Exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2:].split()[0] != b"Z"
+
+
+def _fork_servers(agent_pid: int) -> list:
+    return [pid for pid, (state, cmd) in _children(agent_pid).items()
+            if b"inlining-agent fork server" in cmd and state != "Z"]
+
+
+# Arguments no shell quoting may touch: metacharacters, quotes, spaces, newlines, every
+# ASCII byte, non-ASCII characters (including dash's internal control bytes 0x81-0x88 in
+# UTF-8) and a raw non-UTF-8 byte (surrogate-escaped in JSON).
+NASTY_ARGS = [
+    "a b", "'", "''", '"', "'\\''", "$HOME", "${HOME}", "`id`", "$(id)", "\n", "", " ",
+    "-n", "-e", "--", "*", "?", "[a]", "~", "#x", "a;b", "a&b", "a|b", "<x", ">x", "!",
+    "\\", "a\\'b", "\t\r\x0b", "line1\nline2\n", "".join(map(chr, range(1, 128))),
+    "\u00e9\u0081\u0082\u0088\u2603", "\udcff\udc81", "exec 3<&-; exit 7",
+]
+NASTY_ENV = {
+    "FOO": "it's $HOME `x` \"q\"\n$(echo hi)\\",
+    "EMPTY": "",
+    "SPACES": "  a  b  ",
+    "ALLBYTES": "".join(map(chr, range(1, 128))) + "\u0081\udcfe",
+    "OLDPWD": "/old 'pwd'",
+    "PATH": "/nonexistent:$PATH",
+    "CDPATH": "/tmp",
+    "BAD NAME": "dash cannot hold this name",
+    "BAD-NAME": "nor this",
+}
+
+
+def _inspect(cache_dir, binary, spawn, args, env, agent_env, report) -> dict:
+    """Run ``inspect`` once through an agent with ``--spawn spawn`` -> its parsed report."""
+    sha = put(cache_dir, binary)
+    a = AgentProc(cache_dir, "--spawn", spawn, env=agent_env)
+    try:
+        if report.exists():
+            report.unlink()
+        r = a.request(op="run", sha256=sha, args=args, runs=1, cpu=0, timeout=10,
+                      perf=False, env=env)
+        assert r["ok"] and r["failed"] == 0 and r["spawn"] == spawn, r
+        parts = report.read_bytes().split(b"\0")
+    finally:
+        a.close()
+    assert parts[-1] == b""
+    parts = parts[:-1]
+    i, j, k = parts.index(b"--env--"), parts.index(b"--status--"), parts.index(b"--fds--")
+    return {"argv": parts[:i], "env": parts[i + 1:j], "status": parts[j + 1:k],
+            "fds": parts[k + 1:]}
+
+
+def test_forkserver_is_the_default(agent):
+    spawn = agent.request(op="hello")["spawn"]
+    assert spawn == {"method": "forkserver", "shell": shutil.which("dash") or "/bin/sh",
+                     "maxrss_exact": True}
+
+
+def test_nasty_argv_and_env_pass_unquoted(cache_dir, binaries, tmp_path):
+    """argv and environment reach the binary byte for byte, whatever the shell syntax in
+    them; the environment is the gated one (and the direct one less names sh can't hold)."""
+    report = tmp_path / "report"
+    agent_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/h o'me",
+                 "LC_ALL": "C.UTF-8", "AGENT_SIDE": "x\ny 'z' $w", "AGENT-BAD": "1",
+                 "PWD": "/stale/pwd", "OLDPWD": "/agent/old"}
+    env = dict(NASTY_ENV, REPORT=str(report))
+    got = {spawn: _inspect(cache_dir, binaries["inspect"], spawn, NASTY_ARGS, env, agent_env,
+                           report)
+           for spawn in ("forkserver", "gated", "direct")}
+    want_argv = [os.fsencode(a) for a in NASTY_ARGS]
+    for spawn, rep in got.items():
+        assert rep["argv"] == want_argv, spawn
+    fs_env = got["forkserver"]["env"]
+    for name, value in {**NASTY_ENV, "HOME": "/h o'me", "AGENT_SIDE": "x\ny 'z' $w",
+                        "OCAMLRUNPARAM": "v=0x400"}.items():
+        entry = os.fsencode(f"{name}={value}")
+        assert (entry in fs_env) is (" " not in name and "-" not in name), entry
+    assert not [e for e in fs_env if e.startswith(b"PWD=")]
+    # the same environment as gated sh gives, signal dispositions and open fds too
+    assert got["forkserver"] == got["gated"]
+    # direct passes every name; sh drops those it cannot hold
+    assert fs_env == [e for e in got["direct"]["env"]
+                      if b" " not in e.split(b"=")[0] and b"-" not in e.split(b"=")[0]]
+    assert got["forkserver"]["fds"] == [b"0", b"1", b"2", b"3"]  # 3: the readdir itself
+
+
+def test_nasty_names_in_paths(tmp_path, binaries):
+    """A cache directory (so binary path) full of shell syntax works too."""
+    cache = tmp_path / "ca'che $(x) `y` \n;&|<>*?"
+    cache.mkdir()
+    sha = put(cache, binaries["echo"])
+    a = AgentProc(cache)
+    try:
+        r = a.request(op="run", sha256=sha, args=["it's"], runs=2, cpu=0, timeout=10,
+                      expected_output={"text": "it's"})
+        assert r["spawn"] == "forkserver" and r["failed"] == 0, r
+    finally:
+        a.close()
+
+
+@pytest.mark.parametrize("spawn", ["forkserver", "gated"])
+def test_many_runs_in_a_row(cache_dir, binaries, spawn):
+    """500 runs: exit statuses exact, maxrss the binary's own and steady."""
+    a = AgentProc(cache_dir, "--spawn", spawn)
+    try:
+        triv = put(cache_dir, binaries["trivial"])
+        r = a.request(op="run", sha256=triv, runs=500, cpu=0, timeout=10, perf=False)
+        assert r["ok"] and r["failed"] == 0 and r["spawn"] == spawn, r
+        rss = sorted(rec["maxrss_kb"] for rec in r["runs"])
+        assert {rec["exit_status"] for rec in r["runs"]} == {0}
+        assert 300 < rss[0] and rss[-1] < 6000, (rss[0], rss[-1])
+        assert rss[-1] - rss[0] < 1000, (rss[0], rss[-1])  # no drift from a growing server
+        ex3 = put(cache_dir, binaries["exit3"])
+        r = a.request(op="run", sha256=ex3, runs=200, cpu=0, timeout=10, perf=False)
+        assert {(rec["exit_status"], rec["stderr_tail"]) for rec in r["runs"]} == {(3, "bye\n")}
+        if spawn == "forkserver":
+            (server,) = _fork_servers(a.proc.pid)
+            with open(f"/proc/{server}/status") as f:
+                hwm = [int(line.split()[1]) for line in f if line.startswith("VmHWM:")][0]
+            assert hwm < 3000, hwm  # the server stays small
+    finally:
+        a.close()
+
+
+def test_fork_server_death_is_survived(cache_dir, binaries):
+    """Killing the fork server between or during runs: a fresh one takes over, the run is
+    retried once, nothing is left behind."""
+    a = AgentProc(cache_dir)
+    try:
+        triv = put(cache_dir, binaries["trivial"])
+        r = a.request(op="run", sha256=triv, runs=2, cpu=0, timeout=10, perf=False)
+        assert r["failed"] == 0
+        (first,) = _fork_servers(a.proc.pid)
+        os.kill(first, 9)
+        r = a.request(op="run", sha256=triv, runs=2, cpu=0, timeout=10, perf=False)
+        assert r["ok"] and r["failed"] == 0, r  # retried with a fresh server
+        (second,) = _fork_servers(a.proc.pid)
+        assert second != first and not os.path.exists(f"/proc/{first}")
+
+        # kill servers while a long request is running
+        a.send_raw(json.dumps({"id": 99, "op": "run", "sha256": triv, "runs": 400, "cpu": 0,
+                               "timeout": 10, "perf": True}).encode() + b"\n")
+        killed = set()
+        deadline = time.monotonic() + 20
+        while len(killed) < 5 and time.monotonic() < deadline:
+            time.sleep(0.03)
+            for pid in _fork_servers(a.proc.pid):
+                if pid not in killed:
+                    os.kill(pid, 9)
+                    killed.add(pid)
+        r = a.recv(timeout=60)
+        assert r["id"] == 99 and r["ok"] is True and len(r["runs"]) == 400, r
+        assert len(killed) >= 3, killed
+        for rec in r["runs"]:
+            assert rec["failure"] is None or rec["failure"].startswith(
+                "fork server failed twice"), rec
+            if rec["failure"] is None:
+                assert rec["exit_status"] == 0 and 300 < rec["maxrss_kb"] < 6000, rec
+        assert r["failed"] <= 5, r["failed"]
+        r = a.request(op="run", sha256=triv, runs=3, cpu=0, timeout=10, perf=False)
+        assert r["failed"] == 0
+        # nothing left: one live server, no zombies, the killed servers gone
+        assert _wait_for(lambda: not [p for p, (st, _) in _children(a.proc.pid).items()
+                                      if st == "Z"], 5), _children(a.proc.pid)
+        kids = _children(a.proc.pid)
+        assert len(kids) == 1 and b"fork server" in list(kids.values())[0][1], kids
+        assert not [p for p in killed if os.path.exists(f"/proc/{p}")]
     finally:
         a.close()
