@@ -19,7 +19,7 @@ from dispatcher.benchmark import (ManifestError, bundled_benchmarks, load_benchm
                                   resolve_benchmark)
 from dispatcher.compile import CompileError, CompileJob, CompileService
 from dispatcher.compiler import CompilerNotFound, locate_compiler
-from dispatcher.config import Config, ConfigError, load_config
+from dispatcher.config import Config, ConfigError, load_config, master_cpus
 from dispatcher.decisions import DecisionFileError, read_dumps, read_overrides
 from dispatcher.experiment import Chain, new_experiment, params_of
 from dispatcher.local import LocalBackend
@@ -34,6 +34,11 @@ def make_backend(config: Config, store: Store):
         return LocalBackend(config.local.cpus, store.worker_cache, config.local.worker_class)
     raise click.ClickException(f"{config.path}: backend: {config.backend} is not available yet "
                                "(local is)")
+
+
+def compile_cpus(config: Config) -> frozenset[int] | None:
+    """Local workers time benchmarks on their CPUs: the master compiles on the others."""
+    return master_cpus(config.local.cpus) if config.backend == "local" else None
 
 
 def summary_lines(results: list[RunResult], dumps) -> list[str]:
@@ -88,7 +93,7 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
         raise click.ClickException(str(exc)) from None
     runs = runs or config.run.runs
     store = Store(config.store)
-    compiler_service = CompileService(store, compiler, jobs=1)
+    compiler_service = CompileService(store, compiler, jobs=1, cpus=compile_cpus(config))
     try:
         compiled = compiler_service.compile(CompileJob(bench, overrides))
     except CompileError as exc:
@@ -182,7 +187,8 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
     slots = len(backend.slots)
     stop = threading.Event()
     scheduler = Scheduler(backend.slots)
-    compile_service = CompileService(store, compiler, jobs=config.compile_jobs)
+    compile_service = CompileService(store, compiler, jobs=config.compile_jobs,
+                                     cpus=compile_cpus(config))
     chains = []
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     try:

@@ -6,6 +6,7 @@ repeated compile is a cache hit and two identical jobs in flight compile once.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
@@ -57,10 +58,16 @@ KEEP = ("binary", "overrides.sexp", "compiler-output.txt")
 
 
 class CompileService:
-    def __init__(self, store: Store, compiler: Compiler, jobs: int = 1):
+    def __init__(self, store: Store, compiler: Compiler, jobs: int = 1,
+                 cpus: frozenset[int] | None = None):
+        """``cpus``: where compiles may run.  On the local backend these are the CPUs not
+        given to worker slots: a compile on a worker's CPU would disturb its timings."""
         self.store = store
         self.compiler = compiler
-        self._pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="compile")
+        self._pool = ThreadPoolExecutor(
+            max_workers=jobs, thread_name_prefix="compile",
+            # Linux pins only the calling thread, and ocamlopt inherits that thread's mask.
+            initializer=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         self._inflight: dict[str, Future] = {}
         self._lock = threading.Lock()
 

@@ -71,6 +71,13 @@ def default_cpus() -> tuple[int, ...]:
     return tuple(cpus[1:] if len(cpus) > 1 else cpus)
 
 
+def master_cpus(worker_cpus: tuple[int, ...]) -> frozenset[int] | None:
+    """The CPUs left to the master (its compiles) when local workers take ``worker_cpus``;
+    None when workers take them all (then nothing can be kept apart)."""
+    rest = frozenset(os.sched_getaffinity(0)) - set(worker_cpus)
+    return rest or None
+
+
 class _Reader:
     def __init__(self, path: Path | None):
         self.path = path
@@ -153,7 +160,8 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
 
     compile_ = r.section(data, "compile", {"jobs"})
     jobs_raw = compile_.get("jobs", "auto")
-    jobs = (os.cpu_count() or 1) if jobs_raw == "auto" else \
+    master = master_cpus(cpus) if backend == "local" else None
+    jobs = (len(master) if master else (os.cpu_count() or 1)) if jobs_raw == "auto" else \
         r.positive_int(compile_, "jobs", "compile.jobs", 1)
 
     search = _search_config(r, data, path)

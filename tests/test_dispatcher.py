@@ -246,3 +246,19 @@ def test_submit_survives_a_compile_that_finishes_at_once(compiler, store, tmp_pa
     t.join(5)
     assert not t.is_alive(), "submit deadlocked"
     assert not service._inflight  # forgotten once done
+
+
+def test_compiles_stay_off_the_worker_cpus(compiler, store):
+    """Processes started by compile threads inherit the master's CPUs, not the workers'."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    service = CompileService(store, compiler, jobs=2, cpus=frozenset(cpus[:1]))
+    try:
+        status = service._pool.submit(lambda: subprocess.run(
+            ["cat", "/proc/self/status"], capture_output=True, text=True).stdout).result()
+    finally:
+        service.close()
+    allowed = next(line.split()[1] for line in status.splitlines()
+                   if line.startswith("Cpus_allowed_list"))
+    assert allowed == str(cpus[0])

@@ -685,8 +685,10 @@ def _inspect(cache_dir, binary, spawn, args, env, agent_env, report) -> dict:
     assert parts[-1] == b""
     parts = parts[:-1]
     i, j, k = parts.index(b"--env--"), parts.index(b"--status--"), parts.index(b"--fds--")
-    return {"argv": parts[:i], "env": parts[i + 1:j], "status": parts[j + 1:k],
-            "fds": parts[k + 1:]}
+    status = [line for line in parts[j + 1:k] if line.split(b":")[0] in (
+        b"SigBlk", b"SigIgn", b"SigCgt")]  # not SigQ: signals queued for the whole user
+    assert len(status) == 3, parts[j + 1:k]
+    return {"argv": parts[:i], "env": parts[i + 1:j], "status": status, "fds": parts[k + 1:]}
 
 
 def test_forkserver_is_the_default(agent):

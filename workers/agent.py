@@ -87,6 +87,7 @@ import os
 import platform
 import re
 import resource
+import select
 import shutil
 import signal
 import socket
@@ -192,6 +193,19 @@ def _read_tail(fd: int, limit: int) -> bytes:
 
 
 def _cpus_allowed_list(pid: int):
+    """``pid``'s affinity in /proc's Cpus_allowed_list format ("0", "0-3,6"), or None."""
+    try:  # sched_getaffinity is ~10x cheaper than reading /proc/<pid>/status
+        cpus = sorted(os.sched_getaffinity(pid))
+    except OSError:
+        cpus = None
+    if cpus:
+        ranges = []
+        for cpu in cpus:
+            if ranges and ranges[-1][1] == cpu - 1:
+                ranges[-1][1] = cpu
+            else:
+                ranges.append([cpu, cpu])
+        return ",".join("%d" % a if a == b else "%d-%d" % (a, b) for a, b in ranges)
     try:
         with open("/proc/%d/status" % pid, "rb") as f:
             for line in f:
@@ -462,6 +476,164 @@ def _read_line(fd: int, limit: int = 64) -> bytes:
     return data
 
 
+_SH_NAME_RE = re.compile(rb"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _sh_quote(word: bytes) -> bytes:
+    """``word`` as one single-quoted sh word: literal for every byte but NUL (never in argv)."""
+    return b"'" + word.replace(b"'", b"'\\''") + b"'"
+
+
+# The fork server, started once per agent by ``sh -c BOOT`` with the request pipe as stdin,
+# the response pipe as stdout and the gate pipe as stderr (sh only takes fd numbers 0-9 in
+# redirections, so the pipes come in on fixed fds): sh moves the gate pipe to fd 3 and the
+# request pipe to fd 4 (stderr: /dev/null), forks the server loop in the background, prints its pid and
+# exits (the agent, a child subreaper, inherits the loop and gives it its own process
+# group).  Per request (a line holding a run token) the loop forks an intermediate subshell
+# that forks the run's child, prints the child's pid and exits; the loop reaps it and ends
+# the line, so when the agent reads the newline the child is already the agent's child.
+# The child sources the agent-written script ./r<token> (in the agent's private scratch
+# directory, the server's cwd), which redirects, cds, sets the environment, waits on the
+# gate for its token and execs the binary (see ``_forkserver_script``).
+_FORKSERVER_BOOT = (
+    ": inlining-agent fork server; exec 3<&2 4<&0 </dev/null 2>/dev/null; "
+    '{ while IFS= read -r t <&4; do ( { . "./r$t"; } & printf %s "$!" ); echo; done; } & '
+    "echo $!")
+
+
+class _ServerError(Exception):
+    """The fork server died or misbehaved (the request may be retried with a fresh one)."""
+
+
+def _read_line_timeout(fd: int, timeout: float, limit: int = 64) -> bytes:
+    """A line from ``fd`` (up to ``limit`` bytes); b"" or a partial line at EOF or timeout."""
+    deadline = time.monotonic() + timeout
+    data = b""
+    while len(data) < limit and not data.endswith(b"\n"):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            break
+        chunk = os.read(fd, limit - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+class _ForkServer:
+    """One long-lived ``sh`` that forks gated run children on request (see _FORKSERVER_BOOT).
+
+    Its process group (``pid``) holds it, its short-lived intermediates and a run child until
+    the agent moves that child to a group of its own, so ``stop`` leaves nothing behind.
+    """
+
+    def __init__(self, sh: str, cwd: str, timeout: float = SH_START_TIMEOUT_S):
+        self.sh = sh
+        self.timeout = timeout
+        self.pid = None
+        self.cpu = None
+        self.req_w = self.resp_r = self.gate_w = None
+        req_r, self.req_w = os.pipe()
+        self.resp_r, resp_w = os.pipe()
+        gate_r, self.gate_w = os.pipe()
+        boot = None
+        try:
+            try:
+                boot = subprocess.Popen([sh, "-c", _FORKSERVER_BOOT], stdin=req_r,
+                                        stdout=resp_w, stderr=gate_r, cwd=cwd, env={})
+            except OSError as e:
+                raise _ServerError("could not start %s: %s" % (sh, e))
+            finally:
+                for fd in (req_r, resp_w, gate_r):
+                    os.close(fd)
+            line = _read_line_timeout(self.resp_r, timeout)
+            if not line.endswith(b"\n"):
+                boot.kill()
+            boot.wait()
+            try:
+                pid = int(line)
+            except ValueError:
+                raise _ServerError("%s did not start the fork server (wait status %s)"
+                                   % (sh, boot.returncode))
+            self.pid = pid
+            os.setpgid(pid, pid)  # fails unless it is our (subreaper-inherited) child
+        except BaseException as e:
+            self.stop()
+            if isinstance(e, OSError):
+                raise _ServerError("fork server setup: %s" % e)
+            raise
+
+    def alive(self) -> bool:
+        return self.pid is not None
+
+    def spawn(self, token: int, cpu: int) -> int:
+        """Fork a child that sources ./r<token> -> its pid (now a child of the agent)."""
+        if self.cpu != cpu:  # the server, its intermediates and the child run on ``cpu``
+            os.sched_setaffinity(self.pid, {cpu})
+            self.cpu = cpu
+        try:
+            os.write(self.req_w, b"%d\n" % token)
+        except OSError as e:  # EPIPE: the server is gone
+            raise _ServerError("fork server gone (%s)" % e)
+        line = _read_line_timeout(self.resp_r, self.timeout)
+        if not line.endswith(b"\n"):
+            raise _ServerError("fork server %s (got %r)" % (
+                "died" if len(line) < 64 else "misbehaved", line[:64]))
+        try:
+            return int(line)
+        except ValueError:
+            raise _ServerError("fork server could not fork (got %r)" % line[:64])
+
+    def open_gate(self, token: int) -> None:
+        try:
+            os.write(self.gate_w, b"%d\n" % token)
+        except OSError:  # no reader left: the child is gone, waiting for it tells
+            pass
+
+    def stop(self) -> None:
+        """Kill the server's process group, reap the server, close the pipes."""
+        if self.pid is not None:
+            _killpg_quietly(self.pid)
+            try:
+                os.kill(self.pid, signal.SIGKILL)  # in case it never got its own group
+            except OSError:
+                pass
+            try:
+                os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                pass
+            self.pid = None
+        for name in ("req_w", "resp_r", "gate_w"):
+            fd = getattr(self, name)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, name, None)
+
+
+def _forkserver_script_parts(argv, env, out_path, err_path):
+    """-> (head, middle, tail) of a run script; the script is head + ``cd DIR || exit 126``
+    + middle + token + tail.  Every word is single-quoted (``_sh_quote``), so any argv,
+    environment value or path is taken literally.
+
+    The environment is the one asked for, less PWD and names sh cannot hold (exactly as
+    gated sh passes it on, except that sh resets an inherited IFS, OPTIND or PPID, which the
+    fork server passes unchanged): the server runs with an empty environment, the child
+    unsets what sh exported itself (PWD, and OLDPWD after its cd) and exports the rest.
+    """
+    head = b"exec 2>%s >%s </dev/null 4<&-\n" % (_sh_quote(os.fsencode(err_path)),
+                                                 _sh_quote(os.fsencode(out_path)))
+    exports = [b"unset PWD OLDPWD\n"]
+    for name, value in env.items():
+        name = os.fsencode(name)
+        if name != b"PWD" and _SH_NAME_RE.match(name):
+            exports.append(b"export %s=%s\n" % (name, _sh_quote(os.fsencode(value))))
+    middle = b"".join(exports) + (
+        b'while :; do IFS= read -r t <&3 || exit 125; [ "$t" = ')
+    tail = b" ] && break; done\nexec %s 3<&-\n" % b" ".join(
+        _sh_quote(os.fsencode(a)) for a in argv)
+    return head, middle, tail
+
+
 def _reap_group(pgid: int) -> None:
     """Reap any of our zombie children in process group ``pgid`` (never blocks)."""
     while True:
@@ -491,19 +663,26 @@ def _scratch_base():
 class Agent:
     """The request handler; usable in-process (e.g. by a Ray actor) or via ``main``.
 
-    ``spawn``: "auto" (gated sh when possible), "gated" or "direct" (see ``_start``).
+    ``spawn``: "auto" (the fork server when possible, else gated sh, else direct),
+    "forkserver", "gated" or "direct" (see ``_start``).
     """
 
     def __init__(self, cache_dir, worker_class=None, perf_events=DEFAULT_PERF_EVENTS,
                  spawn="auto"):
-        if spawn not in ("auto", "gated", "direct"):
-            raise ValueError("spawn must be auto, gated or direct")
+        if spawn not in ("auto", "forkserver", "gated", "direct"):
+            raise ValueError("spawn must be auto, forkserver, gated or direct")
         self.cache_dir = os.path.abspath(str(cache_dir))
         os.makedirs(self.cache_dir, exist_ok=True)
         self.worker_class = worker_class
         self.perf_events = tuple(perf_events)
         self._spawn_request = spawn
-        self._spawn = None  # ("gated", sh path) or ("direct", reason)
+        self._spawn = None  # ("forkserver" | "gated", sh path) or ("direct", reason)
+        self._spawn_note = None  # why auto fell back from the fork server to gated
+        self._server = None  # the _ForkServer (forkserver spawning)
+        self._token = 0  # run tokens, unique over the agent's life
+        self._workdirs = 0  # run working directories made
+        self._fs_parts = None  # per-request constant parts of the run script
+        self._fs_script = None  # the last run script written
         self._perf = None
         self._perf_info = None
         self._verified = {}  # sha256 -> (st_dev, st_ino, st_size, st_mtime_ns)
@@ -518,7 +697,16 @@ class Agent:
 
     def close(self) -> None:
         self.closed = True
+        self._stop_server()
         shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def _stop_server(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            pgid = server.pid
+            server.stop()
+            if pgid is not None:  # orphaned intermediates / children: reaped later
+                self._remember_pgid(pgid)
 
     def handle(self, request) -> dict:
         """Answer one request (a decoded JSON value); never raises for a bad request."""
@@ -565,11 +753,27 @@ class Agent:
                 why = "no /bin/sh"
             else:
                 why = _become_child_subreaper()
-            if why and self._spawn_request == "gated":
-                raise RequestError("cannot spawn through sh: %s" % why)
-            self._spawn = ("direct", why) if why else ("gated", sh)
-        if self._spawn[0] == "gated":
-            return {"method": "gated", "shell": self._spawn[1], "maxrss_exact": True}
+            if why:
+                if self._spawn_request in ("gated", "forkserver"):
+                    raise RequestError("cannot spawn through sh: %s" % why)
+                self._spawn = ("direct", why)
+            elif self._spawn_request == "gated":
+                self._spawn = ("gated", sh)
+            else:
+                try:
+                    self._server = _ForkServer(sh, self._scratch)
+                except _ServerError as e:
+                    if self._spawn_request == "forkserver":
+                        raise RequestError("cannot start the fork server: %s" % e)
+                    self._spawn_note = _one_line(e)
+                    self._spawn = ("gated", sh)
+                else:
+                    self._spawn = ("forkserver", sh)
+        if self._spawn[0] != "direct":
+            info = {"method": self._spawn[0], "shell": self._spawn[1], "maxrss_exact": True}
+            if self._spawn_note:
+                info["forkserver_error"] = self._spawn_note
+            return info
         return {"method": "direct", "reason": self._spawn[1], "maxrss_exact": False}
 
     # ----------------------------------------------------------------- ops
@@ -642,6 +846,11 @@ class Agent:
                 isinstance(k, str) and isinstance(v, str) and k and "=" not in k
                 and "\0" not in k + v for k, v in extra_env.items()):
             raise RequestError("env must be an object of string names (no '=') to strings")
+        try:
+            for text in args + list(extra_env) + list(extra_env.values()):
+                os.fsencode(text)
+        except UnicodeEncodeError:
+            raise RequestError("args and env must be encodable file-system strings")
         use_perf = request.get("perf", True)
         if not isinstance(use_perf, bool):
             raise RequestError("perf must be true or false")
@@ -665,6 +874,10 @@ class Agent:
         spawn = self.spawn_info()
         if self._watchdog is None:
             self._watchdog = _Watchdog()  # before any counter is opened on this thread
+        if spawn["method"] == "forkserver":
+            self._fs_parts = _forkserver_script_parts(
+                [binary] + args, env, os.path.join(self._scratch, "stdout"),
+                os.path.join(self._scratch, "stderr"))
 
         # stdout/stderr go to two scratch files, opened once per request, emptied per run.
         out_path = os.path.join(self._scratch, "stdout")
@@ -744,6 +957,8 @@ class Agent:
         reap it (no shell can swallow its exit status).
         direct: Popen the binary (ru_maxrss >= the agent's RSS, ~15-20 MB).
         """
+        if self._spawn[0] == "forkserver":
+            return self._start_forkserver(cpu, workdir, perf_events, timeout)
         saved_mask = os.sched_getaffinity(0)
         if self._spawn[0] == "direct":
             counters = []
@@ -811,6 +1026,65 @@ class Agent:
                 _killpg_quietly(pgid)
                 self._remember_pgid(pgid)
 
+    def _start_forkserver(self, cpu, workdir, perf_events, timeout):
+        """``_start`` through the fork server: write the run script, have the server fork a
+        child that sources it (the child redirects, cds, sets the environment and waits on
+        the gate), then, as with gated sh: pin it, give it its own process group, attach
+        counters and RLIMIT_CPU, start the clock and open the gate for its token.  A server
+        found dead (or hung for SH_START_TIMEOUT_S) is replaced and the spawn retried once.
+        """
+        self._token += 1
+        token = self._token
+        if self._fs_script is not None:
+            try:
+                os.unlink(self._fs_script)  # its child has exited: it was waited for
+            except OSError:
+                pass
+            self._fs_script = None
+        head, middle, tail = self._fs_parts
+        path = os.path.join(self._scratch, "r%d" % token)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, b"".join((head, b"cd ", _sh_quote(os.fsencode(workdir)),
+                                   b" || exit 126\n", middle, b"%d" % token, tail)))
+        finally:
+            os.close(fd)
+        self._fs_script = path
+        pid = None
+        for attempt in (1, 2):
+            try:
+                if self._server is None:
+                    self._server = _ForkServer(self._spawn[1], self._scratch)
+                pid = self._server.spawn(token, cpu)
+                break
+            except _ServerError as e:
+                self._stop_server()
+                if attempt == 2:
+                    raise _SpawnError(_one_line("fork server failed twice: %s" % e))
+        try:
+            try:
+                os.sched_setaffinity(pid, {cpu})
+                os.setpgid(pid, pid)  # its own group: killpg gets the benchmark's whole tree
+            except ProcessLookupError:  # already exited (its wait status tells why)
+                pass
+            cpus_allowed = _cpus_allowed_list(pid)
+            counters = self._perf.open(pid, perf_events) if perf_events else []
+            _limit_cpu_time(pid, timeout)
+            self._watchdog.arm(pid, timeout)
+            t0 = time.monotonic_ns()
+            self._server.open_gate(token)
+        except BaseException as e:  # leave nothing behind
+            self._watchdog.disarm()
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+            if isinstance(e, OSError):
+                raise _SpawnError(_one_line("could not prepare the run: %s" % e))
+            raise
+        return pid, pid, t0, counters, cpus_allowed
+
     def _remember_pgid(self, pgid: int) -> None:
         """Orphans of recent runs are our children (subreaper): reap them now and then."""
         if pgid not in self._recent_pgids:
@@ -839,7 +1113,12 @@ class Agent:
         for fd in (out_fd, err_fd):
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)  # a directly spawned child shares this offset
-        workdir = tempfile.mkdtemp(prefix="run-", dir=self._scratch)
+        self._workdirs += 1  # the scratch directory is private: a counter names it
+        workdir = os.path.join(self._scratch, "run-%d" % self._workdirs)
+        try:
+            os.mkdir(workdir, 0o700)
+        except FileExistsError:
+            workdir = tempfile.mkdtemp(prefix="run-", dir=self._scratch)
         counters = []
         try:
             try:
@@ -876,7 +1155,10 @@ class Agent:
                     if state != "supported":
                         perf[name] = {"unsupported": True}
                 record["perf"] = perf
-            shutil.rmtree(workdir, ignore_errors=True)
+            try:
+                os.rmdir(workdir)  # the common case: the binary left nothing behind
+            except OSError:
+                shutil.rmtree(workdir, ignore_errors=True)
 
         record["wall_ns"] = t1 - t0
         record["user_s"] = round(ru.ru_utime, 6)
@@ -951,8 +1233,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache-dir", required=True, help="directory of binaries named by sha256")
     parser.add_argument("--worker-class", default=None, help="label reported by hello")
-    parser.add_argument("--spawn", choices=("auto", "gated", "direct"), default="auto",
-                        help="how binaries are started (default: gated through sh if possible)")
+    parser.add_argument("--spawn", choices=("auto", "forkserver", "gated", "direct"),
+                        default="auto",
+                        help="how binaries are started (default: through the fork server if "
+                             "possible, else gated through sh, else direct)")
     opts = parser.parse_args(argv)
 
     # The protocol gets a private copy of stdout; fd 1 then points at stderr, so nothing a
