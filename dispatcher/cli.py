@@ -102,9 +102,10 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
         compiler_service.close()
 
     args = bench_size.args
-    results = [] if remeasure else [
-        r for r in store.measurements_for(compiled.sha256, args, config.local.worker_class)
-        if len(r.records) >= runs]
+    results = [] if remeasure else list({  # the latest result of each worker
+        r.worker: r for r in store.measurements_for(compiled.sha256, args,
+                                                     config.local.worker_class)
+        if len(r.records) >= runs}.values())
     if not results:
         job = RunJob(sha256=compiled.sha256, binary=compiled.binary, args=args, runs=runs,
                      timeout=config.run.timeout, expected_output=bench_size.expected.to_json(),

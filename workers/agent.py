@@ -17,7 +17,8 @@ Ops:
 
 ``hello``
     agent_version (sha256 of this file), python, hostname, cpus (this process's affinity),
-    perf (availability and per-event support, probed once and cached), worker_class.
+    perf (availability and per-event support, probed once and cached), spawn (method:
+    "forkserver", "gated" or "direct"; maxrss_exact), worker_class.
 ``has``  (``sha256``)
     present: the binary ``<cache-dir>/<sha256>`` exists and its content hash was verified.
 ``run``  (``sha256``, ``args``, ``runs``, ``cpu``, ``timeout``, ``expected_output``,
@@ -29,7 +30,25 @@ Ops:
 
 Design notes
 ------------
-* Spawning ("gated", the default): the binary is started by ``sh`` (dash when installed):
+* Spawning ("forkserver", the default): one long-lived ``sh`` (dash when installed) per
+  agent, started lazily with an empty environment in the agent's private scratch directory
+  and replaced (the spawn retried once) whenever it is found dead or hung.  Per run the
+  agent writes a script, then sends the server a token; the server forks an intermediate
+  subshell that forks the run's child, reports the child's pid and exits, so the child is
+  the agent's (subreaper) child.  The child sources the script: it redirects stdin, stdout
+  and stderr, cds to the run's fresh directory, sets the environment and blocks on the gate
+  pipe until its token arrives, then execs the binary.  Meanwhile the agent pins the child
+  (``sched_setaffinity``), puts it in a process group of its own (``setpgid``; a process
+  group in the agent's session, not a new session: sh cannot call setsid), attaches
+  counters and RLIMIT_CPU, starts the clock and writes the token to the gate.  No quoting
+  risk: every argv word, environment value and path is written single-quoted ('\'' for a
+  quote), which sh takes literally for every byte but NUL, and names sh cannot hold are
+  dropped, as gated sh drops them.  The binary gets what gated sh gives it (environment,
+  signal dispositions, fds 0-2 only), except that gated sh resets an inherited IFS, OPTIND
+  or PPID and the fork server passes them as asked.  Why: starting sh costs ~1 ms a run
+  (an exec), forking the idle server twice about half that.
+* Spawning ("gated", the fallback when the fork server cannot start): the binary is
+  started by ``sh`` (dash when installed):
   sh forks a subshell that blocks reading a gate pipe, prints the subshell's pid and exits.
   The agent is a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), so after it reaps sh
   the waiting subshell is its child; it attaches the counters to it, sets its RLIMIT_CPU,
@@ -43,15 +62,16 @@ Design notes
   binary is an asynchronous command of a non-interactive shell, SIGINT and SIGQUIT are
   ignored in it.  Without ctypes/prctl or sh the agent falls back to "direct" spawning
   (Popen; maxrss then includes the agent's RSS; hello says which).
-* Pinning: the spawning thread pins *itself* to the requested CPU for the duration of the
+* Pinning (gated, direct; the fork server pins itself and its child to the run's CPU
+  instead): the spawning thread pins *itself* to the requested CPU for the duration of the
   spawn (on Linux ``sched_setaffinity(0, ...)`` affects only the calling thread, and a child
   inherits the mask of the thread that forked it), then restores its mask.  sh, the
   subshell and the binary are on the CPU from their first instruction, without a
   ``preexec_fn`` (which would force a slow ``fork()`` instead of ``vfork()`` and is unsafe
   in a multi-threaded host such as a Ray actor).
-* Each run gets its own session (so a timeout kills the whole process tree with one
-  ``killpg``), a fresh empty temporary cwd (removed afterwards), stdin from /dev/null and
-  stdout/stderr in scratch files (not pipes).
+* Each run gets its own session (fork server: its own process group), so a timeout kills
+  the whole process tree with one ``killpg``; a fresh empty temporary cwd (removed
+  afterwards), stdin from /dev/null and stdout/stderr in scratch files (not pipes).
 * Timing: ``wall_ns`` runs from opening the gate (direct: from Popen) to the exit seen by
   ``waitid``; user_s, sys_s and maxrss_kb are the binary's own rusage from ``wait4``.  The
   agent waits with ``waitid(WNOWAIT)`` first so the exited child stays a zombie (keeping
@@ -487,14 +507,14 @@ def _sh_quote(word: bytes) -> bytes:
 # The fork server, started once per agent by ``sh -c BOOT`` with the request pipe as stdin,
 # the response pipe as stdout and the gate pipe as stderr (sh only takes fd numbers 0-9 in
 # redirections, so the pipes come in on fixed fds): sh moves the gate pipe to fd 3 and the
-# request pipe to fd 4 (stderr: /dev/null), forks the server loop in the background, prints its pid and
-# exits (the agent, a child subreaper, inherits the loop and gives it its own process
-# group).  Per request (a line holding a run token) the loop forks an intermediate subshell
-# that forks the run's child, prints the child's pid and exits; the loop reaps it and ends
-# the line, so when the agent reads the newline the child is already the agent's child.
-# The child sources the agent-written script ./r<token> (in the agent's private scratch
-# directory, the server's cwd), which redirects, cds, sets the environment, waits on the
-# gate for its token and execs the binary (see ``_forkserver_script``).
+# request pipe to fd 4 (stderr: /dev/null), forks the server loop in the background, prints
+# its pid and exits (the agent, a child subreaper, inherits the loop and gives it its own
+# process group).  Per request (a line holding a run token) the loop forks an intermediate
+# subshell that forks the run's child, prints the child's pid and exits; the loop reaps it
+# and ends the line, so when the agent reads the newline the child is already the agent's
+# child.  The child sources the agent-written script ./r<token> (in the agent's private
+# scratch directory, the server's cwd), which redirects, cds, sets the environment, waits on
+# the gate for its token and execs the binary (see ``_forkserver_script_parts``).
 _FORKSERVER_BOOT = (
     ": inlining-agent fork server; exec 3<&2 4<&0 </dev/null 2>/dev/null; "
     '{ while IFS= read -r t <&4; do ( { . "./r$t"; } & printf %s "$!" ); echo; done; } & '
