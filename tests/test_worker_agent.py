@@ -777,6 +777,14 @@ def test_fork_server_death_is_survived(cache_dir, binaries):
         assert r["ok"] and r["failed"] == 0, r  # retried with a fresh server
         (second,) = _fork_servers(a.proc.pid)
         assert second != first and not os.path.exists(f"/proc/{first}")
+        # found dead when it has to be moved to another CPU too
+        os.kill(second, 9)
+        last = max(os.sched_getaffinity(0))
+        r = a.request(op="run", sha256=triv, runs=2, cpu=last, timeout=10, perf=False)
+        assert r["ok"] and r["failed"] == 0, r
+        assert {rec["cpus_allowed"] for rec in r["runs"]} == {str(last)}
+        (third,) = _fork_servers(a.proc.pid)
+        assert third not in (first, second)
 
         # kill servers while a long request is running
         a.send_raw(json.dumps({"id": 99, "op": "run", "sha256": triv, "runs": 400, "cpu": 0,

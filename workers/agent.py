@@ -589,7 +589,10 @@ class _ForkServer:
     def spawn(self, token: int, cpu: int) -> int:
         """Fork a child that sources ./r<token> -> its pid (now a child of the agent)."""
         if self.cpu != cpu:  # the server, its intermediates and the child run on ``cpu``
-            os.sched_setaffinity(self.pid, {cpu})
+            try:
+                os.sched_setaffinity(self.pid, {cpu})
+            except OSError as e:  # ESRCH: the server is gone
+                raise _ServerError("could not pin the fork server: %s" % e)
             self.cpu = cpu
         try:
             os.write(self.req_w, b"%d\n" % token)
