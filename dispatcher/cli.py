@@ -22,7 +22,7 @@ from dispatcher.compiler import CompilerNotFound, locate_compiler
 from dispatcher.config import Config, ConfigError, load_config, master_cpus
 from dispatcher.decisions import DecisionFileError, read_dumps, read_overrides
 from dispatcher.experiment import Chain, new_experiment, params_of
-from dispatcher.local import LocalBackend
+from dispatcher.local import LocalBackend, keep_master_off
 from dispatcher.rundir import Rundir, RundirError, append_batch_log
 from dispatcher.scheduler import Scheduler
 from dispatcher.store import Store
@@ -31,6 +31,7 @@ from dispatcher.worker import AgentError, RunJob, RunResult
 
 def make_backend(config: Config, store: Store):
     if config.backend == "local":
+        keep_master_off(config.local.cpus)  # before the scheduler starts its threads
         return LocalBackend(config.local.cpus, store.worker_cache, config.local.worker_class)
     raise click.ClickException(f"{config.path}: backend: {config.backend} is not available yet "
                                "(local is)")

@@ -13,6 +13,19 @@ from pathlib import Path
 from dispatcher.worker import AgentError, LocalAgent, RunJob, RunResult, result_from_response
 
 
+# The agents may use every CPU this process started with, even after the master has
+# confined its own threads (keep_master_off) to the CPUs left over from the workers.
+AGENT_CPUS = frozenset(os.sched_getaffinity(0))
+
+
+def keep_master_off(worker_cpus: tuple[int, ...]) -> None:
+    """Confine this thread, and the threads it starts from now on, to the CPUs not given to
+    local workers: the master's bookkeeping must not wake up on a CPU being timed."""
+    rest = AGENT_CPUS - set(worker_cpus)
+    if rest:
+        os.sched_setaffinity(0, rest)
+
+
 def install_binary(cache_dir: Path, sha256: str, source: Path) -> Path:
     """Put a binary into an agent cache under its sha256, atomically (the agent verifies it)."""
     dest = cache_dir / sha256
@@ -39,7 +52,8 @@ class LocalSlot:
     def run(self, job: RunJob) -> RunResult:
         install_binary(self._cache_dir, job.sha256, job.binary)
         if self._agent is None or self._agent.process.poll() is not None:
-            self._agent = LocalAgent(self.name, self._cache_dir, self.worker_class)
+            self._agent = LocalAgent(self.name, self._cache_dir, self.worker_class,
+                                     cpus=AGENT_CPUS)
         try:
             response = self._agent.connection.request(job.request(self.cpu))
         except AgentError:

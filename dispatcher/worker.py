@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -138,12 +139,22 @@ class AgentConnection:
 class LocalAgent:
     """The agent as a subprocess of the master."""
 
-    def __init__(self, name: str, cache_dir: Path, worker_class: str):
-        self.process = subprocess.Popen(
-            [sys.executable, str(AGENT_PATH), "--cache-dir", str(cache_dir),
-             "--worker-class", worker_class],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            start_new_session=True)  # Ctrl-C is for the master, which stops cleanly
+    def __init__(self, name: str, cache_dir: Path, worker_class: str,
+                 cpus: frozenset[int] | None = None):
+        """``cpus``: the agent's CPU mask (default: this thread's).  The master may keep its
+        own threads off the worker CPUs; the agent must still be allowed to pin runs there."""
+        saved = os.sched_getaffinity(0)
+        if cpus:
+            os.sched_setaffinity(0, cpus)  # this thread only; the agent inherits it
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, str(AGENT_PATH), "--cache-dir", str(cache_dir),
+                 "--worker-class", worker_class],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                start_new_session=True)  # Ctrl-C is for the master, which stops cleanly
+        finally:
+            if cpus:
+                os.sched_setaffinity(0, saved)
         self.connection = AgentConnection(name, self.process.stdin, self.process.stdout)
 
     def close(self) -> None:

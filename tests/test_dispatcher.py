@@ -262,3 +262,28 @@ def test_compiles_stay_off_the_worker_cpus(compiler, store):
     allowed = next(line.split()[1] for line in status.splitlines()
                    if line.startswith("Cpus_allowed_list"))
     assert allowed == str(cpus[0])
+
+
+def test_master_threads_stay_off_worker_cpus_but_agents_may_use_them(tmp_path):
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    worker = cpus[-1]
+    script = f"""
+import os, threading
+from pathlib import Path
+from dispatcher.local import keep_master_off
+from dispatcher.worker import LocalAgent
+from dispatcher.local import AGENT_CPUS
+keep_master_off(({worker},))
+seen = []
+t = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
+t.start(); t.join()
+agent = LocalAgent("t", Path({str(tmp_path)!r}), "local", cpus=AGENT_CPUS)
+hello = agent.connection.request({{"op": "hello"}})
+agent.close()
+print({worker} in os.sched_getaffinity(0), {worker} in seen[0], {worker} in hello["cpus"])
+"""
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.split() == ["False", "False", "True"], out.stderr
