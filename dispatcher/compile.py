@@ -71,17 +71,18 @@ class CompileService:
         self._inflight: dict[str, Future] = {}
         self._lock = threading.Lock()
 
-    def key(self, job: CompileJob) -> str:
-        return compile_key(self.compiler.identity, job.benchmark.source_hash(),
+    def key(self, job: CompileJob, source_hash: str | None = None) -> str:
+        return compile_key(self.compiler.identity, source_hash or job.benchmark.source_hash(),
                            job.effective_flags, overrides_text(job.overrides))
 
     def submit(self, job: CompileJob) -> "Future[CompileResult]":
-        key = self.key(job)
+        source_hash = job.benchmark.source_hash()  # reads every source file: once per job
+        key = self.key(job, source_hash)
         with self._lock:
             running = self._inflight.get(key)
             if running is not None:
                 return running
-            future = self._pool.submit(self._compile, key, job)
+            future = self._pool.submit(self._compile, key, job, source_hash)
             self._inflight[key] = future
         # Outside the lock: a cache hit can finish before this line, and then the callback
         # runs right here, in this thread, and takes the lock itself.
@@ -95,7 +96,7 @@ class CompileService:
         with self._lock:
             self._inflight.pop(key, None)
 
-    def _compile(self, key: str, job: CompileJob) -> CompileResult:
+    def _compile(self, key: str, job: CompileJob, source_hash: str) -> CompileResult:
         t0 = time.monotonic()
         cached = self.store.artifact(key)
         if cached is not None:
@@ -122,7 +123,7 @@ class CompileService:
             artifact = self.store.commit_artifact(key, staging, {
                 "benchmark": job.benchmark.name, "flags": list(job.effective_flags),
                 "compiler": self.compiler.identity,
-                "source_hash": job.benchmark.source_hash(),
+                "source_hash": source_hash,
                 "overrides": len(job.overrides)})
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)

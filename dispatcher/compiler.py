@@ -7,11 +7,12 @@ artifacts made by another one.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from dispatcher.files import sha256_file
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO_ROOT / "compiler" / "build"
@@ -37,11 +38,7 @@ class Compiler:
     @functools.cached_property
     def identity(self) -> str:
         """sha256 of the ocamlopt binary: changes whenever the compiler does."""
-        h = hashlib.sha256()
-        with open(self.ocamlopt, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        return h.hexdigest()
+        return sha256_file(self.ocamlopt)
 
 
 def locate_compiler(build: bool = True) -> Compiler:

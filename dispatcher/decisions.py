@@ -6,14 +6,14 @@ file pins decisions by the same keys, so a tool copies a dump, flips actions, fe
 """
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import sexpdata
+
+from dispatcher.files import write_text_atomic
 
 FORMAT_VERSION = 1
 ACTIONS = ("inline", "dont_inline", "specialise")
@@ -177,13 +177,7 @@ def overrides_text(overrides: Iterable[Override]) -> str:
 
 def write_overrides(path: Path | str, overrides: Iterable[Override]) -> Path:
     """Write atomically (temp file then rename): readers never see half a file."""
-    path = Path(path)
-    text = overrides_text(overrides)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-    return path
+    return write_text_atomic(Path(path), overrides_text(overrides))
 
 
 def parse_overrides(text: str, source: str = "<overrides>") -> list[Override]:

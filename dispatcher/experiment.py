@@ -21,7 +21,8 @@ from dispatcher.compile import CompileError, CompileJob, CompileResult, CompileS
 from dispatcher.rundir import Rundir
 from dispatcher.scheduler import Scheduler
 from dispatcher.search import energy, geomean, geomean_ci95, metropolis, propose, temperature
-from dispatcher.store import Store, write_json_atomic
+from dispatcher.files import write_json_atomic
+from dispatcher.store import Store
 from dispatcher.tree import Tree, count, to_overrides
 from dispatcher.worker import RunJob, RunResult
 
@@ -70,6 +71,12 @@ def _rng_from_json(data: list) -> random.Random:
 def _counts(tree: Tree) -> dict:
     inlined, not_inlined, prevented = count(tree)
     return {"inlined": inlined, "not_inlined": not_inlined, "prevented": prevented}
+
+
+def _pointer(step: int, candidate: dict) -> dict:
+    """How the journal names a candidate kept as incumbent or best."""
+    return {"step": step, **{k: candidate[k] for k in
+                             ("candidate", "dir", "energy", "sha256", "artifact")}}
 
 
 class Interrupted(Exception):
@@ -207,7 +214,7 @@ class Chain:
             u = rng.random()  # the Metropolis draw, taken whatever happens
             futures = [self.compiler.submit(CompileJob(self.benchmark, tuple(to_overrides(t))))
                        for t, _ in proposals]
-            candidates, compiled = [], []
+            candidates, compiled, trees = [], [], {}
             for k, ((_, mutation), future) in enumerate(zip(proposals, futures)):
                 entry = {"candidate": k, "dir": f"steps/{step:05d}/c{k}", "mutation": mutation,
                          "sha256": None, "artifact": None, "cached": False, "decisions": None,
@@ -231,7 +238,9 @@ class Chain:
                 results, cached = self._collect(pending[entry["candidate"]])
                 self._save_candidate(d, c, results)
                 times = self._times(results)
-                entry.update(cached=cached, decisions=_counts(Tree.from_dir(d)), times=times,
+                trees[entry["candidate"]] = Tree.from_dir(d)  # what the compiler really did
+                entry.update(cached=cached, decisions=_counts(trees[entry["candidate"]]),
+                             times=times,
                              failed=sum(r.failed for r in results), energy=energy(times, base))
             scored = [e for e in candidates if e["energy"] is not None]
             chosen = min(scored, key=lambda e: e["energy"]) if scored else None
@@ -241,15 +250,12 @@ class Chain:
             else:
                 accepted = chosen is not None
             if accepted:
-                incumbent = {key: chosen[key] for key in ("candidate", "dir", "energy", "sha256",
-                                                          "artifact")}
-                incumbent["step"] = step
-                incumbent_tree = Tree.from_dir(self.rundir.path / chosen["dir"])
+                incumbent = _pointer(step, chosen)
+                incumbent_tree = trees[chosen["candidate"]]
                 current_dir, current_tree = chosen["dir"], incumbent_tree
             for e in scored:
                 if e["energy"] < best["energy"]:
-                    best = {"step": step, **{key: e[key] for key in
-                                             ("candidate", "dir", "energy", "sha256", "artifact")}}
+                    best = _pointer(step, e)
             if (p.algorithm == "sa" and p.remeasure_every and step % p.remeasure_every == 0
                     and incumbent["step"] > 0):
                 incumbent = self._remeasure(step, incumbent, base)

@@ -25,7 +25,7 @@ from typing import Iterator
 
 import yaml
 
-from dispatcher.store import write_json_atomic
+from dispatcher.files import append_json_line, write_json_atomic
 
 FORMAT_VERSION = 1
 
@@ -97,12 +97,7 @@ class Rundir:
                 os.fsync(f.fileno())
 
     def append(self, event: dict) -> None:
-        line = json.dumps({**event, "time": event.get("time", time.time())},
-                          sort_keys=True) + "\n"
-        with open(self.journal_path, "ab") as f:
-            f.write(line.encode())
-            f.flush()
-            os.fsync(f.fileno())
+        append_json_line(self.journal_path, event)
 
     def events(self) -> list[dict]:
         return read_journal(self.journal_path)
@@ -135,10 +130,7 @@ class Rundir:
 def append_batch_log(path: Path, entry: dict) -> None:
     """The batch log lists every experiment started: one JSON line each, fsynced."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as f:
-        f.write((json.dumps({**entry, "time": time.time()}, sort_keys=True) + "\n").encode())
-        f.flush()
-        os.fsync(f.fileno())
+    append_json_line(path, {**entry, "time": time.time()})
 
 
 def read_batch_log(path: Path) -> list[dict]:

@@ -22,19 +22,12 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from dispatcher.files import sha256_file, write_json_atomic
 from dispatcher.worker import RunResult
 
 
 def _hash(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def compile_key(compiler_identity: str, source_hash: str, flags: tuple[str, ...],
@@ -45,16 +38,6 @@ def compile_key(compiler_identity: str, source_hash: str, flags: tuple[str, ...]
 
 def measurement_key(sha256: str, args: tuple[str, ...], worker_class: str) -> str:
     return _hash({"binary": sha256, "args": list(args), "worker_class": worker_class})
-
-
-def write_json_atomic(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 @dataclass(frozen=True)
