@@ -643,8 +643,19 @@ def _is_running(pid: int) -> bool:
 
 
 def _fork_servers(agent_pid: int) -> list:
+    """The agent's fork servers.  A run's child is a fork of the server, with the same
+    command line until it execs the binary; the first line of its script points its stdout
+    at a scratch file, while a server's stdout stays the pipe to the agent."""
     return [pid for pid, (state, cmd) in _children(agent_pid).items()
-            if b"inlining-agent fork server" in cmd and state != "Z"]
+            if b"inlining-agent fork server" in cmd and state != "Z"
+            and _stdout_is_pipe(pid)]
+
+
+def _stdout_is_pipe(pid: int) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/fd/1").startswith("pipe:")
+    except OSError:
+        return False
 
 
 # Arguments no shell quoting may touch: metacharacters, quotes, spaces, newlines, every
