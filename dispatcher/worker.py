@@ -23,6 +23,11 @@ class AgentError(RuntimeError):
     """The agent refused a request, or the connection to it broke."""
 
 
+class WorkerLost(AgentError):
+    """The connection to the agent broke (it died, its host went away, or it stopped answering):
+    the job did not fail on its own merits, so the scheduler runs it again on another slot."""
+
+
 @dataclass(frozen=True)
 class RunJob:
     """What to run, independent of where: the scheduler picks the slot (and its CPU)."""
@@ -121,13 +126,13 @@ class AgentConnection:
                 self._stdin.flush()
                 reply = self._stdout.readline()
             except (OSError, ValueError) as exc:
-                raise AgentError(f"{self.name}: connection to the agent lost ({exc})") from None
+                raise WorkerLost(f"{self.name}: connection to the agent lost ({exc})") from None
             if not reply:
-                raise AgentError(f"{self.name}: the agent exited")
+                raise WorkerLost(f"{self.name}: the agent exited")
             try:
                 response = json.loads(reply)
             except json.JSONDecodeError:
-                raise AgentError(f"{self.name}: unreadable reply {reply[:100]!r}") from None
+                raise WorkerLost(f"{self.name}: unreadable reply {reply[:100]!r}") from None
             if response.get("id") != rid:
                 raise AgentError(f"{self.name}: reply to request {response.get('id')}, "
                                  f"expected {rid}")
