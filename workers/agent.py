@@ -1252,6 +1252,36 @@ def serve(agent: Agent, infile, outfile) -> None:
         outfile.flush()
 
 
+def hold_slot_lock(path: str, wait: float):
+    """Take the lock of a worker slot for this process's life, or exit with status 75.
+
+    A kernel ``flock``: it dies with the process, so a master that crashed leaves nothing
+    behind that blocks the next one (its agent exits on EOF once the connection is gone; a
+    run in progress finishes first, hence ``wait``).  Two live masters never share a slot.
+    """
+    import fcntl
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                try:
+                    holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+                except OSError:
+                    holder = ""
+                sys.stderr.write("agent: slot lock %s is held by another live agent%s\n"
+                                 % (path, " (%s)" % holder if holder else ""))
+                sys.exit(75)
+            time.sleep(0.2)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, ("pid %d since %s\n" % (os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%S"))
+                   ).encode(), 0)
+    return fd
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache-dir", required=True, help="directory of binaries named by sha256")
@@ -1260,7 +1290,13 @@ def main(argv=None) -> int:
                         default="auto",
                         help="how binaries are started (default: through the fork server if "
                              "possible, else gated through sh, else direct)")
+    parser.add_argument("--lock", default=None,
+                        help="lock file of this worker slot, held while the agent lives")
+    parser.add_argument("--lock-wait", type=float, default=30.0,
+                        help="seconds to wait for a slot lock held by an exiting agent")
     opts = parser.parse_args(argv)
+    if opts.lock:
+        hold_slot_lock(opts.lock, opts.lock_wait)
 
     # The protocol gets a private copy of stdout; fd 1 then points at stderr, so nothing a
     # library (or a bug) prints can corrupt the response stream.
