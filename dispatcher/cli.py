@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import faulthandler
+import logging
 import signal
 import statistics
 import sys
@@ -25,6 +26,7 @@ from dispatcher.experiment import Chain, new_experiment, params_of
 from dispatcher.local import LocalBackend, keep_master_off
 from dispatcher.rundir import Rundir, RundirError, append_batch_log
 from dispatcher.scheduler import Scheduler
+from dispatcher.ssh import SshBackend
 from dispatcher.store import Store
 from dispatcher.worker import AgentError, RunJob, RunResult
 
@@ -33,8 +35,26 @@ def make_backend(config: Config, store: Store):
     if config.backend == "local":
         keep_master_off(config.local.cpus)  # before the scheduler starts its threads
         return LocalBackend(config.local.cpus, store.worker_cache, config.local.worker_class)
+    if config.backend == "ssh":
+        return SshBackend(config.ssh)
     raise click.ClickException(f"{config.path}: backend: {config.backend} is not available yet "
-                               "(local is)")
+                               "(local and ssh are)")
+
+
+def worker_classes(config: Config) -> set[str]:
+    if config.backend == "ssh":
+        return {h.worker_class for h in config.ssh.hosts}
+    return {config.local.worker_class}
+
+
+def show_warnings() -> None:
+    """Lost workers, retried jobs and quarantined hosts are reported on stderr as they happen."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+
+
+def report_quarantined(scheduler: Scheduler) -> None:
+    for name, why in scheduler.quarantined.items():
+        click.echo(f"{name}: out of service: {why}", err=True)
 
 
 def compile_cpus(config: Config) -> frozenset[int] | None:
@@ -93,6 +113,7 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
     except (ConfigError, ManifestError, DecisionFileError, CompilerNotFound) as exc:
         raise click.ClickException(str(exc)) from None
     runs = runs or config.run.runs
+    show_warnings()
     store = Store(config.store)
     compiler_service = CompileService(store, compiler, jobs=1, cpus=compile_cpus(config))
     try:
@@ -103,23 +124,31 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
         compiler_service.close()
 
     args = bench_size.args
+    errors: list[str] = []
     results = [] if remeasure else list({  # the latest result of each worker
-        r.worker: r for r in store.measurements_for(compiled.sha256, args,
-                                                     config.local.worker_class)
+        r.worker: r for cls in sorted(worker_classes(config))
+        for r in store.measurements_for(compiled.sha256, args, cls)
         if len(r.records) >= runs}.values())
     if not results:
         job = RunJob(sha256=compiled.sha256, binary=compiled.binary, args=args, runs=runs,
                      timeout=config.run.timeout, expected_output=bench_size.expected.to_json(),
                      perf=config.run.perf)
         backend = make_backend(config, store)
-        with Scheduler(backend.slots) as scheduler:
+        with Scheduler(backend.slots, config.scheduler) as scheduler:
             futures = [scheduler.submit(job, slot=slot.name) for slot in backend.slots]
-            try:
-                results = [f.result() for f in futures]
-            except AgentError as exc:
-                raise click.ClickException(str(exc)) from None
-        for r in results:
+            for f in futures:
+                try:
+                    results.append(f.result())
+                except AgentError as exc:
+                    errors.append(str(exc))
+        backend.close()
+        for r in results:  # what was measured is kept, whatever else failed
             store.add_measurement(r)
+        report_quarantined(scheduler)
+        if not results:
+            raise click.ClickException(errors[0])
+        for e in errors:
+            click.echo(f"error: {e}", err=True)
 
     label = str(decisions) if decisions else "heuristic"
     for r in results:
@@ -128,7 +157,7 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
     if not csv_only:
         for line in summary_lines(results, read_dumps(compiled.artifact.decision_files)):
             click.echo(line, err=not summary)
-    if any(r.failed for r in results):
+    if errors or any(r.failed for r in results):
         sys.exit(1)
 
 
@@ -184,11 +213,12 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
             plans = [(b, None) for b in benches]
     except (ConfigError, ManifestError, CompilerNotFound, RundirError) as exc:
         raise click.ClickException(str(exc)) from None
+    show_warnings()
     store = Store(config.store)
     backend = make_backend(config, store)
     slots = len(backend.slots)
     stop = threading.Event()
-    scheduler = Scheduler(backend.slots)
+    scheduler = Scheduler(backend.slots, config.scheduler)
     compile_service = CompileService(store, compiler, jobs=config.compile_jobs,
                                      cpus=compile_cpus(config))
     chains = []
@@ -245,7 +275,9 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
     finally:
         signal.signal(signal.SIGINT, previous)
         scheduler.close()
+        backend.close()
         compile_service.close()
+    report_quarantined(scheduler)
     for c in chains:
         try:
             plot_experiment(c.rundir.path)

@@ -6,6 +6,7 @@ not a failed overnight run.  ``configs/local.yaml`` is the default.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,40 @@ class SearchConfig:
 
 
 @dataclass(frozen=True)
+class SchedulerConfig:
+    """What happens when a worker is lost (its connection broke, its agent died)."""
+
+    attempts: int = 3  # runs of one job on different slots before it is reported failed
+    quarantine_after: int = 5  # consecutive losses before a slot is taken out of service
+    backoff_s: float = 1.0  # first pause before re-probing a lost slot; doubles each time
+    backoff_max_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class SshHost:
+    """One benchmark machine reached over SSH: one worker slot per CPU listed."""
+
+    name: str  # label in slot names and messages (default host, or host:port)
+    host: str
+    port: int
+    user: str
+    key_file: Path
+    rundir: str  # on the worker; relative paths are relative to the user's home
+    cpus: tuple[int, ...]
+    python: str = "python3"
+    cache_limit_bytes: int = 2 << 30
+    worker_class: str = "ssh"
+
+
+@dataclass(frozen=True)
+class SshConfig:
+    known_hosts: Path
+    trust_on_first_use: bool
+    connect_timeout: float
+    hosts: tuple[SshHost, ...]
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path | None
     backend: str
@@ -62,6 +97,8 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
     compile_jobs: int = 1
     search: SearchConfig = field(default_factory=SearchConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    ssh: SshConfig | None = None
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -104,6 +141,19 @@ class _Reader:
             raise self.fail(name, "a positive integer", v)
         return v
 
+    def positive_number(self, data: dict, key: str, name: str, default: float) -> float:
+        v = data.get(key, default)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
+            raise self.fail(name, "a positive number", v)
+        return float(v)
+
+    def local_path(self, value: Any, name: str) -> Path:
+        """A path on the master: ~ expanded, relative to the config file's directory."""
+        if not isinstance(value, str) or not value or "\0" in value:
+            raise self.fail(name, "a file path", value)
+        p = Path(os.path.expanduser(value))
+        return p if p.is_absolute() else (self.path.parent if self.path else Path.cwd()) / p
+
 
 def parse_config(data: Any, path: Path | None = None) -> Config:
     r = _Reader(path)
@@ -111,7 +161,7 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
         data = {}
     if not isinstance(data, dict):
         raise r.fail("(top level)", "a mapping", type(data).__name__)
-    top = {"backend", "store", "local", "run", "compile", "search", "ssh", "ray"}
+    top = {"backend", "store", "local", "run", "compile", "search", "scheduler", "ssh", "ray"}
     unknown = sorted(set(data) - top)
     if unknown:
         raise r.fail(unknown[0], f"a known key ({', '.join(sorted(top))})")
@@ -165,7 +215,19 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
         r.positive_int(compile_, "jobs", "compile.jobs", 1)
 
     search = _search_config(r, data, path)
-    return Config(path=path, backend=backend, store=store, search=search,
+    sched = r.section(data, "scheduler", {"attempts", "quarantine_after", "backoff_s",
+                                          "backoff_max_s"})
+    scheduler = SchedulerConfig(
+        attempts=r.positive_int(sched, "attempts", "scheduler.attempts", 3),
+        quarantine_after=r.positive_int(sched, "quarantine_after", "scheduler.quarantine_after",
+                                        5),
+        backoff_s=r.positive_number(sched, "backoff_s", "scheduler.backoff_s", 1.0),
+        backoff_max_s=r.positive_number(sched, "backoff_max_s", "scheduler.backoff_max_s", 60.0))
+    ssh = _ssh_config(r, data) if backend == "ssh" or data.get("ssh") is not None else None
+    if backend == "ssh" and ssh is None:
+        raise r.fail("ssh", "a mapping with hosts (backend is ssh)")
+    return Config(path=path, backend=backend, store=store, search=search, scheduler=scheduler,
+                  ssh=ssh,
                   local=LocalConfig(cpus=cpus, worker_class=worker_class),
                   run=RunConfig(runs=r.positive_int(run, "runs", "run.runs", RunConfig.runs),
                                 timeout=float(timeout), perf=perf, size=size),
@@ -208,6 +270,73 @@ def _search_config(r: _Reader, data: dict, path: Path | None) -> SearchConfig:
         baseline_runs=r.positive_int(d, "baseline_runs", "search.baseline_runs", 10),
         remeasure_every=remeasure,
         max_flips=r.positive_int(d, "max_flips", "search.max_flips", 2), **temps, **paths)
+
+
+# A host name or address: letters, digits and the punctuation of names, IPv4 and IPv6.
+_HOST_RE = re.compile(r"^[A-Za-z0-9._:%\[\]-]+$")
+
+
+def _ssh_config(r: _Reader, data: dict) -> SshConfig:
+    d = r.section(data, "ssh", {"known_hosts", "trust_on_first_use", "key_file", "user",
+                                "connect_timeout", "hosts"})
+    known_hosts = r.local_path(d.get("known_hosts", "~/.ssh/known_hosts"), "ssh.known_hosts")
+    tofu = d.get("trust_on_first_use", False)
+    if not isinstance(tofu, bool):
+        raise r.fail("ssh.trust_on_first_use", "true or false", tofu)
+    timeout = r.positive_number(d, "connect_timeout", "ssh.connect_timeout", 10.0)
+    hosts_raw = d.get("hosts")
+    if not isinstance(hosts_raw, list) or not hosts_raw:
+        raise r.fail("ssh.hosts", "a non-empty list of hosts", hosts_raw)
+    hosts, names = [], set()
+    for i, h in enumerate(hosts_raw):
+        where = f"ssh.hosts[{i}]"
+        if not isinstance(h, dict):
+            raise r.fail(where, "a mapping with host, user, rundir and cpus", h)
+        allowed = {"name", "host", "port", "user", "key_file", "rundir", "cpus", "python",
+                   "cache_limit_mb", "worker_class"}
+        unknown = sorted(set(h) - allowed)
+        if unknown:
+            raise r.fail(f"{where}.{unknown[0]}", f"one of {', '.join(sorted(allowed))}")
+        host = h.get("host")
+        if not isinstance(host, str) or not _HOST_RE.match(host):
+            raise r.fail(f"{where}.host", "a host name or address", host)
+        port = h.get("port", 22)
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+            raise r.fail(f"{where}.port", "a TCP port number", port)
+        name = h.get("name", host if port == 22 else f"{host}:{port}")
+        if not isinstance(name, str) or not _HOST_RE.match(name):
+            raise r.fail(f"{where}.name", "a label of letters, digits, '.', '_', ':' or '-'",
+                         name)
+        if name in names:
+            raise r.fail(f"{where}.name", "a name no other host has", name)
+        names.add(name)
+        user = h.get("user", d.get("user"))
+        if not isinstance(user, str) or not user or any(c in user for c in "\0\n@"):
+            raise r.fail(f"{where}.user", "a user name (here or as ssh.user)", user)
+        key_file = r.local_path(h.get("key_file", d.get("key_file", "~/.ssh/id_ed25519")),
+                                f"{where}.key_file")
+        rundir = h.get("rundir")
+        if (not isinstance(rundir, str) or not rundir.strip() or any(c in rundir for c in "\0\n")
+                or ".." in rundir.split("/")):
+            raise r.fail(f"{where}.rundir", "a directory on the worker (absolute, or relative "
+                         "to the user's home; no '..')", rundir)
+        cpus = h.get("cpus")
+        if (not isinstance(cpus, list) or not cpus or len(set(cpus)) != len(cpus)
+                or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+                           for c in cpus)):
+            raise r.fail(f"{where}.cpus", "a list of distinct CPU numbers", cpus)
+        python = h.get("python", "python3")
+        if not isinstance(python, str) or not python or any(c in python for c in "\0\n"):
+            raise r.fail(f"{where}.python", "the worker's python3 (a command or path)", python)
+        limit_mb = r.positive_int(h, "cache_limit_mb", f"{where}.cache_limit_mb", 2048)
+        worker_class = h.get("worker_class", "ssh")
+        if not isinstance(worker_class, str) or not worker_class or "\0" in worker_class:
+            raise r.fail(f"{where}.worker_class", "a non-empty string", worker_class)
+        hosts.append(SshHost(name=name, host=host, port=port, user=user, key_file=key_file,
+                             rundir=rundir, cpus=tuple(cpus), python=python,
+                             cache_limit_bytes=limit_mb << 20, worker_class=worker_class))
+    return SshConfig(known_hosts=known_hosts, trust_on_first_use=tofu, connect_timeout=timeout,
+                     hosts=tuple(hosts))
 
 
 def load_config(path: Path | str | None = None) -> Config:

@@ -3,49 +3,85 @@
 One thread per slot takes the next job meant for it, or else the oldest job meant for any
 slot, so a slot never idles while work is queued.  Backends differ only in the slots they
 provide; the search code sees ``submit`` and futures.
+
+When a slot loses its worker (``WorkerLost``: a broken connection, a dead agent, a host gone
+quiet) the job goes back to the front of the queue for another slot, up to
+``attempts`` times; the slot pauses with exponential back-off and probes its worker before it
+takes work again; after ``quarantine_after`` losses in a row (or one loss that retrying cannot
+cure, such as an untrusted host key) it is taken out of service and reported.  A job's future
+is resolved exactly once, so no measurement is lost or recorded twice.
 """
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Sequence
 
-from dispatcher.worker import RunJob, RunResult, Slot
+from dispatcher.config import SchedulerConfig
+from dispatcher.worker import RunJob, RunResult, Slot, WorkerLost
+
+log = logging.getLogger(__name__)
+
+
+class NoWorkers(WorkerLost):
+    """Every slot has been taken out of service: queued jobs cannot run."""
+
+
+@dataclass
+class _Queued:
+    job: RunJob
+    future: Future
+    losses: list[str] = field(default_factory=list)  # why earlier attempts were lost
 
 
 class Scheduler:
-    def __init__(self, slots: Sequence[Slot]):
+    def __init__(self, slots: Sequence[Slot], policy: SchedulerConfig = SchedulerConfig()):
         if not slots:
             raise ValueError("no worker slots")
         self.slots = list(slots)
+        self.policy = policy
         self._cond = threading.Condition()
-        self._shared: collections.deque = collections.deque()
+        self._shared: collections.deque[_Queued] = collections.deque()
         self._pinned = {slot.name: collections.deque() for slot in self.slots}
         self._closing = False
         self.busy_s = {slot.name: 0.0 for slot in self.slots}  # time spent running jobs
+        self.lost_jobs = 0  # attempts lost with their worker (each was retried or failed)
+        self.quarantined: dict[str, str] = {}  # slot name -> the last loss
         self._threads = [threading.Thread(target=self._serve, args=(slot,), daemon=True,
                                           name=f"slot {slot.name}") for slot in self.slots]
         for t in self._threads:
             t.start()
 
     def submit(self, job: RunJob, slot: str | None = None) -> "Future[RunResult]":
-        """Queue a job for any free slot, or for the named slot."""
+        """Queue a job for any free slot, or preferably for the named slot (if that slot is
+        lost, the job runs on another one: the result names the slot that ran it)."""
         future: Future = Future()
         with self._cond:
             if self._closing:
                 raise RuntimeError("scheduler is closed")
-            if slot is None:
-                self._shared.append((job, future))
-            elif slot in self._pinned:
-                self._pinned[slot].append((job, future))
-            else:
+            if slot is not None and slot not in self._pinned:
                 raise KeyError(f"no slot named {slot}")
+            item = _Queued(job, future)
+            if self._all_quarantined():
+                self._fail(item, self._no_workers())
+            elif slot is None or slot in self.quarantined:
+                self._shared.append(item)
+            else:
+                self._pinned[slot].append(item)
             self._cond.notify_all()
         return future
 
-    def _next(self, name: str):
+    @property
+    def live_slots(self) -> int:
+        return len(self.slots) - len(self.quarantined)
+
+    # ------------------------------------------------------------------ slot threads
+
+    def _next(self, name: str) -> _Queued | None:
         with self._cond:
             while True:
                 if self._pinned[name]:
@@ -57,19 +93,109 @@ class Scheduler:
                 self._cond.wait()
 
     def _serve(self, slot: Slot) -> None:
-        while (item := self._next(slot.name)) is not None:
-            job, future = item
-            if not future.set_running_or_notify_cancel():
-                continue
+        losses = 0  # in a row, on this slot
+        while True:
+            if losses:
+                if not self._pause(self._backoff(losses)):
+                    return
+                try:
+                    probe = getattr(slot, "probe", None)
+                    if probe is not None:
+                        probe()
+                except WorkerLost as exc:
+                    losses += 1
+                    if self._give_up(slot, exc, losses):
+                        return
+                    log.warning("%s: still unavailable (%s)", slot.name, exc)
+                    continue
+            item = self._next(slot.name)
+            if item is None:
+                return
+            if not item.losses and not item.future.set_running_or_notify_cancel():
+                continue  # cancelled while queued (a retried job's future is running already)
             t0 = time.monotonic()
             try:
-                result = slot.run(job)
-            except BaseException as exc:  # reported through the future, never lost
-                future.set_exception(exc)
+                result = slot.run(item.job)
+            except WorkerLost as exc:
+                losses += 1
+                self._retry(item, slot, exc)
+                if self._give_up(slot, exc, losses):
+                    return
+            except BaseException as exc:  # the job's own failure: reported through the future
+                losses = 0
+                item.future.set_exception(exc)
             else:
-                future.set_result(result)
+                losses = 0
+                item.future.set_result(result)
             finally:
                 self.busy_s[slot.name] += time.monotonic() - t0
+
+    def _backoff(self, losses: int) -> float:
+        return min(self.policy.backoff_s * 2 ** (losses - 1), self.policy.backoff_max_s)
+
+    def _pause(self, seconds: float) -> bool:
+        """Sleep, unless the scheduler closes meanwhile (then False)."""
+        deadline = time.monotonic() + seconds
+        with self._cond:
+            while not self._closing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return True
+                self._cond.wait(left)
+        return False
+
+    def _retry(self, item: _Queued, slot: Slot, exc: WorkerLost) -> None:
+        """Put a job lost with its worker back at the front of the queue, or fail it."""
+        item.losses.append(f"{slot.name}: {exc}")
+        with self._cond:
+            self.lost_jobs += 1
+            if len(item.losses) >= self.policy.attempts:
+                self._fail(item, WorkerLost(
+                    f"job {item.job.sha256[:12]} lost its worker {len(item.losses)} times; "
+                    f"last: {exc}"))
+                return
+            log.warning("%s: lost a job (%s); it runs again elsewhere (attempt %d of %d)",
+                        slot.name, exc, len(item.losses) + 1, self.policy.attempts)
+            self._shared.appendleft(item)
+            self._cond.notify_all()
+
+    def _give_up(self, slot: Slot, exc: WorkerLost, losses: int) -> bool:
+        """Quarantine the slot if retrying is hopeless; True if it was quarantined."""
+        if not (getattr(exc, "permanent", False) or losses >= self.policy.quarantine_after):
+            return False
+        with self._cond:
+            self.quarantined[slot.name] = str(exc)
+            log.error("%s: taken out of service after %d loss(es): %s", slot.name, losses, exc)
+            pinned = self._pinned[slot.name]
+            self._shared.extendleft(reversed(pinned))
+            pinned.clear()
+            if self._all_quarantined():
+                error = self._no_workers()
+                while self._shared:
+                    self._fail(self._shared.popleft(), error)
+            self._cond.notify_all()
+        try:
+            slot.close()
+        except Exception:  # closing a broken slot must not take the thread's report with it
+            pass
+        return True
+
+    def _all_quarantined(self) -> bool:
+        return len(self.quarantined) == len(self.slots)
+
+    def _no_workers(self) -> NoWorkers:
+        reasons = "; ".join(f"{name}: {why}" for name, why in self.quarantined.items())
+        return NoWorkers(f"no worker slot left in service ({reasons})")
+
+    @staticmethod
+    def _fail(item: _Queued, exc: BaseException) -> None:
+        if item.future.done():
+            return
+        if not item.future.running():
+            item.future.set_running_or_notify_cancel()
+        item.future.set_exception(exc)
+
+    # ------------------------------------------------------------------ shutdown
 
     def close(self) -> None:
         """Finish queued jobs, stop the slot threads and close the slots."""
@@ -78,8 +204,16 @@ class Scheduler:
             self._cond.notify_all()
         for t in self._threads:
             t.join()
+        with self._cond:  # left by slots that stopped while backing off
+            leftovers = list(self._shared) + [i for q in self._pinned.values() for i in q]
+            self._shared.clear()
+            for q in self._pinned.values():
+                q.clear()
+        for item in leftovers:
+            self._fail(item, RuntimeError("scheduler closed before the job could run"))
         for slot in self.slots:
-            slot.close()
+            if slot.name not in self.quarantined:
+                slot.close()
 
     def __enter__(self) -> "Scheduler":
         return self

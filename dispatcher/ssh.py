@@ -1,0 +1,447 @@
+"""The SSH backend: worker slots on benchmark machines reached with paramiko.
+
+One persistent connection per host.  Over it the master keeps the worker's rundir in order by
+SFTP (the agent, named by its hash; a bounded cache of binaries, named by sha256; the slots'
+lock files) and runs one agent per CPU slot, each in its own channel on the worker's python3.
+Nothing is installed on the worker and nothing listens there.  Host keys are checked against a
+known_hosts file; authentication is by key only.
+
+Every remote command is built from ``shlex.quote``d words, and every remote path is the rundir
+joined with a name this module makes (``cache``, ``locks``, a sha256, ``cpuN.lock``): no name
+from a config or sexp file reaches a path or a shell unchecked.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import os
+import posixpath
+import re
+import shlex
+import stat
+import threading
+import time
+import uuid
+from collections import Counter, OrderedDict
+from pathlib import Path
+
+import paramiko
+
+from dispatcher.config import SshConfig, SshHost
+from dispatcher.files import sha256_file
+from dispatcher.worker import (AGENT_PATH, AgentConnection, AgentError, RunJob, RunResult,
+                               WorkerLost, result_from_response)
+
+log = logging.getLogger(__name__)
+
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+LOCK_WAIT_S = 30.0  # how long a new agent waits for the lock of an agent that is exiting
+JOB_SLACK_S = 30.0  # beyond the runs' own timeouts, before a silent agent is presumed hung
+STALE_UPLOAD_S = 3600.0  # partial uploads older than this are removed on connect
+
+
+class HostError(WorkerLost):
+    """A worker host cannot serve: unreachable, untrusted, refusing our key, no python3.
+
+    ``permanent``: trying again will not help (a wrong host key, a missing python3), so the
+    scheduler takes the slot out of service at once instead of backing off."""
+
+    def __init__(self, message: str, permanent: bool = False):
+        super().__init__(message)
+        self.permanent = permanent
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """The key's fingerprint as OpenSSH prints it (``ssh-keygen -lf``)."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+class _RefuseUnknownKey(paramiko.MissingHostKeyPolicy):
+    def __init__(self, host: SshHost, known_hosts: Path):
+        self.host, self.known_hosts = host, known_hosts
+
+    def missing_host_key(self, client, hostname, key):
+        raise HostError(f"{self.host.name}: unknown host key {key.get_name()} {fingerprint(key)} "
+                        f"for {hostname}: not in {self.known_hosts} (add it, or set "
+                        "ssh.trust_on_first_use to record it)", permanent=True)
+
+
+_known_hosts_lock = threading.Lock()
+
+
+class _TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
+    """Accept a host seen for the first time and record its key: from then on it is pinned."""
+
+    def __init__(self, host: SshHost, known_hosts: Path):
+        self.host, self.known_hosts = host, known_hosts
+
+    def missing_host_key(self, client, hostname, key):
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        with _known_hosts_lock:
+            self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.known_hosts, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line.encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        log.warning("%s: trusted on first use: host key %s %s recorded in %s", self.host.name,
+                    key.get_name(), fingerprint(key), self.known_hosts)
+
+
+def remote_path(rundir: str, *names: str) -> str:
+    """A path inside the worker's rundir ("~/" and relative rundirs are relative to the
+    login's home, which is where both SFTP and the login shell start)."""
+    base = rundir[2:] if rundir.startswith("~/") else rundir
+    for name in names:
+        if not name or "/" in name or name in (".", ".."):
+            raise ValueError(f"not a plain file name: {name!r}")
+    return posixpath.join(base, *names)
+
+
+class WorkerHost:
+    """One worker machine: its connection, SFTP session, rundir and binary cache.
+
+    Shared by the host's slots; every method is safe to call from their threads."""
+
+    def __init__(self, host: SshHost, ssh: SshConfig, agent_path: Path = AGENT_PATH):
+        self.config = host
+        self.name = host.name
+        self._ssh = ssh
+        self._agent_source = agent_path
+        self.agent_sha256 = sha256_file(agent_path)
+        self.agent_remote = remote_path(host.rundir, f"agent-{self.agent_sha256[:16]}.py")
+        self.cache_dir = remote_path(host.rundir, "cache")
+        self._lock = threading.RLock()
+        self._client: paramiko.SSHClient | None = None
+        self._sftp: paramiko.SFTPClient | None = None
+        self._cache: OrderedDict[str, int] = OrderedDict()  # sha256 -> size, least recent first
+        self._in_use: Counter = Counter()  # sha256 -> jobs about to run or running it
+        self._down_until = 0.0  # after a failed connect, others fail fast until then
+        self._down_error: HostError | None = None
+        self._connect_failures = 0
+
+    # ------------------------------------------------------------------ connection
+
+    def transport(self) -> paramiko.Transport:
+        """The live connection, made (or remade) if needed."""
+        with self._lock:
+            if self._client is not None:
+                t = self._client.get_transport()
+                if t is not None and t.is_active():
+                    return t
+                self._disconnect()
+            if self._down_error is not None and time.monotonic() < self._down_until:
+                raise self._down_error
+            try:
+                self._connect()
+            except HostError as exc:
+                self._connect_failures += 1
+                self._down_error = exc
+                self._down_until = time.monotonic() + min(2 ** self._connect_failures, 60)
+                raise
+            self._connect_failures, self._down_error = 0, None
+            return self._client.get_transport()
+
+    def _connect(self) -> None:
+        h, ssh = self.config, self._ssh
+        client = paramiko.SSHClient()
+        if ssh.known_hosts.exists():
+            try:
+                client.load_host_keys(str(ssh.known_hosts))
+            except (OSError, paramiko.SSHException) as exc:
+                raise HostError(f"{h.name}: cannot read known hosts {ssh.known_hosts}: {exc}",
+                                permanent=True) from None
+        policy = _TrustOnFirstUse if ssh.trust_on_first_use else _RefuseUnknownKey
+        client.set_missing_host_key_policy(policy(h, ssh.known_hosts))
+        t = ssh.connect_timeout
+        try:
+            client.connect(h.host, port=h.port, username=h.user, key_filename=str(h.key_file),
+                           look_for_keys=False, allow_agent=False, timeout=t, banner_timeout=t,
+                           auth_timeout=t, channel_timeout=t)
+        except HostError:
+            client.close()
+            raise
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise HostError(
+                f"{h.name}: host key CHANGED for {exc.hostname}: the server offers "
+                f"{exc.key.get_name()} {fingerprint(exc.key)}, {ssh.known_hosts} has "
+                f"{fingerprint(exc.expected_key)}; refusing to connect", permanent=True) from None
+        except paramiko.PasswordRequiredException:
+            client.close()
+            raise HostError(f"{h.name}: key file {h.key_file} is encrypted; use a key without "
+                            "a passphrase for benchmark workers", permanent=True) from None
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            raise HostError(f"{h.name}: key authentication as {h.user} failed with "
+                            f"{h.key_file} ({exc})", permanent=True) from None
+        except FileNotFoundError:
+            client.close()
+            raise HostError(f"{h.name}: key file {h.key_file} does not exist",
+                            permanent=True) from None
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            client.close()
+            raise HostError(f"{h.name}: cannot connect to {h.host} port {h.port}: "
+                            f"{exc or type(exc).__name__}") from None
+        client.get_transport().set_keepalive(5)
+        try:
+            sftp = client.open_sftp()
+            sftp.get_channel().settimeout(max(t, 30.0))
+            self._prepare_rundir(sftp)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            client.close()
+            raise HostError(f"{h.name}: cannot prepare the rundir {h.rundir!r} over SFTP: "
+                            f"{exc or type(exc).__name__}") from None
+        self._client, self._sftp = client, sftp
+
+    def _prepare_rundir(self, sftp: paramiko.SFTPClient) -> None:
+        base = remote_path(self.config.rundir)
+        parts, path = [p for p in base.split("/") if p], "/" if base.startswith("/") else ""
+        for part in parts:  # mkdir -p, without a shell
+            path = posixpath.join(path, part) if path else part
+            _sftp_mkdir(sftp, path)
+        for sub in ("cache", "locks"):
+            _sftp_mkdir(sftp, remote_path(self.config.rundir, sub))
+        try:
+            present = sftp.stat(self.agent_remote).st_size == self._agent_source.stat().st_size
+        except FileNotFoundError:
+            present = False
+        if not present:
+            self._put(sftp, self._agent_source, self.agent_remote, mode=0o644)
+        self._cache.clear()
+        now = time.time()
+        entries = sorted(sftp.listdir_attr(self.cache_dir), key=lambda a: a.st_mtime or 0)
+        for attr in entries:
+            if SHA256_RE.match(attr.filename) and stat.S_ISREG(attr.st_mode or 0):
+                self._cache[attr.filename] = attr.st_size or 0
+            elif attr.filename.endswith(".tmp") and now - (attr.st_mtime or now) > STALE_UPLOAD_S:
+                _sftp_remove(sftp, posixpath.join(self.cache_dir, attr.filename))
+
+    def _put(self, sftp: paramiko.SFTPClient, local: Path, dest: str, mode: int) -> None:
+        """Upload under a temporary name, then rename: a reader never sees half a file."""
+        tmp = posixpath.join(posixpath.dirname(dest),
+                             f".{posixpath.basename(dest)}.{uuid.uuid4().hex}.tmp")
+        sftp.put(str(local), tmp, confirm=True)
+        sftp.chmod(tmp, mode)
+        sftp.posix_rename(tmp, dest)
+
+    def _disconnect(self) -> None:
+        client, self._client, self._sftp = self._client, None, None
+        if client is not None:
+            client.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._disconnect()
+
+    # ------------------------------------------------------------------ agents
+
+    def start_agent(self, slot_name: str, cpu: int) -> tuple[paramiko.Channel, AgentConnection,
+                                                              dict]:
+        """Start the agent of one CPU slot in a new channel; return it with its hello."""
+        h = self.config
+        transport = self.transport()
+        words = [h.python, self.agent_remote, "--cache-dir", self.cache_dir,
+                 "--worker-class", h.worker_class,
+                 "--lock", remote_path(h.rundir, "locks", f"cpu{int(cpu)}.lock"),
+                 "--lock-wait", str(LOCK_WAIT_S)]
+        command = "exec " + " ".join(shlex.quote(w) for w in words)
+        try:
+            channel = transport.open_session(timeout=self._ssh.connect_timeout)
+            channel.settimeout(self._ssh.connect_timeout + LOCK_WAIT_S + 30)
+            channel.exec_command(command)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise HostError(f"{h.name}: cannot start the agent: {exc or type(exc).__name__}"
+                            ) from None
+        connection = AgentConnection(slot_name, channel.makefile("wb"), channel.makefile("rb"))
+        try:
+            hello = connection.request({"op": "hello"})
+        except WorkerLost:
+            raise self._start_failure(channel) from None
+        if hello.get("agent_version") != self.agent_sha256:
+            channel.close()
+            with self._lock:  # a corrupt or foreign file under our name: replace it
+                if self._sftp is not None:
+                    _sftp_remove(self._sftp, self.agent_remote)
+                    self._disconnect()
+            raise HostError(f"{h.name}: the agent in {self.agent_remote} is not the master's "
+                            f"(hash {str(hello.get('agent_version'))[:16]}); it will be "
+                            "uploaded again")
+        if cpu not in hello.get("cpus", []):
+            channel.close()
+            raise HostError(f"{h.name}: CPU {cpu} is not available to the agent (it may use "
+                            f"{hello.get('cpus')})", permanent=True)
+        return channel, connection, hello
+
+    def _start_failure(self, channel: paramiko.Channel) -> HostError:
+        """Why an agent died before answering hello, from its exit status and stderr."""
+        h = self.config
+        status = None
+        if channel.status_event.wait(5):
+            status = channel.recv_exit_status()
+        err = b""
+        try:
+            while channel.recv_stderr_ready():
+                err += channel.recv_stderr(4096)
+        except OSError:
+            pass
+        channel.close()
+        lines = [ln for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()]
+        detail = lines[-1].strip() if lines else "no message"
+        if status == 127:
+            return HostError(f"{h.name}: cannot run python3 as {h.python!r} on the worker "
+                             f"({detail}); install python3 there or set its path as "
+                             "python in the config", permanent=True)
+        if status == 75:
+            return HostError(f"{h.name}: {detail}")
+        if status is None:
+            return HostError(f"{h.name}: the agent did not answer ({detail})")
+        return HostError(f"{h.name}: the agent exited with status {status} before answering "
+                         f"({detail})", permanent=status in (1, 2))
+
+    # ------------------------------------------------------------------ binaries
+
+    def acquire_binary(self, sha256: str, local: Path) -> None:
+        """Make the binary present in the worker's cache and protect it from eviction until
+        ``release_binary``.  Uploads once per sha256; the agent checks it before running."""
+        if not SHA256_RE.match(sha256):
+            raise ValueError(f"not a sha256: {sha256!r}")
+        with self._lock:
+            self._in_use[sha256] += 1
+            try:
+                if sha256 in self._cache:
+                    self._cache.move_to_end(sha256)
+                    return
+                self.transport()
+                dest = posixpath.join(self.cache_dir, sha256)
+                try:
+                    self._put(self._sftp, local, dest, mode=0o755)
+                except (OSError, EOFError, paramiko.SSHException) as exc:
+                    self._disconnect()
+                    raise HostError(f"{self.name}: upload of {sha256[:12]} failed: "
+                                    f"{exc or type(exc).__name__}") from None
+                self._cache[sha256] = local.stat().st_size
+                self._evict()
+            except BaseException:
+                self._release(sha256)
+                raise
+
+    def release_binary(self, sha256: str) -> None:
+        with self._lock:
+            self._release(sha256)
+
+    def forget_binary(self, sha256: str) -> None:
+        """The agent found it missing or corrupt: upload it again next time."""
+        with self._lock:
+            self._cache.pop(sha256, None)
+
+    def _release(self, sha256: str) -> None:
+        self._in_use[sha256] -= 1
+        if self._in_use[sha256] <= 0:
+            del self._in_use[sha256]
+
+    def _evict(self) -> None:
+        """Remove least recently used binaries not in use until the cache fits its bound."""
+        total = sum(self._cache.values())
+        for sha in list(self._cache):
+            if total <= self.config.cache_limit_bytes:
+                break
+            if self._in_use[sha] > 0:
+                continue
+            _sftp_remove(self._sftp, posixpath.join(self.cache_dir, sha))
+            total -= self._cache.pop(sha)
+
+    def cached(self) -> list[str]:
+        with self._lock:
+            return list(self._cache)
+
+
+def _sftp_mkdir(sftp: paramiko.SFTPClient, path: str) -> None:
+    try:
+        sftp.mkdir(path, 0o755)
+    except OSError:
+        try:
+            if not stat.S_ISDIR(sftp.stat(path).st_mode or 0):
+                raise OSError(f"{path} exists and is not a directory") from None
+        except FileNotFoundError:
+            raise OSError(f"cannot create {path}") from None
+
+
+def _sftp_remove(sftp: paramiko.SFTPClient, path: str) -> None:
+    try:
+        sftp.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+class SshSlot:
+    """One CPU of one worker host: an agent in its own channel, started on first use."""
+
+    def __init__(self, host: WorkerHost, cpu: int):
+        self.host = host
+        self.cpu = cpu
+        self.name = f"ssh/{host.name}/cpu{cpu}"
+        self.worker_class = host.config.worker_class
+        self._channel: paramiko.Channel | None = None
+        self._connection: AgentConnection | None = None
+
+    def probe(self) -> None:
+        """Make sure the agent is up (connecting to the host if needed); HostError if not."""
+        if self._channel is None or self._channel.closed or self._channel.exit_status_ready():
+            self._drop()
+            self._channel, self._connection, _ = self.host.start_agent(self.name, self.cpu)
+
+    def run(self, job: RunJob) -> RunResult:
+        self.probe()
+        for attempt in (1, 2):
+            self.host.acquire_binary(job.sha256, job.binary)
+            try:
+                self._channel.settimeout(job.runs * (job.timeout + 10) + JOB_SLACK_S)
+                response = self._connection.request(job.request(self.cpu))
+            except WorkerLost:
+                self._drop()  # hung or gone: a fresh agent (or another slot) takes over
+                raise
+            except AgentError as exc:
+                if attempt == 1 and ("not in cache" in str(exc) or "checksum" in str(exc)):
+                    self.host.forget_binary(job.sha256)  # removed or damaged on the worker
+                    continue
+                raise
+            finally:
+                self.host.release_binary(job.sha256)
+            return result_from_response(job, self, response)
+        raise AssertionError("unreachable")
+
+    def _drop(self) -> None:
+        channel, self._channel, self._connection = self._channel, None, None
+        if channel is not None:
+            channel.close()
+
+    def close(self) -> None:
+        if self._connection is not None and self._channel is not None:
+            try:
+                self._channel.settimeout(5)
+                self._connection.request({"op": "shutdown"})
+            except (AgentError, OSError):
+                pass
+        self._drop()
+
+
+class SshBackend:
+    """Slots for every CPU of every configured host, interleaved across hosts so that a queue
+    of jobs spreads over the machines."""
+
+    def __init__(self, config: SshConfig, agent_path: Path = AGENT_PATH):
+        self.hosts = [WorkerHost(h, config, agent_path) for h in config.hosts]
+        width = max(len(h.config.cpus) for h in self.hosts)
+        self.slots = [SshSlot(host, host.config.cpus[i]) for i in range(width)
+                      for host in self.hosts if i < len(host.config.cpus)]
+
+    def close(self) -> None:
+        for slot in self.slots:
+            slot.close()
+        for host in self.hosts:
+            host.close()
