@@ -21,7 +21,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import yaml
 
@@ -121,6 +121,23 @@ class Size:
 
 
 @dataclass(frozen=True)
+class Unit:
+    """One file compiled by one ``ocamlopt -c``: an interface (``.mli``) or an implementation."""
+
+    source: str  # file name in the benchmark directory, e.g. "series.ml"
+
+    @property
+    def module(self) -> str:
+        """The compilation unit's name, as overrides and dumps spell it: series.ml -> Series."""
+        stem = self.source.rsplit(".", 1)[0]
+        return stem[:1].upper() + stem[1:]  # OCaml's String.capitalize_ascii
+
+    @property
+    def is_impl(self) -> bool:
+        return self.source.endswith(".ml")
+
+
+@dataclass(frozen=True)
 class Benchmark:
     """A loaded, validated benchmark; ``directory`` is absolute."""
 
@@ -140,6 +157,10 @@ class Benchmark:
     def source_files(self) -> list[Path]:
         """The sources in compilation order: modules, then main."""
         return [self.directory / f for f in (*self.modules, self.main)]
+
+    def units(self) -> tuple[Unit, ...]:
+        """The compilation units in compilation order (the manifest's): modules, then main."""
+        return tuple(Unit(f) for f in (*self.modules, self.main))
 
     def source_hash(self) -> str:
         """sha256 identifying everything that determines the build output.
@@ -459,6 +480,8 @@ class BuildResult:
     binary: Path
     decision_files: list[Path]
     compiler_output: str
+    units_compiled: int = 0  # units this build ran ``ocamlopt -c`` for
+    units_reused: int = 0  # units restored from the unit cache instead
 
 
 class BuildError(RuntimeError):
@@ -472,12 +495,49 @@ class BuildError(RuntimeError):
         return (type(self), (str(self), self.output))
 
 
+class UnitCache(Protocol):
+    """Where ``build_benchmark`` gets compiled units from instead of compiling them again."""
+
+    def unit(self, inputs: dict, outdir: Path,
+             compile: Callable[[], tuple[list[str], str]]) -> tuple[list[str], str, bool]:
+        """Leave in ``outdir`` the files one unit's ``ocamlopt -c`` writes there.
+
+        ``inputs`` (JSON-able) is everything those files depend on except the compiler
+        itself.  A hit copies the stored files into ``outdir`` and returns ``(file names,
+        compiler output, True)``; a miss calls ``compile()``, which runs the compiler in
+        ``outdir`` and returns (the names of the files it wrote, its output), stores them and
+        returns them with ``False``.  ``compile()`` raising stores nothing.
+        """
+        ...
+
+
+# Bump when the meaning of a unit's cache inputs changes, so old entries are never reused.
+_UNIT_INPUTS_VERSION = "benchmark-unit-v1"
+
+#: What a later unit's compile reads of an earlier one: its interface and, for cross-module
+#: inlining, its .cmx.  Not the .o (only the link reads it) nor the dumps.
+_READ_BY_LATER_UNITS = (".cmi", ".cmx")
+
+
 def _first_error_line(output: str) -> str:
     for line in output.splitlines():
         if line.startswith("Error"):
             return line.strip()
-    lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith("$ ")]
+    lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith(("$ ", "# "))]
     return lines[-1].strip() if lines else "no output"
+
+
+def _snapshot(directory: Path) -> dict[str, tuple[int, int, int]]:
+    out = {}
+    for entry in os.scandir(directory):
+        if entry.is_file(follow_symlinks=False):
+            st = entry.stat(follow_symlinks=False)
+            out[entry.name] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return out
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def build_benchmark(
@@ -486,9 +546,10 @@ def build_benchmark(
     ocamlopt: Path,
     *,
     flags: Sequence[str] | None = None,
-    overrides: Path | None = None,
+    overrides: Path | Mapping[str, Path] | None = None,
     dump_decisions: bool = False,
     timeout: float = 300,
+    unit_cache: UnitCache | None = None,
 ) -> BuildResult:
     """Copy the sources into ``outdir`` and compile them there into ``outdir/<name>.exe``.
 
@@ -496,7 +557,15 @@ def build_benchmark(
     decision dumps, named after the unit), then a link of the ``.cmx`` files. ``flags``
     replaces the manifest's flags. ``overrides`` adds ``-inlining-overrides <abs path>`` and
     ``dump_decisions`` adds ``-dump-inlining-decisions`` to every ``.ml`` compile; neither is
-    passed otherwise, so a stock compiler works too. ``timeout`` bounds the whole build.
+    passed otherwise, so a stock compiler works too. ``overrides`` may instead map unit names
+    (``Series``) to files: each ``.ml`` gets its own unit's file, a unit not in the mapping
+    none (the compiler only applies a file's entries for the unit it compiles, so this builds
+    the same as one file holding them all).  ``timeout`` bounds the whole build.
+
+    With ``unit_cache``, each unit's compile is looked up there first, under its inputs: the
+    command (flags, the content of its overrides file), its source, the names of all sources,
+    and the ``.cmi``/``.cmx`` files every earlier unit left (so a unit whose dependency's
+    inlining information changed is compiled again).  The link always runs.
 
     ``outdir`` may already exist (it may, e.g., hold the overrides file); stale
     ``*.decisions.sexp`` files and a stale binary in it are removed first. It must not be
@@ -508,14 +577,16 @@ def build_benchmark(
         raise FileNotFoundError(f"ocamlopt: {ocamlopt} does not exist")
     if outdir.exists() and outdir.resolve() == bench.directory.resolve():
         raise ValueError(f"outdir: {outdir} is the benchmark directory; build somewhere else")
-    extra: list[str] = []
-    if overrides is not None:
-        overrides = Path(os.path.abspath(overrides))
-        if not overrides.is_file():
-            raise FileNotFoundError(f"overrides: {overrides} does not exist")
-        extra += ["-inlining-overrides", str(overrides)]
-    if dump_decisions:
-        extra.append("-dump-inlining-decisions")
+    units = bench.units()
+    per_unit: dict[str, Path] = {}
+    if isinstance(overrides, Mapping):
+        per_unit = {u: Path(os.path.abspath(f)) for u, f in overrides.items()}
+    elif overrides is not None:
+        whole = Path(os.path.abspath(overrides))
+        per_unit = {u.module: whole for u in units}
+    for f in set(per_unit.values()):
+        if not f.is_file():
+            raise FileNotFoundError(f"overrides: {f} does not exist")
     use_flags = list(bench.flags if flags is None else flags)
 
     outdir.mkdir(parents=True, exist_ok=True)
@@ -558,12 +629,52 @@ def build_benchmark(
             )
 
     cmx: list[str] = []
-    for name in (*bench.modules, bench.main):
-        is_impl = name.endswith(".ml")
-        cmd = [str(ocamlopt), *use_flags, *(extra if is_impl else []), "-c", name]
-        run(cmd, f"compiling {name}")
-        if is_impl:
-            cmx.append(name[:-3] + ".cmx")
+    earlier: dict[str, str] = {}  # .cmi/.cmx left by earlier units -> sha256
+    compiled = reused = 0
+    for unit in units:
+        options: list[str] = []
+        keyed: list[str] = []  # the same, with the overrides file named by its content
+        if unit.is_impl:
+            own = per_unit.get(unit.module)
+            if own is not None:
+                options += ["-inlining-overrides", str(own)]
+                keyed += ["-inlining-overrides", "sha256:" + _sha256(own)]
+            if dump_decisions:
+                options.append("-dump-inlining-decisions")
+                keyed.append("-dump-inlining-decisions")
+        cmd = [str(ocamlopt), *use_flags, *options, "-c", unit.source]
+
+        def compile_unit(cmd: list[str] = cmd, unit: Unit = unit) -> tuple[list[str], str]:
+            before = _snapshot(outdir)
+            mark = len(log)
+            run(cmd, f"compiling {unit.source}")
+            after = _snapshot(outdir)
+            written = sorted(n for n, st in after.items() if before.get(n) != st)
+            return written, "\n".join(log[mark + 1:])
+
+        if unit_cache is None:
+            written, _ = compile_unit()
+            compiled += 1
+        else:
+            inputs = {"version": _UNIT_INPUTS_VERSION,
+                      "command": [*use_flags, *keyed, "-c", unit.source],
+                      "source": _sha256(outdir / unit.source),
+                      "sources": sorted(f.name for f in bench.source_files()),
+                      "earlier": dict(earlier)}
+            written, text, hit = unit_cache.unit(inputs, outdir, compile_unit)
+            if hit:
+                reused += 1
+                log.append(f"# {unit.source}: reused from the unit cache")
+                log.append("$ " + " ".join(cmd))
+                if text:
+                    log.append(text)
+            else:
+                compiled += 1
+        for name in written if unit_cache is not None else ():
+            if name.endswith(_READ_BY_LATER_UNITS):
+                earlier[name] = _sha256(outdir / name)
+        if unit.is_impl:
+            cmx.append(unit.source[:-3] + ".cmx")
     run([str(ocamlopt), *use_flags, *cmx, "-o", binary.name], f"linking {binary.name}")
     if not binary.is_file():
         raise BuildError(f"{bench.name}: linking {binary.name}: no binary produced", "\n".join(log))
@@ -571,4 +682,6 @@ def build_benchmark(
         binary=binary,
         decision_files=sorted(outdir.glob("*.decisions.sexp")),
         compiler_output="\n".join(log) + ("\n" if log else ""),
+        units_compiled=compiled,
+        units_reused=reused,
     )

@@ -4,11 +4,16 @@ Layout (every write is a temporary name, then a rename, so a crash never leaves 
 
     <root>/compiled/<kk>/<key>/      binary, *.decisions.sexp, overrides.sexp,
                                      compiler-output.txt, meta.json
+    <root>/units/<uu>/<ukey>/        one compilation unit's .cmi/.cmx/.o/*.decisions.sexp,
+                                     meta.json (file names and sha256s, compiler output)
     <root>/measurements/<mm>/<mkey>.json
     <root>/worker-cache/<sha256>     binaries handed to local agents
 
-A compile key hashes (compiler identity, benchmark sources, flags, canonical overrides); a
-measurement key hashes (binary sha256, arguments, worker class), so two decision files that give
+A compile key hashes (compiler identity, benchmark sources, flags, canonical overrides): one
+whole candidate.  Beneath it, a unit key hashes (compiler identity, one unit's compile inputs as
+``build_benchmark`` names them: command with flags and its own overrides' content, its source,
+the .cmi/.cmx of the units before it), so candidates that differ in one unit's overrides share
+the others' compiles.  A measurement key hashes (binary sha256, arguments, worker class), so two decision files that give
 the same binary share their measurements.
 """
 from __future__ import annotations
@@ -36,6 +41,10 @@ def compile_key(compiler_identity: str, source_hash: str, flags: tuple[str, ...]
                   "overrides": overrides_text})
 
 
+def unit_key(compiler_identity: str, inputs: dict) -> str:
+    return _hash({"compiler": compiler_identity, "unit": inputs})
+
+
 def measurement_key(sha256: str, args: tuple[str, ...], worker_class: str) -> str:
     return _hash({"binary": sha256, "args": list(args), "worker_class": worker_class})
 
@@ -61,13 +70,37 @@ class Artifact:
         return (self.directory / "compiler-output.txt").read_text()
 
 
+@dataclass(frozen=True)
+class UnitEntry:
+    """One compiled unit as stored: ``files`` maps each file name to its sha256."""
+
+    key: str
+    directory: Path
+    files: dict
+    output: str
+
+    def restore(self, outdir: Path) -> bool:
+        """Copy the unit's files into ``outdir``; False (nothing usable) if one of them is not
+        what was stored, e.g. cut short by a crash before it reached the disk."""
+        for name, digest in self.files.items():
+            try:
+                data = (self.directory / name).read_bytes()
+            except OSError:
+                return False
+            if hashlib.sha256(data).hexdigest() != digest:
+                return False
+            (outdir / name).write_bytes(data)
+        return True
+
+
 class Store:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.compiled = self.root / "compiled"
         self.measurements = self.root / "measurements"
         self.worker_cache = self.root / "worker-cache"
-        for d in (self.compiled, self.measurements, self.worker_cache):
+        self.units = self.root / "units"
+        for d in (self.compiled, self.measurements, self.worker_cache, self.units):
             d.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
 
@@ -101,6 +134,54 @@ class Store:
         artifact = self.artifact(key)
         assert artifact is not None
         return artifact
+
+    # -- compiled units (beneath artifacts: a build takes its units from here)
+
+    def _unit_dir(self, key: str) -> Path:
+        return self.units / key[:2] / key
+
+    def unit_entry(self, key: str) -> UnitEntry | None:
+        d = self._unit_dir(key)
+        try:
+            meta = json.loads((d / "meta.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return UnitEntry(key, d, meta["files"], meta["output"])
+
+    def commit_unit(self, key: str, source: Path, names: list[str], output: str,
+                    meta: dict | None = None) -> UnitEntry:
+        """Store copies of ``names`` (files in ``source``) as unit ``key``, atomically: a
+        private directory, then a rename; an identical entry that won a race is kept."""
+        parent = self.units / key[:2]
+        parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=parent, prefix=f".{key}."))
+        try:
+            files = {}
+            for name in names:
+                shutil.copyfile(source / name, staging / name)
+                files[name] = sha256_file(staging / name)
+            write_json_atomic(staging / "meta.json",
+                              {**(meta or {}), "files": files, "output": output})
+            try:
+                os.rename(staging, self._unit_dir(key))
+            except OSError:  # an identical entry won the race (or a bad one is there)
+                shutil.rmtree(staging, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        entry = self.unit_entry(key)
+        assert entry is not None
+        return entry
+
+    def drop_unit(self, key: str) -> None:
+        """Remove a damaged entry (moved aside first, so readers never see half of one)."""
+        d = self._unit_dir(key)
+        aside = d.parent / f".{key}.dropped.{os.getpid()}.{threading.get_ident()}"
+        try:
+            os.rename(d, aside)
+        except OSError:
+            return
+        shutil.rmtree(aside, ignore_errors=True)
 
     # -- measurements
 

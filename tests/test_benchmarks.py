@@ -397,6 +397,64 @@ def test_overrides_and_dump_flags_are_passed_only_when_asked(tmp_path):
     assert [p.name for p in result.decision_files] == ["main.0.decisions.sexp", "util.0.decisions.sexp"]
 
 
+def test_per_unit_overrides_and_a_unit_cache(tmp_path):
+    """Overrides as a mapping go to their own unit only; a unit cache is asked for every unit
+    under inputs that name the overrides by content and include earlier units' .cmi/.cmx."""
+    log = tmp_path / "calls.log"
+    fake = tmp_path / "fake-ocamlopt"
+    fake.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        echo "$@" >> {log}
+        for a in "$@"; do last="$a"; done
+        case "$*" in
+          *" -c "*) b="${{last%.ml}}"; echo "$*" > "$b.cmx"; echo i > "$b.cmi"; : > "$b.o";;
+          *" -o "*) : > "$last";;
+        esac
+        """))
+    fake.chmod(0o755)
+    bench = load_benchmark(_make_bench(tmp_path))
+    ov = tmp_path / "main.sexp"
+    ov.write_text("(main)")
+
+    class Cache:
+        def __init__(self):
+            self.stored: dict[str, tuple[dict, str]] = {}
+            self.asked: list[dict] = []
+
+        def unit(self, inputs, outdir, compile):
+            self.asked.append(inputs)
+            key = json.dumps(inputs, sort_keys=True)
+            if key in self.stored:
+                files, output = self.stored[key]
+                for name, data in files.items():
+                    (outdir / name).write_text(data)
+                return list(files), output, True
+            names, output = compile()
+            self.stored[key] = ({n: (outdir / n).read_text() for n in names}, output)
+            return names, output, False
+
+    cache = Cache()
+    first = build_benchmark(bench, tmp_path / "a", fake, overrides={"Main": ov}, unit_cache=cache)
+    assert log.read_text().splitlines()[:2] == ["-O3 -c util.ml",
+                                                f"-O3 -inlining-overrides {ov} -c main.ml"]
+    assert (first.units_compiled, first.units_reused) == (2, 0)
+    util, main = cache.asked
+    assert util["earlier"] == {} and set(main["earlier"]) == {"util.cmi", "util.cmx"}
+    assert "-inlining-overrides" in main["command"] and str(ov) not in main["command"]
+    # Same inputs elsewhere: both units reused, only the link runs.
+    log.unlink()
+    again = build_benchmark(bench, tmp_path / "b", fake, overrides={"Main": ov}, unit_cache=cache)
+    assert (again.units_compiled, again.units_reused) == (0, 2)
+    assert log.read_text().splitlines() == ["-O3 util.cmx main.cmx -o demo.exe"]
+    assert (tmp_path / "b" / "main.cmx").is_file()
+    # Main's overrides changed (same path, new content): Main only.
+    ov.write_text("(main changed)")
+    log.unlink()
+    third = build_benchmark(bench, tmp_path / "c", fake, overrides={"Main": ov}, unit_cache=cache)
+    assert (third.units_compiled, third.units_reused) == (1, 1)
+    assert log.read_text().splitlines()[0] == f"-O3 -inlining-overrides {ov} -c main.ml"
+
+
 def test_benchmark_is_immutable_and_picklable(tmp_path):
     import pickle
 

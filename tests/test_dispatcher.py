@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dispatcher.benchmark import resolve_benchmark
+from dispatcher.benchmark import build_benchmark, resolve_benchmark
 from dispatcher.compile import CompileError, CompileJob, CompileService
 from dispatcher.config import ConfigError, load_config
 from dispatcher.decisions import Override, read_dumps, write_overrides
@@ -127,6 +127,99 @@ def test_compile_failure_is_reported(compiler, store, tmp_path):
             service.compile(CompileJob(resolve_benchmark(str(d))))
         assert "broken" in str(err.value) and "arith.ml" in str(err.value)
         assert "Error" in err.value.output
+    finally:
+        service.close()
+
+
+# -- unit-level incremental compiles (beneath the whole-candidate cache)
+
+def _sha(path: Path) -> str:
+    import hashlib
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _flip(dumps, unit: str, k: int = 0) -> Override:
+    d = [d for dump in dumps if dump.unit == unit for d in dump.decisions
+         if d.action == "inline"][k]
+    return Override(d.unit, d.round, d.key, "dont_inline")
+
+
+def _whole_build(bench, compiler, tmp: Path, overrides):
+    """The reference: one overrides file for every unit, nothing cached."""
+    ov = write_overrides(tmp / "overrides.sexp", overrides) if overrides else None
+    return build_benchmark(bench, tmp / "build", compiler.ocamlopt, overrides=ov,
+                           dump_decisions=True)
+
+
+def test_units_are_reused_and_dependents_rebuilt_identically_to_a_whole_build(
+        compiler, store, tmp_path):
+    bench = resolve_benchmark("kahan")  # summation.ml, series.ml, main.ml
+    service = CompileService(store, compiler)
+    try:
+        base = service.compile(CompileJob(bench))
+        assert (base.units_compiled, base.units_reused) == (3, 0)
+        dumps = read_dumps(base.artifact.decision_files)
+        # Overrides of Main only: Summation and Series come from the unit cache.
+        in_main = (_flip(dumps, "Main"),)
+        main_only = service.compile(CompileJob(bench, in_main))
+        assert (main_only.units_compiled, main_only.units_reused) == (1, 2)
+        assert "main.ml" in main_only.artifact.compiler_output
+        assert "# summation.ml: reused from the unit cache" in main_only.artifact.compiler_output
+        # Overrides of Summation, the first unit: its .cmx changes (Main inlines from it), so
+        # every unit after it is compiled again; a stale Main would give another binary.
+        in_summation = (_flip(dumps, "Summation"),)
+        first = service.compile(CompileJob(bench, in_summation))
+        assert (first.units_compiled, first.units_reused) == (3, 0)
+        for i, (job_overrides, result) in enumerate([((), base), (in_main, main_only),
+                                                     (in_summation, first)]):
+            whole = _whole_build(bench, compiler, tmp_path / f"whole{i}", list(job_overrides))
+            assert _sha(result.binary) == _sha(whole.binary)
+            assert [(f.name, _sha(f)) for f in result.artifact.decision_files] == \
+                [(f.name, _sha(f)) for f in whole.decision_files]
+        assert len({base.sha256, main_only.sha256, first.sha256}) == 3
+        # Both changes at once: Summation and Series as in the last candidate, only Main new.
+        both = service.compile(CompileJob(bench, in_main + in_summation))
+        assert (both.units_compiled, both.units_reused) == (1, 2)
+        # Entries for no unit of the program change the candidate, not a single unit.
+        nowhere = service.compile(CompileJob(bench, (Override("Nowhere", 0, "C(x)", "inline"),)))
+        assert not nowhere.cached and nowhere.artifact.key != base.artifact.key
+        assert (nowhere.units_compiled, nowhere.units_reused) == (0, 3)
+        assert nowhere.sha256 == base.sha256
+        assert (service.units.misses, service.units.hits) == (3 + 1 + 3 + 1, 2 + 2 + 3)
+    finally:
+        service.close()
+
+
+def test_a_unit_needed_by_concurrent_compiles_is_compiled_once(compiler, store, tmp_path):
+    bench = resolve_benchmark("kahan")
+    dumps = read_dumps(_whole_build(bench, compiler, tmp_path, []).decision_files)
+    service = CompileService(store, compiler, jobs=3)  # fresh store: nothing cached
+    try:
+        jobs = [CompileJob(bench, (_flip(dumps, "Main", k),)) for k in range(3)]
+        results = [f.result() for f in [service.submit(j) for j in jobs]]
+        assert len({r.sha256 for r in results}) == 3
+        # Summation and Series once (the others waited for them), Main three times.
+        assert sum(r.units_compiled for r in results) == 5
+        assert (service.units.misses, service.units.hits) == (5, 4)
+    finally:
+        service.close()
+
+
+def test_a_damaged_unit_entry_is_compiled_again(compiler, store, tmp_path):
+    import json
+    bench = resolve_benchmark(str(small_benchmark(tmp_path)))
+    service = CompileService(store, compiler)
+    try:
+        base = service.compile(CompileJob(bench))
+        (cmx,) = list(store.units.glob("*/*/arith.cmx"))
+        cmx.write_bytes(cmx.read_bytes()[:-10])  # as if cut short by a crash
+        again = service.compile(CompileJob(bench, (Override("Nowhere", 0, "C(x)", "inline"),)))
+        # Arith compiled again; its .cmx is the same as before, so Main is still reused.
+        assert (again.units_compiled, again.units_reused) == (1, 1)
+        assert again.sha256 == base.sha256
+        for meta in store.units.glob("*/*/meta.json"):
+            for name, digest in json.loads(meta.read_text())["files"].items():
+                assert _sha(meta.parent / name) == digest
     finally:
         service.close()
 
