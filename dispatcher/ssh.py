@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 LOCK_WAIT_S = 30.0  # how long a new agent waits for the lock of an agent that is exiting
-JOB_SLACK_S = 30.0  # beyond the runs' own timeouts, before a silent agent is presumed hung
+JOB_SLACK_S = 30.0  # beyond 1.5 x the runs' own timeouts, before a silent agent is presumed hung
 STALE_UPLOAD_S = 3600.0  # partial uploads older than this are removed on connect
 
 
@@ -399,11 +399,16 @@ class SshSlot:
         self.probe()
         for attempt in (1, 2):
             self.host.acquire_binary(job.sha256, job.binary)
+            deadline = job.runs * job.timeout * 1.5 + JOB_SLACK_S
+            t0 = time.monotonic()
             try:
-                self._channel.settimeout(job.runs * (job.timeout + 10) + JOB_SLACK_S)
+                self._channel.settimeout(deadline)
                 response = self._connection.request(job.request(self.cpu))
-            except WorkerLost:
+            except WorkerLost as exc:
                 self._drop()  # hung or gone: a fresh agent (or another slot) takes over
+                if time.monotonic() - t0 >= deadline:
+                    raise WorkerLost(f"{self.name}: no answer within {deadline:.0f} s; the "
+                                     "agent is presumed hung") from None
                 raise
             except AgentError as exc:
                 if attempt == 1 and ("not in cache" in str(exc) or "checksum" in str(exc)):

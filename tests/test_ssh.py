@@ -1,0 +1,407 @@
+"""The SSH backend against real OpenSSH servers in private network namespaces (tests/sshhosts.py).
+
+Every host is a network namespace with its own sshd; nothing listens outside them and no
+traffic leaves the machine."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dispatcher.config import ConfigError, parse_config
+from dispatcher.files import sha256_file
+from dispatcher.rundir import Rundir
+from dispatcher.scheduler import Scheduler
+from dispatcher.ssh import HostError, SshBackend, WorkerHost, fingerprint, remote_path
+from dispatcher.worker import RunJob
+from tests.sshhosts import LabUnavailable, SshLab, lab_unavailable_reason
+
+REPO = Path(__file__).resolve().parent.parent
+CPU = max(os.sched_getaffinity(0))
+
+needs_lab = pytest.mark.skipif(lab_unavailable_reason() is not None,
+                               reason=lab_unavailable_reason() or "")
+
+
+@pytest.fixture
+def lab(tmp_path):
+    try:
+        with SshLab(tmp_path / "lab", hosts=2) as lab:
+            yield lab
+    except LabUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+def write_config(path: Path, data: dict, **sections) -> Path:
+    data = {**data, "run": {"runs": 2, "timeout": 30, "size": "quick"}, **sections}
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dispatcher", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def spin_benchmark(root: Path, iterations: int = 150_000_000) -> Path:
+    """A benchmark that runs long enough (~0.3 s) to be killed in the middle of a run."""
+    d = root / "spin"
+    d.mkdir()
+    (d / "work.ml").write_text("let[@inline never] run n = let r = ref 0 in\n"
+                               "  for i = 1 to n do r := !r + (i * i) mod 7 done; !r\n")
+    (d / "main.ml").write_text("let () = Printf.printf \"%d\\n\" "
+                               "(Work.run (int_of_string Sys.argv.(1)))\n")
+    n = iterations
+    out = 14 * (n // 7) + sum((i * i) % 7 for i in range(1, n % 7 + 1))
+    size = {"args": [str(n)], "expected_output": {"text": f"{out}\n"}}
+    (d / "benchmark.yaml").write_text(yaml.safe_dump({
+        "name": "spin", "split": "training", "description": "a loop to interrupt",
+        "modules": ["work.ml"], "main": "main.ml", "sizes": {"quick": size, "full": size}}))
+    return d
+
+
+# -- config (no servers needed)
+
+@pytest.mark.parametrize("ssh, message", [
+    (None, "ssh.hosts: expected a non-empty list of hosts"),
+    ({"hosts": []}, "ssh.hosts: expected a non-empty list of hosts"),
+    ({"hosts": [{"host": "a b", "user": "u", "rundir": "r", "cpus": [1]}]},
+     "ssh.hosts[0].host: expected a host name or address, got 'a b'"),
+    ({"hosts": [{"host": "w1", "rundir": "r", "cpus": [1]}]},
+     "ssh.hosts[0].user: expected a user name"),
+    ({"hosts": [{"host": "w1", "user": "u", "rundir": "../elsewhere", "cpus": [1]}]},
+     "ssh.hosts[0].rundir: expected a directory on the worker"),
+    ({"hosts": [{"host": "w1", "user": "u", "rundir": "r", "cpus": [1, 1]}]},
+     "ssh.hosts[0].cpus: expected a list of distinct CPU numbers"),
+    ({"hosts": [{"host": "w1", "user": "u", "rundir": "r", "cpus": [1], "shell": "x"}]},
+     "ssh.hosts[0].shell: expected one of"),
+    ({"hosts": [{"host": "w1", "user": "u", "rundir": "r", "cpus": [1]},
+                {"host": "w1", "user": "u", "rundir": "r", "cpus": [2]}]},
+     "ssh.hosts[1].name: expected a name no other host has, got 'w1'"),
+    ({"trust_on_first_use": "yes", "hosts": [{"host": "w1", "user": "u", "rundir": "r",
+                                              "cpus": [1]}]},
+     "ssh.trust_on_first_use: expected true or false"),
+])
+def test_bad_ssh_config_is_one_clear_line(ssh, message):
+    data = {"backend": "ssh"}
+    if ssh is not None:
+        data["ssh"] = ssh
+    with pytest.raises(ConfigError) as err:
+        parse_config(data, Path("/etc/cfg.yaml"))
+    assert str(err.value).startswith("/etc/cfg.yaml: " + message), str(err.value)
+
+
+def test_example_ssh_config_is_valid():
+    from dispatcher.config import load_config
+    config = load_config(REPO / "configs" / "example-ssh.yaml")
+    assert config.backend == "ssh" and len(config.ssh.hosts) >= 2
+    assert not config.ssh.trust_on_first_use
+
+
+def test_remote_paths_stay_in_the_rundir():
+    assert remote_path("~/w", "cache", "ab") == "w/cache/ab"
+    assert remote_path("/srv/x y", "locks") == "/srv/x y/locks"
+    for bad in ("..", "a/b", "", "."):
+        with pytest.raises(ValueError):
+            remote_path("/srv", bad)
+
+
+# -- against real sshd
+
+@needs_lab
+def test_run_benchmark_over_ssh_uploads_once_and_measures_on_every_host(lab, compiler,
+                                                                        tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", lab.config(cpus=[CPU]))
+    first = cli("run-benchmark", "kahan", "--config", str(cfg), "--runs", "2")
+    assert first.returncode == 0, first.stderr
+    lines = [line.split(",") for line in first.stdout.splitlines()]
+    assert sorted(line[0] for line in lines) == [f"ssh/h0/cpu{CPU}", f"ssh/h1/cpu{CPU}"]
+    assert all(line[1] == "heuristic" and len(line) == 4 for line in lines)
+    assert all(float(t) > 0 for line in lines for t in line[2:])
+    for host in lab.hosts:
+        agents = list(host.rundir.glob("agent-*.py"))
+        assert len(agents) == 1 and agents[0].read_bytes() == \
+            (REPO / "workers" / "agent.py").read_bytes()
+        (binary,) = (host.rundir / "cache").iterdir()
+        assert binary.name == sha256_file(binary)
+    mtime = binary.stat().st_mtime_ns
+    again = cli("run-benchmark", "kahan", "--config", str(cfg), "--runs", "2", "--remeasure")
+    assert again.returncode == 0, again.stderr
+    assert binary.stat().st_mtime_ns == mtime  # travelled once per sha256
+
+
+@needs_lab
+def test_short_annealing_run_over_ssh(lab, compiler, tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", lab.config(cpus=[CPU]), search={
+        "baseline_runs": 2, "remeasure_every": 2, "rundirs": str(tmp_path / "rundirs"),
+        "batch_log": str(tmp_path / "batch.log")})
+    (tmp_path / "tasks").write_text("kahan\n")
+    proc = cli("run_training_experiments", "--config", str(cfg), "--tasks",
+               str(tmp_path / "tasks"), "--steps", "3", "--algorithm", "sa")
+    assert proc.returncode == 0, proc.stderr
+    (rundir,) = (tmp_path / "rundirs").iterdir()
+    steps = [e["step"] for e in Rundir(rundir).events_of("step")]
+    assert steps == [1, 2, 3]
+    measured = [r for p in rundir.rglob("measurements.json") for r in json.loads(p.read_text())]
+    assert measured and {r["worker"] for r in measured} <= {f"ssh/h0/cpu{CPU}",
+                                                             f"ssh/h1/cpu{CPU}"}
+    assert all(rec["failure"] is None for r in measured for rec in r["records"])
+
+
+def running_benchmark(host) -> bool:
+    """Is a benchmark binary from the host's cache running inside the host's namespace?"""
+    for pid in host.pids():
+        try:
+            if os.readlink(f"/proc/{pid}/exe").startswith(str(host.rundir / "cache")):
+                return True
+        except OSError:
+            pass
+    return False
+
+
+@needs_lab
+def test_host_dying_mid_job_the_experiment_goes_on(lab, compiler, tmp_path):
+    bench = spin_benchmark(tmp_path)
+    cfg = write_config(tmp_path / "c.yaml", lab.config(cpus=[CPU]), search={
+        "baseline_runs": 2, "remeasure_every": 0, "rundirs": str(tmp_path / "rundirs"),
+        "batch_log": str(tmp_path / "batch.log")})
+    (tmp_path / "tasks").write_text(f"{bench}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "dispatcher", "run_training_experiments",
+                             "--config", str(cfg), "--tasks", str(tmp_path / "tasks"),
+                             "--steps", "4", "--algorithm", "random-walk"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim = lab.hosts[0]
+    deadline = time.monotonic() + 120
+    while not running_benchmark(victim):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.01)
+    lab.kill(victim)  # sshd, the session and the agent, in the middle of a run
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    (rundir,) = (tmp_path / "rundirs").iterdir()
+    events = Rundir(rundir).events()
+    assert [e["step"] for e in events if e["event"] == "step"] == [1, 2, 3, 4]
+    assert sum(e["event"] == "baseline" for e in events) == 1
+    assert events[-1]["event"] == "finish" and events[-1]["reason"] == "completed"
+    assert "h0" in err and "runs again elsewhere" in err, err
+    assert "out of service" in err  # h0 never came back: reported
+
+
+@needs_lab
+def test_run_past_its_deadline_is_retried_on_another_slot(lab, compiler, tmp_path, monkeypatch):
+    """An agent that stops answering (here: stopped with SIGSTOP) loses its job to another."""
+    import dispatcher.ssh as ssh_module
+    monkeypatch.setattr(ssh_module, "JOB_SLACK_S", 1.0)
+    config = parse_config(lab.config(cpus=[CPU]), tmp_path / "c.yaml")
+    backend = SshBackend(config.ssh)
+    binary = Path("/bin/sleep")
+    job = RunJob(sha256_file(binary), binary, ("0.2",), runs=1, timeout=0.5, perf=False)
+    h0_slot = backend.slots[0]
+    h0_slot.probe()
+    stopped = [pid for pid in lab.hosts[0].pids()
+               if b"agent-" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert stopped
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        with Scheduler(backend.slots, config.scheduler) as scheduler:
+            t0 = time.monotonic()
+            result = scheduler.submit(job, slot=h0_slot.name).result(timeout=60)
+            elapsed = time.monotonic() - t0
+            resume(stopped)  # the stale agent may go now, and its slot lock with it
+            assert result.worker == backend.slots[1].name and result.failed == 0
+            assert scheduler.lost_jobs == 1
+            assert elapsed < 10  # the deadline: 1.5 x the run timeout + JOB_SLACK_S
+    finally:
+        resume(stopped)
+        backend.close()
+
+
+def resume(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+@needs_lab
+def test_host_keys_are_pinned(lab, compiler, tmp_path):
+    host = lab.hosts[0]
+    data = lab.config(cpus=[CPU], hosts=[host])
+    # A changed key: known_hosts holds another host's key under h0's address.
+    other = lab.hosts[1].host_key_line
+    lab.known_hosts.write_text(f"{host.address} {other}\n")
+    bad = cli("run-benchmark", "kahan", "--config", str(write_config(tmp_path / "c.yaml", data)))
+    assert bad.returncode == 1
+    assert "h0: host key CHANGED" in bad.stderr and "SHA256:" in bad.stderr, bad.stderr
+    # An unknown host is refused too, naming its fingerprint...
+    lab.known_hosts.write_text("")
+    unknown = cli("run-benchmark", "kahan", "--config", str(tmp_path / "c.yaml"))
+    assert unknown.returncode == 1 and "h0: unknown host key ssh-ed25519 SHA256:" \
+        in unknown.stderr, unknown.stderr
+    # ...unless the config opts in to trust on first use, which records the key.
+    data["ssh"]["trust_on_first_use"] = True
+    tofu = cli("run-benchmark", "kahan", "--config",
+               str(write_config(tmp_path / "c.yaml", data)))
+    assert tofu.returncode == 0, tofu.stderr
+    assert lab.known_hosts.read_text().split() == \
+        [host.address, *host.host_key_line.split()]
+    # From then on the key is pinned: a server with another key is refused.
+    lab.known_hosts.write_text(f"{host.address} {other}\n")
+    again = cli("run-benchmark", "kahan", "--config", str(tmp_path / "c.yaml"), "--remeasure")
+    assert again.returncode == 1 and "host key CHANGED" in again.stderr
+
+
+@needs_lab
+def test_fingerprint_matches_ssh_keygen(lab):
+    import paramiko
+    key_file = lab.hosts[0].root / "ssh_host_ed25519_key.pub"
+    out = subprocess.run(["ssh-keygen", "-lf", str(key_file)], capture_output=True, text=True,
+                         check=True).stdout.split()[1]
+    key = paramiko.Ed25519Key(filename=str(key_file.with_suffix("")))
+    assert fingerprint(key) == out
+
+
+@needs_lab
+def test_unreachable_host_is_reported_and_the_others_work(lab, compiler, tmp_path):
+    lab.kill(lab.hosts[0])  # nothing listens there any more: connection refused
+    cfg = write_config(tmp_path / "c.yaml", lab.config(cpus=[CPU]))
+    proc = cli("run-benchmark", "kahan", "--config", str(cfg))
+    assert proc.returncode == 0, proc.stderr
+    assert [line.split(",")[0] for line in proc.stdout.splitlines()] == \
+        [f"ssh/h1/cpu{CPU}"] * 2  # h0's share of the work ran on h1
+    assert f"ssh/h0/cpu{CPU}: out of service: h0: cannot connect to {lab.hosts[0].address}" \
+        in proc.stderr, proc.stderr
+    # Only unreachable hosts: a clear one-line error, non-zero exit.
+    only = write_config(tmp_path / "only.yaml", lab.config(cpus=[CPU], hosts=[lab.hosts[0]]))
+    proc = cli("run-benchmark", "kahan", "--config", str(only), "--remeasure")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("Error: no worker slot left"), \
+        proc.stderr
+
+
+@needs_lab
+def test_missing_python3_names_the_host(tmp_path, compiler):
+    # h1's sessions have a PATH without python3 in it: exactly a host without python3.
+    try:
+        lab = SshLab(tmp_path / "lab", hosts=2,
+                     sshd_options={1: ["SetEnv PATH=/nonexistent"]}).__enter__()
+    except LabUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        cfg = write_config(tmp_path / "c.yaml", lab.config(cpus=[CPU], hosts=[lab.hosts[1]]))
+        proc = cli("run-benchmark", "kahan", "--config", str(cfg))
+        assert proc.returncode == 1
+        assert "h1: cannot run python3 as 'python3' on the worker" in proc.stderr, proc.stderr
+    finally:
+        lab.close()
+
+
+@needs_lab
+def test_names_full_of_shell_metacharacters_stay_names(lab, tmp_path):
+    nasty = "w $(touch PWNED1); `touch PWNED2` 'q\" & | > < * ~"
+    rundir = lab.hosts[0].root / nasty
+    data = lab.config(cpus=[CPU], hosts=[lab.hosts[0]])
+    data["ssh"]["hosts"][0]["rundir"] = str(rundir)
+    data["ssh"]["hosts"][0]["worker_class"] = "c; touch PWNED3 #"
+    config = parse_config(data, tmp_path / "c.yaml")
+    backend = SshBackend(config.ssh)
+    binary = Path("/bin/echo")
+    job = RunJob(sha256_file(binary), binary, ("$(touch PWNED4)", "; touch PWNED5"), runs=1,
+                 timeout=10, perf=False, expected_output={"text": "$(touch PWNED4) ; touch "
+                                                          "PWNED5\n"})
+    try:
+        with Scheduler(backend.slots, config.scheduler) as scheduler:
+            result = scheduler.submit(job).result(timeout=60)
+    finally:
+        backend.close()
+    assert result.failed == 0 and result.records[0].output_ok is True
+    assert result.worker_class == "c; touch PWNED3 #"
+    assert (rundir / "cache" / job.sha256).is_file()
+    # The login shell starts in the home directory; the agent runs binaries in scratch dirs.
+    places = (Path.home(), lab.hosts[0].root, rundir, REPO, Path("/tmp"), Path("/dev/shm"))
+    assert [p for d in places for p in d.glob("PWNED*")] == []
+
+
+@needs_lab
+def test_binary_cache_is_bounded_and_checked(lab, tmp_path):
+    data = lab.config(cpus=[CPU], hosts=[lab.hosts[0]])
+    data["ssh"]["hosts"][0]["cache_limit_mb"] = 1
+    config = parse_config(data, tmp_path / "c.yaml")
+    host = WorkerHost(config.ssh.hosts[0], config.ssh)
+    binaries = []
+    for i in range(3):  # 600 KB each: two do not fit in 1 MB
+        b = tmp_path / f"b{i}"
+        b.write_bytes(bytes([i]) * 600_000)
+        binaries.append((sha256_file(b), b))
+    cache = lab.hosts[0].rundir / "cache"
+    try:
+        host.acquire_binary(*binaries[0])
+        host.acquire_binary(*binaries[1])  # both in use: neither may go
+        assert sorted(p.name for p in cache.iterdir()) == sorted([binaries[0][0],
+                                                                  binaries[1][0]])
+        host.release_binary(binaries[0][0])
+        host.release_binary(binaries[1][0])
+        host.acquire_binary(*binaries[2])  # evicts the least recently used, down to the bound
+        assert [p.name for p in cache.iterdir()] == [binaries[2][0]]
+        assert host.cached() == [binaries[2][0]]
+        host.release_binary(binaries[2][0])
+    finally:
+        host.close()
+    # A binary damaged on the worker is refused by the agent, uploaded again, and runs.
+    config = parse_config(lab.config(cpus=[CPU], hosts=[lab.hosts[0]]), tmp_path / "c.yaml")
+    backend = SshBackend(config.ssh)
+    true = Path("/bin/true")
+    job = RunJob(sha256_file(true), true, (), runs=1, timeout=10, perf=False)
+    try:
+        with Scheduler(backend.slots, config.scheduler) as scheduler:
+            assert scheduler.submit(job).result(timeout=60).failed == 0
+            (cache / job.sha256).write_bytes(b"#!/bin/sh\necho tampered\n")
+            result = scheduler.submit(job).result(timeout=60)
+    finally:
+        backend.close()
+    assert result.failed == 0 and sha256_file(cache / job.sha256) == job.sha256
+
+
+@needs_lab
+def test_a_crashed_masters_lock_does_not_block_the_next_run(lab, compiler, tmp_path):
+    bench = spin_benchmark(tmp_path)
+    cfg = write_config(tmp_path / "c.yaml", lab.config(cpus=[CPU], hosts=[lab.hosts[0]]))
+    master = subprocess.Popen([sys.executable, "-m", "dispatcher", "run-benchmark", str(bench),
+                               "--config", str(cfg), "--runs", "3"], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not running_benchmark(lab.hosts[0]):
+        assert master.poll() is None and time.monotonic() < deadline, master.communicate()
+        time.sleep(0.01)
+    master.kill()  # kill -9: its lock file stays behind on the worker
+    master.wait()
+    assert (lab.hosts[0].rundir / "locks" / f"cpu{CPU}.lock").exists()
+    t0 = time.monotonic()
+    proc = cli("run-benchmark", str(bench), "--config", str(cfg), "--runs", "1", "--remeasure")
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - t0 < 60
+    assert proc.stdout.startswith(f"ssh/h0/cpu{CPU},heuristic,")
+
+
+def test_unreachable_address_fails_fast_with_the_host_named(tmp_path):
+    """No server at all (nothing is sent beyond loopback): a one-line HostError."""
+    data = {"backend": "ssh", "ssh": {
+        "known_hosts": str(tmp_path / "kh"), "key_file": str(tmp_path / "key"),
+        "connect_timeout": 2,
+        "hosts": [{"name": "nowhere", "host": "127.0.0.1", "port": 9, "user": "u",
+                   "rundir": "w", "cpus": [0]}]}}
+    config = parse_config(data, tmp_path / "c.yaml")
+    host = WorkerHost(config.ssh.hosts[0], config.ssh)
+    with pytest.raises(HostError) as err:
+        host.transport()
+    assert str(err.value).startswith("nowhere: cannot connect to 127.0.0.1 port 9")
+    assert not err.value.permanent  # may come back: re-probed with back-off
