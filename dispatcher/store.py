@@ -149,9 +149,12 @@ class Store:
         return UnitEntry(key, d, meta["files"], meta["output"])
 
     def commit_unit(self, key: str, source: Path, names: list[str], output: str,
-                    meta: dict | None = None) -> UnitEntry:
+                    meta: dict | None = None) -> None:
         """Store copies of ``names`` (files in ``source``) as unit ``key``, atomically: a
-        private directory, then a rename; an identical entry that won a race is kept."""
+        private directory, then a rename; an identical entry that won a race is kept.
+
+        Nothing is fsynced: every file's sha256 is checked when the entry is used, so an entry
+        a crash cut short is found and compiled again (``UnitEntry.restore``)."""
         parent = self.units / key[:2]
         parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=parent, prefix=f".{key}."))
@@ -160,18 +163,19 @@ class Store:
             for name in names:
                 shutil.copyfile(source / name, staging / name)
                 files[name] = sha256_file(staging / name)
-            write_json_atomic(staging / "meta.json",
-                              {**(meta or {}), "files": files, "output": output})
-            try:
-                os.rename(staging, self._unit_dir(key))
-            except OSError:  # an identical entry won the race (or a bad one is there)
-                shutil.rmtree(staging, ignore_errors=True)
-        except BaseException:
+            (staging / "meta.json").write_text(json.dumps(
+                {**(meta or {}), "files": files, "output": output}, indent=1, sort_keys=True))
+            for attempt in range(2):
+                try:
+                    os.rename(staging, self._unit_dir(key))
+                    return
+                except OSError:
+                    if attempt == 0 and self.unit_entry(key) is None:
+                        self.drop_unit(key)  # unreadable, e.g. after a crash: replace it
+                        continue
+                    break  # an identical entry won the race: keep it
+        finally:
             shutil.rmtree(staging, ignore_errors=True)
-            raise
-        entry = self.unit_entry(key)
-        assert entry is not None
-        return entry
 
     def drop_unit(self, key: str) -> None:
         """Remove a damaged entry (moved aside first, so readers never see half of one)."""

@@ -217,6 +217,13 @@ def test_a_damaged_unit_entry_is_compiled_again(compiler, store, tmp_path):
         # Arith compiled again; its .cmx is the same as before, so Main is still reused.
         assert (again.units_compiled, again.units_reused) == (1, 1)
         assert again.sha256 == base.sha256
+        # An unreadable entry (meta.json cut short) is replaced.
+        (main_meta,) = [m for m in store.units.glob("*/*/meta.json")
+                        if "main.cmx" in m.read_text()]
+        main_meta.write_text('{"files": {"main.cm')
+        third = service.compile(CompileJob(bench, (Override("Nowhere", 1, "C(x)", "inline"),)))
+        assert (third.units_compiled, third.units_reused) == (1, 1)
+        assert third.sha256 == base.sha256
         for meta in store.units.glob("*/*/meta.json"):
             for name, digest in json.loads(meta.read_text())["files"].items():
                 assert _sha(meta.parent / name) == digest
