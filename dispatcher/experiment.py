@@ -5,6 +5,11 @@ them, read back the tree the compiler really produced, measure, decide, journal.
 chains meet in the scheduler's queue, so a free worker slot takes whichever chain has work and
 no slot idles while one chain compiles.  Chains only write their rundir and a ``status`` record
 that the progress display reads: data flows one way.
+
+Measurements are deduplicated across chains: a binary already measured in the store is not run
+again (except when the incumbent is deliberately re-measured), and a request for a binary whose
+run job is still queued or running (the K chains' common baseline, say) shares that job instead
+of queueing another.
 """
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import random
 import shutil
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +28,7 @@ from dispatcher.rundir import Rundir
 from dispatcher.scheduler import Scheduler
 from dispatcher.search import energy, geomean, geomean_ci95, metropolis, propose, temperature
 from dispatcher.files import write_json_atomic
-from dispatcher.store import Store
+from dispatcher.store import Store, measurement_key
 from dispatcher.tree import Tree, count, to_overrides
 from dispatcher.worker import RunJob, RunResult
 
@@ -83,6 +89,19 @@ class Interrupted(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class _Shared:
+    """A run job another chain submitted and will store; this chain only reads its result."""
+
+    future: Future
+
+
+# Run jobs in flight per scheduler, by measurement key: (runs, future).
+_running: "weakref.WeakKeyDictionary[Scheduler, dict[str, tuple[int, Future]]]" = \
+    weakref.WeakKeyDictionary()
+_running_lock = threading.Lock()
+
+
 @dataclass
 class Chain:
     rundir: Rundir
@@ -113,23 +132,49 @@ class Chain:
                 self._check_stop()
 
     def _submit_runs(self, sha256: str, binary: Path, runs: int,
-                     reuse: bool) -> Future | list[RunResult]:
-        """Queue a run job, or return the stored measurement of this binary if allowed."""
+                     reuse: bool) -> Future | _Shared | list[RunResult]:
+        """Queue a run job, or, if allowed, return the stored measurement of this binary or
+        share a job for it that is still running (one with at least ``runs`` runs)."""
         size = self.benchmark.size(self.params.size)
         if reuse:
             known = [r for r in self.store.measurements_for(sha256, size.args, self.worker_class)
                      if len(r.records) >= runs]
             if known:
                 return known[:1]
-        return self.scheduler.submit(RunJob(
-            sha256=sha256, binary=binary, args=size.args, runs=runs, timeout=self.params.timeout,
-            expected_output=size.expected.to_json(), perf=self.params.perf))
+        job = RunJob(sha256=sha256, binary=binary, args=size.args, runs=runs,
+                     timeout=self.params.timeout, expected_output=size.expected.to_json(),
+                     perf=self.params.perf)
+        if not reuse:
+            return self.scheduler.submit(job)
+        mkey = measurement_key(sha256, size.args, self.worker_class)
+        with _running_lock:
+            table = _running.setdefault(self.scheduler, {})
+            running = table.get(mkey)
+            if running is not None and running[0] >= runs and not (
+                    running[1].done() and running[1].exception() is not None):
+                return _Shared(running[1])
+            future = self.scheduler.submit(job)
+            table[mkey] = (runs, future)
+        return future
 
-    def _collect(self, pending: Future | list[RunResult]) -> tuple[list[RunResult], bool]:
+    def _collect(self, pending: Future | _Shared | list[RunResult]
+                 ) -> tuple[list[RunResult], bool]:
+        """The results, and whether they were reused (from the store or another chain's job)
+        rather than measured for this request."""
         if isinstance(pending, list):
             return pending, True
-        result = self._wait(pending)
-        self.store.add_measurement(result)
+        if isinstance(pending, _Shared):
+            return [self._wait(pending.future)], True
+        try:
+            result = self._wait(pending)
+            self.store.add_measurement(result)
+        finally:
+            if pending.done():  # stored, or failed: later requests look again
+                with _running_lock:
+                    table = _running.get(self.scheduler, {})
+                    for mkey, (_, future) in list(table.items()):
+                        if future is pending:
+                            del table[mkey]
         return [result], False
 
     @staticmethod

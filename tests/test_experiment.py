@@ -174,3 +174,65 @@ def test_bad_inputs_fail_with_one_line(tmp_path):
         assert proc.returncode != 0
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and expected in lines[0], proc.stderr
+
+
+def test_chains_share_a_run_job_in_flight_and_store_it_once(tmp_path):
+    """K chains asking for the same binary while its job runs (their common baseline) get one
+    job; a later request reads the store; a re-measurement always gets its own job."""
+    import threading
+    import types
+    from concurrent.futures import Future
+
+    from dispatcher.benchmark import load_benchmark
+    from dispatcher.experiment import Chain, SearchParams
+    from dispatcher.store import Store
+    from dispatcher.worker import RunRecord, RunResult
+
+    d = tmp_path / "tiny"
+    d.mkdir()
+    (d / "main.ml").write_text("let () = print_string \"1\"\n")
+    (d / "benchmark.yaml").write_text(yaml.safe_dump({
+        "name": "tiny", "split": "training", "description": "x", "main": "main.ml",
+        "sizes": {s: {"args": ["7"], "expected_output": {"text": "1"}}
+                  for s in ("quick", "full")}}))
+    bench = load_benchmark(d)
+
+    class FakeScheduler:
+        def __init__(self):
+            self.jobs = []
+
+        def submit(self, job):
+            self.jobs.append((job, Future()))
+            return self.jobs[-1][1]
+
+    scheduler, store = FakeScheduler(), Store(tmp_path / "store")
+    params = SearchParams(algorithm="sa", steps=1, seed=0, size="quick", runs=3,
+                          baseline_runs=5, candidates_per_step=1)
+    chains = [Chain(types.SimpleNamespace(path=tmp_path / f"r{k}"), bench, params, None,
+                    scheduler, store, "local", threading.Event()) for k in range(3)]
+    binary = tmp_path / "binary"
+    pending = [c._submit_runs("ab" * 32, binary, 5, reuse=True) for c in chains]
+    assert len(scheduler.jobs) == 1
+    # Fewer runs than the job in flight: shared too; more: a job of its own.
+    smaller = chains[0]._submit_runs("ab" * 32, binary, 3, reuse=True)
+    larger = chains[1]._submit_runs("cd" * 32, binary, 5, reuse=True)
+    assert len(scheduler.jobs) == 2 and larger is scheduler.jobs[1][1]
+    record = RunRecord(wall_ns=10**6, user_s=0.0, sys_s=0.0, maxrss_kb=1, exit_status=0,
+                       signal=None, output_ok=True, gc={}, perf=None, failure=None)
+    result = RunResult("ab" * 32, ("7",), "local/cpu1", "local", 1, (record,) * 5)
+    scheduler.jobs[0][1].set_result(result)
+    collected = [c._collect(p) for c, p in zip(chains, pending)]
+    assert [cached for _, cached in collected] == [False, True, True]
+    assert all(results == [result] for results, _ in collected)
+    assert chains[0]._collect(smaller) == ([result], True)
+    assert len(store.measurements_for("ab" * 32, ("7",), "local")) == 1  # stored once
+    # Done and stored: the store answers; a re-measurement queues a new job regardless.
+    assert chains[2]._submit_runs("ab" * 32, binary, 5, reuse=True) == [result]
+    chains[2]._submit_runs("ab" * 32, binary, 5, reuse=False)
+    assert len(scheduler.jobs) == 3
+    # A failed job is not shared: the next request queues again.
+    scheduler.jobs[1][1].set_exception(RuntimeError("worker lost"))
+    with pytest.raises(RuntimeError):
+        chains[1]._collect(larger)
+    chains[0]._submit_runs("cd" * 32, binary, 5, reuse=True)
+    assert len(scheduler.jobs) == 4
