@@ -57,6 +57,19 @@ let () =
     "exit3": 'let () = prerr_endline "bye"; exit 3\n',
     "raise": 'let () = if Array.length Sys.argv < 5 then failwith "boom"\n',
     "trivial": "let () = ()\n",
+    # holds the file $LOCK (created exclusively) for a moment: exit 7 if another run has it
+    "exclusive": """
+let () =
+  let lock = Sys.getenv "LOCK" in
+  match open_out_gen [Open_wronly; Open_creat; Open_excl] 0o600 lock with
+  | exception Sys_error _ -> exit 7
+  | oc ->
+    let r = ref 0 in
+    for i = 1 to 2_000_000 do r := !r + i done;
+    close_out oc;
+    Sys.remove lock;
+    if !r = 0 then print_string "never"
+""",
     # cwd entries (a fresh empty dir each run), then $FOO, $out and $PWD (sh's: no leaks)
     "envcwd": """
 let () =
@@ -827,3 +840,98 @@ def test_fork_server_death_is_survived(cache_dir, binaries):
         assert not [p for p in killed if os.path.exists(f"/proc/{p}")]
     finally:
         a.close()
+
+
+def test_pipelined_requests_answer_in_order_one_run_at_a_time(cache_dir, binaries, tmp_path):
+    """Requests sent without waiting: one response each, in request order, whatever their
+    kind; the runs never overlap on the CPU (each holds an exclusive lock file while it
+    runs), stay pinned, and leave no process, file or directory behind."""
+    excl = put(cache_dir, binaries["exclusive"])
+    aff = put(cache_dir, binaries["affinity"])
+    ex3 = put(cache_dir, binaries["exit3"])
+    cpu = max(os.sched_getaffinity(0))
+    env = {"LOCK": str(tmp_path / "lock")}
+    a = AgentProc(cache_dir)
+    try:
+        reqs = []
+        for i in range(6):
+            reqs.append({"id": f"x{i}", "op": "run", "sha256": excl, "runs": 3, "cpu": cpu,
+                         "timeout": 10, "env": env, "perf": i % 2 == 0})
+        reqs.insert(2, {"id": "hello", "op": "hello"})
+        reqs.insert(3, {"id": "bad", "op": "run", "sha256": excl, "runs": 0, "cpu": cpu})
+        reqs.insert(4, {"id": "aff", "op": "run", "sha256": aff, "runs": 2, "cpu": cpu,
+                        "timeout": 10, "expected_output": {"text": f"{cpu}\n"}})
+        reqs.insert(6, {"id": "ex3", "op": "run", "sha256": ex3, "runs": 2, "cpu": cpu,
+                        "timeout": 10})
+        a.send_raw(b"".join(json.dumps(r).encode() + b"\n" for r in reqs) + b"not json\n")
+        got = _recv_lines(a, len(reqs) + 1)
+        assert [g["id"] for g in got] == [r["id"] for r in reqs] + [None]
+        by_id = {g["id"]: g for g in got}
+        assert by_id["hello"]["ok"] and by_id["hello"]["spawn"]["method"] == "forkserver"
+        assert by_id["bad"]["ok"] is False and "runs must be" in by_id["bad"]["error"]
+        assert got[-1]["ok"] is False and "malformed" in got[-1]["error"]
+        assert by_id["aff"]["failed"] == 0, by_id["aff"]
+        assert {r["cpus_allowed"] for r in by_id["aff"]["runs"]} == {str(cpu)}
+        assert [(r["exit_status"], r["stderr_tail"]) for r in by_id["ex3"]["runs"]] == [
+            (3, "bye\n")] * 2
+        for i in range(6):
+            r = by_id[f"x{i}"]
+            assert r["ok"] and r["failed"] == 0 and len(r["runs"]) == 3, r
+            assert {rec["cpus_allowed"] for rec in r["runs"]} == {str(cpu)}
+            assert all((rec["perf"] is not None) == (i % 2 == 0 and bool(
+                by_id["hello"]["perf"]["available"])) for rec in r["runs"])
+        scratch = [p for p in Path(_scratch_of(a.proc.pid)).iterdir()]
+        assert not scratch, scratch  # no run scripts, gates, captures or directories left
+        kids = _children(a.proc.pid)
+        assert len(kids) == 1 and b"fork server" in list(kids.values())[0][1], kids
+    finally:
+        a.close()
+
+
+def _recv_lines(a: AgentProc, n: int, timeout: float = 60.0) -> list:
+    """``n`` responses read straight from the pipe (they may come several per read)."""
+    fd = a.proc.stdout.fileno()
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while buf.count(b"\n") < n:
+        assert a.sel.select(max(0.0, deadline - time.monotonic())), buf[-300:]
+        chunk = os.read(fd, 1 << 16)
+        assert chunk, "agent closed stdout after %d responses" % buf.count(b"\n")
+        buf += chunk
+    return [json.loads(line) for line in buf.splitlines()]
+
+
+def _scratch_of(agent_pid: int) -> str:
+    """The agent's scratch directory: its fork server's cwd."""
+    (server,) = _fork_servers(agent_pid)
+    return os.readlink(f"/proc/{server}/cwd")
+
+
+def test_pipelined_jobs_survive_an_agent_death(binaries, tmp_path):
+    """Two jobs in flight on a local slot (one running, one queued in the agent) when the
+    agent is killed: both are lost with it, run again on a fresh agent, and complete."""
+    sys.path.insert(0, str(AGENT.parent.parent))
+    from dispatcher.config import SchedulerConfig
+    from dispatcher.local import LocalBackend
+    from dispatcher.scheduler import Scheduler
+    from dispatcher.worker import RunJob
+
+    triv = binaries["trivial"]
+    backend = LocalBackend((max(os.sched_getaffinity(0)),), tmp_path / "cache")
+    slot = backend.slots[0]
+    assert slot.depth == 2
+    policy = SchedulerConfig(backoff_s=0.05)
+    with Scheduler(backend.slots, policy) as scheduler:
+        job = RunJob(sha256_of(triv), triv, (), runs=150, timeout=10, perf=False)
+        scheduler.submit(RunJob(job.sha256, triv, (), runs=1, timeout=10)).result()
+        first_agent = slot._agent.process
+        futures = [scheduler.submit(job) for _ in range(2)]
+        time.sleep(0.1)  # the first job runs, the second waits in the agent
+        first_agent.kill()
+        results = [f.result(timeout=60) for f in futures]
+        assert scheduler.lost_jobs == 2
+        for r in results:
+            assert len(r.records) == 150 and r.failed == 0
+        assert slot._agent.process is not first_agent
+        # and the slot's busy time counts overlapping jobs once
+        assert scheduler.busy_s[slot.name] < 60

@@ -33,20 +33,32 @@ Design notes
 * Spawning ("forkserver", the default): one long-lived ``sh`` (dash when installed) per
   agent, started lazily with an empty environment in the agent's private scratch directory
   and replaced (the spawn retried once) whenever it is found dead or hung.  Per run the
-  agent writes a script, then sends the server a token; the server forks an intermediate
-  subshell that forks the run's child, reports the child's pid and exits, so the child is
-  the agent's (subreaper) child.  The child sources the script: it redirects stdin, stdout
-  and stderr, cds to the run's fresh directory, sets the environment and blocks on the gate
-  pipe until its token arrives, then execs the binary.  Meanwhile the agent pins the child
-  (``sched_setaffinity``), puts it in a process group of its own (``setpgid``; a process
-  group in the agent's session, not a new session: sh cannot call setsid), attaches
-  counters and RLIMIT_CPU, starts the clock and writes the token to the gate.  No quoting
+  agent writes a script and makes the run's gate (a FIFO it holds open read-write), then
+  sends the server a token; the server forks an intermediate subshell that forks the run's
+  child, reports the child's pid and exits, so the child is the agent's (subreaper) child.
+  The child sources the script: it redirects stdin, stdout and stderr, opens its gate, cds
+  to the run's fresh directory, sets the environment, reports ready and blocks on the gate,
+  then execs the binary once the agent writes to it.  When the child is ready the agent
+  pins it (``sched_setaffinity``), puts it in a process group of its own (``setpgid``; a
+  process group in the agent's session, not a new session: sh cannot call setsid), attaches
+  counters and RLIMIT_CPU; to launch it, it arms the watchdog, starts the clock and writes
+  to the gate.  No quoting
   risk: every argv word, environment value and path is written single-quoted ('\'' for a
   quote), which sh takes literally for every byte but NUL, and names sh cannot hold are
   dropped, as gated sh drops them.  The binary gets what gated sh gives it (environment,
   signal dispositions, fds 0-2 only), except that gated sh resets an inherited IFS, OPTIND
   or PPID and the fork server passes them as asked.  Why: starting sh costs ~1 ms a run
   (an exec), forking the idle server twice about half that.
+* Pipelining (fork server, requests read from a pipe: ``serve``/``Agent.serve_fd``): the
+  master may send the next run request before the current one is answered.  While a run is
+  in progress the agent finishes the previous run (counters, output check, response) and
+  prepares the next queued run (all of the above up to the gate), on a CPU of its own mask
+  other than the run's: during runs the agent's threads and the fork server keep off the
+  run's CPU, and the prepared child is moved there only once it sleeps on its gate.  Between
+  two runs on a CPU there is then only: reap, arm the watchdog, start the clock, write the
+  gate.  Still one binary at a time per agent; responses in request order; a request that
+  is not a run waits until no run is in progress.  With no other CPU in the agent's mask,
+  nothing overlaps a run (every step happens between runs).
 * Spawning ("gated", the fallback when the fork server cannot start): the binary is
   started by ``sh`` (dash when installed):
   sh forks a subshell that blocks reading a gate pipe, prints the subshell's pid and exits.
@@ -71,7 +83,8 @@ Design notes
   in a multi-threaded host such as a Ray actor).
 * Each run gets its own session (fork server: its own process group), so a timeout kills
   the whole process tree with one ``killpg``; a fresh empty temporary cwd (removed
-  afterwards), stdin from /dev/null and stdout/stderr in scratch files (not pipes).
+  afterwards), stdin from /dev/null and stdout/stderr in scratch files (not pipes; with the
+  fork server, files of its own, removed once its record is made).
 * Timing: ``wall_ns`` runs from opening the gate (direct: from Popen) to the exit seen by
   ``waitid``; user_s, sys_s and maxrss_kb are the binary's own rusage from ``wait4``.  The
   agent waits with ``waitid(WNOWAIT)`` first so the exited child stays a zombie (keeping
@@ -100,6 +113,7 @@ Design notes
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
 import json
 import math
@@ -504,20 +518,22 @@ def _sh_quote(word: bytes) -> bytes:
     return b"'" + word.replace(b"'", b"'\\''") + b"'"
 
 
-# The fork server, started once per agent by ``sh -c BOOT`` with the request pipe as stdin,
-# the response pipe as stdout and the gate pipe as stderr (sh only takes fd numbers 0-9 in
-# redirections, so the pipes come in on fixed fds): sh moves the gate pipe to fd 3 and the
-# request pipe to fd 4 (stderr: /dev/null), forks the server loop in the background, prints
+# The fork server, started once per agent by ``sh -c BOOT`` with the request pipe as stdin
+# and the response pipe as stdout (sh only takes fd numbers 0-9 in redirections, so the
+# pipes come in on fixed fds): sh moves the request pipe to fd 4 (stdin, stderr: /dev/null),
+# forks the server loop in the background, prints
 # its pid and exits (the agent, a child subreaper, inherits the loop and gives it its own
 # process group).  Per request (a line holding a run token) the loop forks an intermediate
-# subshell that forks the run's child, prints the child's pid and exits; the loop reaps it
-# and ends the line, so when the agent reads the newline the child is already the agent's
-# child.  The child sources the agent-written script ./r<token> (in the agent's private
-# scratch directory, the server's cwd), which redirects, cds, sets the environment, waits on
-# the gate for its token and execs the binary (see ``_forkserver_script_parts``).
+# subshell that forks the run's child, prints "p<child pid>" and exits; the loop reaps it and
+# prints "d", so when the agent reads "d" the child is already the agent's child.  The child
+# sources the agent-written script ./r<token> (in the agent's private scratch directory, the
+# server's cwd), which redirects, cds, sets the environment, prints "r<token>" (ready: it is
+# about to block on its gate, a FIFO of its own) on the server's stdout, waits on the gate
+# and execs the binary (see ``_forkserver_script``).  Every message is one short line written
+# at once, so lines from the loop, intermediates and children never mix within a line.
 _FORKSERVER_BOOT = (
-    ": inlining-agent fork server; exec 3<&2 4<&0 </dev/null 2>/dev/null; "
-    '{ while IFS= read -r t <&4; do ( { . "./r$t"; } & printf %s "$!" ); echo; done; } & '
+    ": inlining-agent fork server; exec 4<&0 </dev/null 2>/dev/null; "
+    '{ while IFS= read -r t <&4; do ( { . "./r$t"; } & echo "p$!" ); echo d; done; } & '
     "echo $!")
 
 
@@ -552,19 +568,21 @@ class _ForkServer:
         self.timeout = timeout
         self.pid = None
         self.cpu = None
-        self.req_w = self.resp_r = self.gate_w = None
+        self._buf = b""  # what was read from the server's stdout beyond the last line
+        self._ready = set()  # tokens (bytes) of children that reported ready
+        self.req_w = self.resp_r = None
         req_r, self.req_w = os.pipe()
         self.resp_r, resp_w = os.pipe()
-        gate_r, self.gate_w = os.pipe()
         boot = None
         try:
             try:
                 boot = subprocess.Popen([sh, "-c", _FORKSERVER_BOOT], stdin=req_r,
-                                        stdout=resp_w, stderr=gate_r, cwd=cwd, env={})
+                                        stdout=resp_w, stderr=subprocess.DEVNULL,
+                                        cwd=cwd, env={})
             except OSError as e:
                 raise _ServerError("could not start %s: %s" % (sh, e))
             finally:
-                for fd in (req_r, resp_w, gate_r):
+                for fd in (req_r, resp_w):
                     os.close(fd)
             line = _read_line_timeout(self.resp_r, timeout)
             if not line.endswith(b"\n"):
@@ -586,32 +604,91 @@ class _ForkServer:
     def alive(self) -> bool:
         return self.pid is not None
 
-    def spawn(self, token: int, cpu: int) -> int:
-        """Fork a child that sources ./r<token> -> its pid (now a child of the agent)."""
-        if self.cpu != cpu:  # the server, its intermediates and the child run on ``cpu``
+    def _read_message(self, deadline: float, pidfd=None):
+        """The next line from the server's stdout (without its newline); None at the deadline
+        or once ``pidfd`` is readable (that child exited); _ServerError at EOF."""
+        while b"\n" not in self._buf:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            fds = [self.resp_r] if pidfd is None else [self.resp_r, pidfd]
+            ready = select.select(fds, [], [], remaining)[0]
+            if self.resp_r not in ready:
+                if ready:
+                    return None
+                continue
+            chunk = os.read(self.resp_r, 4096)
+            if not chunk:
+                raise _ServerError("fork server died")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line
+
+    def _note(self, line: bytes) -> bool:
+        """Record a child's readiness line; -> True if ``line`` was one."""
+        if line.startswith(b"r"):
+            self._ready.add(line[1:])
+            return True
+        return False
+
+    def spawn(self, token: int, cpus) -> int:
+        """Fork a child that sources ./r<token> -> its pid (now a child of the agent).
+        The server and its intermediates run on ``cpus``."""
+        cpus = frozenset(cpus)
+        if self.cpu != cpus:
             try:
-                os.sched_setaffinity(self.pid, {cpu})
+                os.sched_setaffinity(self.pid, cpus)
             except OSError as e:  # ESRCH: the server is gone
                 raise _ServerError("could not pin the fork server: %s" % e)
-            self.cpu = cpu
+            self.cpu = cpus
         try:
             os.write(self.req_w, b"%d\n" % token)
         except OSError as e:  # EPIPE: the server is gone
             raise _ServerError("fork server gone (%s)" % e)
-        line = _read_line_timeout(self.resp_r, self.timeout)
-        if not line.endswith(b"\n"):
-            raise _ServerError("fork server %s (got %r)" % (
-                "died" if len(line) < 64 else "misbehaved", line[:64]))
-        try:
-            return int(line)
-        except ValueError:
-            raise _ServerError("fork server could not fork (got %r)" % line[:64])
+        deadline = time.monotonic() + self.timeout
+        pid = None
+        while True:
+            line = self._read_message(deadline)
+            if line is None:
+                raise _ServerError("fork server hung (run %d)" % token)
+            if self._note(line):
+                continue
+            if line == b"d":
+                break
+            if not line.startswith(b"p") or pid is not None:
+                raise _ServerError("fork server misbehaved (got %r)" % line[:64])
+            try:
+                pid = int(line[1:])
+            except ValueError:
+                raise _ServerError("fork server could not fork (got %r)" % line[:64])
+        if pid is None:
+            raise _ServerError("fork server could not fork")
+        return pid
 
-    def open_gate(self, token: int) -> None:
+    def wait_ready(self, token: int, pid: int, timeout: float) -> bool:
+        """Wait until child ``pid`` of run ``token`` blocks on the gate -> True; False if it
+        exited first (its wait status tells why).  _ServerError if it hangs past ``timeout``
+        (the caller kills it)."""
+        key = b"%d" % token
+        deadline = time.monotonic() + timeout
+        pidfd = _pidfd_open(pid)
         try:
-            os.write(self.gate_w, b"%d\n" % token)
-        except OSError:  # no reader left: the child is gone, waiting for it tells
-            pass
+            while key not in self._ready:
+                now = time.monotonic()
+                if now >= deadline:
+                    raise _ServerError("the child of run %d hung before its gate" % token)
+                line = self._read_message(deadline if pidfd is not None else
+                                          min(deadline, now + 0.02), pidfd)
+                if line is None:
+                    if _exited(pid):
+                        return False
+                elif not self._note(line):
+                    raise _ServerError("fork server misbehaved (got %r)" % line[:64])
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+        self._ready.discard(key)
+        return True
 
     def stop(self) -> None:
         """Kill the server's process group, reap the server, close the pipes."""
@@ -626,16 +703,16 @@ class _ForkServer:
             except ChildProcessError:
                 pass
             self.pid = None
-        for name in ("req_w", "resp_r", "gate_w"):
+        for name in ("req_w", "resp_r"):
             fd = getattr(self, name)
             if fd is not None:
                 os.close(fd)
                 setattr(self, name, None)
 
 
-def _forkserver_script_parts(argv, env, out_path, err_path):
-    """-> (head, middle, tail) of a run script; the script is head + ``cd DIR || exit 126``
-    + middle + token + tail.  Every word is single-quoted (``_sh_quote``), so any argv,
+def _forkserver_script_parts(argv, env):
+    """-> (exports, exec line): the per-request constant parts of a run script (see
+    ``_forkserver_script``).  Every word is single-quoted (``_sh_quote``), so any argv,
     environment value or path is taken literally.
 
     The environment is the one asked for, less PWD and names sh cannot hold (exactly as
@@ -643,18 +720,72 @@ def _forkserver_script_parts(argv, env, out_path, err_path):
     fork server passes unchanged): the server runs with an empty environment, the child
     unsets what sh exported itself (PWD, and OLDPWD after its cd) and exports the rest.
     """
-    head = b"exec 2>%s >%s </dev/null 4<&-\n" % (_sh_quote(os.fsencode(err_path)),
-                                                 _sh_quote(os.fsencode(out_path)))
     exports = [b"unset PWD OLDPWD\n"]
     for name, value in env.items():
         name = os.fsencode(name)
         if name != b"PWD" and _SH_NAME_RE.match(name):
             exports.append(b"export %s=%s\n" % (name, _sh_quote(os.fsencode(value))))
-    middle = b"".join(exports) + (
-        b'while :; do IFS= read -r t <&3 || exit 125; [ "$t" = ')
-    tail = b" ] && break; done\nexec %s 3<&-\n" % b" ".join(
-        _sh_quote(os.fsencode(a)) for a in argv)
-    return head, middle, tail
+    tail = b"exec %s 3<&-\n" % b" ".join(_sh_quote(os.fsencode(a)) for a in argv)
+    return b"".join(exports), tail
+
+
+def _forkserver_script(parts, token: int, workdir: str) -> bytes:
+    """The script run ``token``'s child sources (in the scratch directory, the server's cwd):
+    stdout/stderr to the scratch files o<token>/e<token>, stdin from /dev/null, its gate (the
+    FIFO g<token>, held open read-write by the agent) on fd 3, the server's stdout kept on
+    fd 5 just long enough to say "r<token>" (ready), cd to the run's fresh directory, the
+    environment, then block on the gate until the agent writes a line (or exit 125 at EOF:
+    the agent is gone) and exec the binary with fds 0-2 only.  A gate per run: with a shared
+    one, the next run's child could take a line meant for the run before it."""
+    exports, tail = parts
+    t = b"%d" % token
+    return b"".join((
+        b"exec 5>&1 2>e", t, b" >o", t, b" </dev/null 4<&- 3<g", t, b"\ncd ",
+        _sh_quote(os.fsencode(workdir)), b" || { echo r", t, b" >&5; exit 126; }\n",
+        exports,
+        b"echo r", t, b" >&5; exec 5>&-\n",
+        b"IFS= read -r t <&3 || exit 125\n", tail))
+
+
+def _check_output(record: dict, out_fd, expected) -> None:
+    """stdout_sha256, stdout_bytes and output_ok of ``record`` from the captured stdout."""
+    h = hashlib.sha256()
+    size = os.fstat(out_fd).st_size if out_fd is not None else 0
+    offset = 0
+    while offset < size:
+        chunk = os.pread(out_fd, min(1 << 20, size - offset), offset)
+        if not chunk:
+            break
+        h.update(chunk)
+        offset += len(chunk)
+    digest = h.hexdigest()
+    record["stdout_sha256"] = digest
+    record["stdout_bytes"] = size
+    if expected is not None:
+        if "text" in expected:
+            want = expected["text"]
+            record["output_ok"] = size == len(want) and os.pread(out_fd, size, 0) == want
+        else:
+            record["output_ok"] = digest == expected["sha256"]
+
+
+def _pidfd_open(pid: int):
+    """A pidfd for ``pid`` (readable once it exits), or None (Python < 3.9, Linux < 5.3)."""
+    if not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
+
+
+def _exited(pid: int) -> bool:
+    """Whether our child ``pid`` has exited (it stays a zombie: not reaped)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None and info.si_pid != 0
 
 
 def _reap_group(pgid: int) -> None:
@@ -683,6 +814,25 @@ def _scratch_base():
     return None  # the default temporary directory
 
 
+class _Plan:
+    """A checked run request: what its runs share, and their records so far."""
+    __slots__ = ("req_id", "sha", "argv", "runs", "cpu", "timeout", "expected", "env",
+                 "perf_events", "spawn", "parts", "records", "started", "entry")
+
+
+class _Unit:
+    """One run of a plan through the fork server: prepared, launched, waited for, finished."""
+    __slots__ = ("plan", "token", "workdir", "server", "pid", "pidfd", "gate", "counters",
+                 "cpus_allowed", "t0", "t1", "status", "ru", "timed_out", "failure")
+
+    def __init__(self, plan, token, workdir):
+        self.plan, self.token, self.workdir = plan, token, workdir
+        self.server = self.pid = self.pidfd = self.gate = self.cpus_allowed = None
+        self.t0 = self.t1 = self.status = self.ru = self.failure = None
+        self.counters = []
+        self.timed_out = False
+
+
 class Agent:
     """The request handler; usable in-process (e.g. by a Ray actor) or via ``main``.
 
@@ -704,8 +854,9 @@ class Agent:
         self._server = None  # the _ForkServer (forkserver spawning)
         self._token = 0  # run tokens, unique over the agent's life
         self._workdirs = 0  # run working directories made
-        self._fs_parts = None  # per-request constant parts of the run script
-        self._fs_script = None  # the last run script written
+        self._cpus = frozenset(os.sched_getaffinity(0))  # as started (the loop may pin itself)
+        self._live = {}  # pid -> _Unit: fork-server children started and not yet reaped
+        self._parts = self._parts_key = None  # the last run script parts, and for what
         self._perf = None
         self._perf_info = None
         self._verified = {}  # sha256 -> (st_dev, st_ino, st_size, st_mtime_ns)
@@ -720,6 +871,8 @@ class Agent:
 
     def close(self) -> None:
         self.closed = True
+        for unit in list(self._live.values()):
+            self._fs_abort(unit)
         self._stop_server()
         shutil.rmtree(self._scratch, ignore_errors=True)
 
@@ -757,6 +910,144 @@ class Agent:
         out = {"id": req_id}
         out.update(response)
         return out
+
+    def _pipelinable(self, item) -> bool:
+        """Whether queued ``item`` is a run request the fork-server pipeline can take."""
+        if item[0] != "req" or not isinstance(item[1], dict) or item[1].get("op") != "run":
+            return False
+        try:
+            return self.spawn_info()["method"] == "forkserver"
+        except RequestError:
+            return False  # handle() reports it
+
+    def serve_fd(self, fd: int, emit) -> None:
+        """Answer the requests read from ``fd`` through ``emit(response)``, in order, until
+        EOF or shutdown, pipelining fork-server runs.
+
+        While a run is in progress the agent finishes the previous run (counters, output
+        check, response) and prepares the next queued one (script, fork, process group,
+        readiness, pinning, counters), so between two runs on a CPU there is only: reap,
+        arm the watchdog, start the clock, open the gate.  Overlapping needs a CPU besides
+        the run's among the agent's: the agent's threads, the fork server and the next
+        child's start-up stay there, never on the run's CPU.  With no such CPU every step
+        happens between runs, as in ``handle``.  Other requests wait until no run is in
+        progress; responses always come in request order.
+        """
+        reqs = _Requests(fd)
+        outq = collections.deque()  # [response dict, done] in request order
+        state = {"plan": None}
+
+        def flush():
+            while outq and outq[0][1]:
+                emit(outq.popleft()[0])
+
+        def next_plan():
+            """The plan of the next run to start, or None (nothing queued that can run)."""
+            plan = state["plan"]
+            while plan is None or plan.started >= plan.runs:
+                state["plan"] = plan = None
+                if not reqs.items or not self._pipelinable(reqs.items[0]):
+                    return None
+                request = reqs.items.popleft()[1]
+                entry = [{"id": request.get("id")}, False]
+                outq.append(entry)
+                try:
+                    with self._lock:
+                        plan = self._plan_run(request)
+                except RequestError as e:
+                    entry[0].update(ok=False, error=_one_line(e))
+                    entry[1] = True
+                    plan = None
+                    continue
+                except Exception as e:  # never die from a request
+                    sys.stderr.write("agent: internal error: %s: %s\n" % (type(e).__name__, e))
+                    entry[0].update(ok=False, error=_one_line(
+                        "internal error: %s: %s" % (type(e).__name__, e)))
+                    entry[1] = True
+                    plan = None
+                    continue
+                plan.entry = entry
+                state["plan"] = plan
+            plan.started += 1
+            return plan
+
+        finished = []  # units waiting for their records, in start order
+
+        def finish_all():
+            while finished:
+                unit = finished.pop(0)
+                self._fs_finish(unit)
+                plan = unit.plan
+                if len(plan.records) == plan.runs:
+                    plan.entry[0].update(self._plan_response(plan))
+                    plan.entry[1] = True
+
+        def spare(plan):
+            return self._cpus - {plan.cpu}
+
+        pinned = None
+        prepared = running = None
+        try:
+            while True:
+                if running is None:
+                    plan = prepared.plan if prepared is not None else next_plan()
+                    if plan is None:  # nothing to run now
+                        finish_all()
+                        flush()
+                        if reqs.items:  # a request that is not a pipelined run
+                            kind, value = reqs.items.popleft()
+                            emit(self.handle(value) if kind == "req" else value)
+                            if self.closed:
+                                return
+                            continue
+                        if reqs.eof or self.closed:
+                            return
+                        reqs.fill(None)
+                        continue
+                    overlap = spare(plan)
+                    if overlap and pinned != overlap:  # the agent keeps off the run's CPU
+                        os.sched_setaffinity(0, overlap)
+                        tid = getattr(self._watchdog._thread, "native_id", None)
+                        if tid is not None:
+                            try:
+                                os.sched_setaffinity(tid, overlap)
+                            except OSError:
+                                pass
+                        pinned = overlap
+                    unit, prepared = prepared, None
+                    if unit is None:
+                        unit = self._fs_prepare(plan, overlap or {plan.cpu})
+                    if not overlap:  # nothing else may happen during the run
+                        finish_all()
+                        flush()
+                    if unit.failure is not None:
+                        finished.append(unit)
+                        continue
+                    unit.pidfd = _pidfd_open(unit.pid)
+                    self._fs_launch(unit)
+                    running = unit
+                    continue
+                overlap = spare(running.plan)
+                if overlap:
+                    finish_all()
+                    flush()
+                    if prepared is None:
+                        reqs.fill(0)
+                        plan = next_plan()
+                        if plan is not None:
+                            prepared = self._fs_prepare(plan, overlap)
+                    if prepared is None and not reqs.eof and running.pidfd is not None:
+                        ready = select.select([running.pidfd, fd], [], [])[0]
+                        if running.pidfd not in ready:
+                            continue  # a request came: prepare it while the run goes on
+                self._fs_wait(running)
+                finished.append(running)
+                running = None
+        finally:
+            for unit in (running, prepared):
+                if unit is not None:
+                    self._watchdog.disarm()
+                    self._fs_abort(unit)
 
     def perf_info(self) -> dict:
         """Which counters this machine supports (probed once)."""
@@ -812,7 +1103,7 @@ class Agent:
             "agent_version": self._version,
             "python": platform.python_version(),
             "hostname": socket.gethostname(),
-            "cpus": sorted(os.sched_getaffinity(0)),
+            "cpus": sorted(self._cpus),
             "perf": self.perf_info(),
             "spawn": self.spawn_info(),
             "worker_class": self.worker_class,
@@ -831,6 +1122,45 @@ class Agent:
         return {"ok": True}
 
     def _op_run(self, request) -> dict:
+        plan = self._plan_run(request)
+        if plan.spawn == "forkserver":
+            while len(plan.records) < plan.runs:
+                unit = self._fs_prepare(plan, {plan.cpu})
+                if unit.failure is None:
+                    self._fs_launch(unit)
+                    self._fs_wait(unit)
+                self._fs_finish(unit)
+            return self._plan_response(plan)
+        # stdout/stderr go to two scratch files, opened once per request, emptied per run.
+        out_path = os.path.join(self._scratch, "stdout")
+        out_fd = os.open(out_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            err_fd = os.open(os.path.join(self._scratch, "stderr"),
+                             os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                plan.records = [self._run_once(plan.argv, plan.cpu, plan.timeout,
+                                               plan.expected, plan.env, plan.perf_events,
+                                               out_path, out_fd, err_fd)
+                                for _ in range(plan.runs)]
+            finally:
+                os.close(err_fd)
+        finally:
+            os.close(out_fd)
+        return self._plan_response(plan)
+
+    @staticmethod
+    def _plan_response(plan) -> dict:
+        return {
+            "ok": True,
+            "sha256": plan.sha,
+            "cpu": plan.cpu,
+            "spawn": plan.spawn,
+            "runs": plan.records,
+            "failed": sum(1 for r in plan.records if r["failure"] is not None),
+        }
+
+    def _plan_run(self, request) -> "_Plan":
+        """Check a run request and get everything its runs share -> _Plan (RequestError)."""
         sha = self._check_sha(request.get("sha256"))
         args = request.get("args", [])
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
@@ -841,7 +1171,7 @@ class Agent:
         if not isinstance(runs, int) or isinstance(runs, bool) or not 1 <= runs <= MAX_RUNS:
             raise RequestError("runs must be an integer in 1..%d" % MAX_RUNS)
         cpu = request.get("cpu")
-        allowed = os.sched_getaffinity(0)
+        allowed = self._cpus
         if not isinstance(cpu, int) or isinstance(cpu, bool) or cpu not in allowed:
             raise RequestError("cpu must be one of this agent's CPUs %s, got %s"
                                % (sorted(allowed), json.dumps(cpu)))
@@ -897,33 +1227,27 @@ class Agent:
         spawn = self.spawn_info()
         if self._watchdog is None:
             self._watchdog = _Watchdog()  # before any counter is opened on this thread
-        if spawn["method"] == "forkserver":
-            self._fs_parts = _forkserver_script_parts(
-                [binary] + args, env, os.path.join(self._scratch, "stdout"),
-                os.path.join(self._scratch, "stderr"))
-
-        # stdout/stderr go to two scratch files, opened once per request, emptied per run.
-        out_path = os.path.join(self._scratch, "stdout")
-        out_fd = os.open(out_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            err_fd = os.open(os.path.join(self._scratch, "stderr"),
-                             os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            try:
-                records = [self._run_once([binary] + args, cpu, float(timeout), expected, env,
-                                          perf_events, out_path, out_fd, err_fd)
-                           for _ in range(runs)]
-            finally:
-                os.close(err_fd)
-        finally:
-            os.close(out_fd)
-        return {
-            "ok": True,
-            "sha256": sha,
-            "cpu": cpu,
-            "spawn": spawn["method"],
-            "runs": records,
-            "failed": sum(1 for r in records if r["failure"] is not None),
-        }
+        plan = _Plan()
+        plan.req_id = request.get("id")
+        plan.sha = sha
+        plan.argv = [binary] + args
+        plan.runs = runs
+        plan.cpu = cpu
+        plan.timeout = float(timeout)
+        plan.expected = expected
+        plan.env = env
+        plan.perf_events = perf_events
+        plan.spawn = spawn["method"]
+        plan.parts = None
+        if plan.spawn == "forkserver":
+            key = (plan.argv, env)
+            if self._parts_key != key:  # the same binary, args and env as last time: reuse
+                self._parts = _forkserver_script_parts(plan.argv, env)
+                self._parts_key = key
+            plan.parts = self._parts
+        plan.records = []
+        plan.started = 0
+        return plan
 
     # ----------------------------------------------------------------- cache
 
@@ -980,8 +1304,6 @@ class Agent:
         reap it (no shell can swallow its exit status).
         direct: Popen the binary (ru_maxrss >= the agent's RSS, ~15-20 MB).
         """
-        if self._spawn[0] == "forkserver":
-            return self._start_forkserver(cpu, workdir, perf_events, timeout)
         saved_mask = os.sched_getaffinity(0)
         if self._spawn[0] == "direct":
             counters = []
@@ -1049,64 +1371,204 @@ class Agent:
                 _killpg_quietly(pgid)
                 self._remember_pgid(pgid)
 
-    def _start_forkserver(self, cpu, workdir, perf_events, timeout):
-        """``_start`` through the fork server: write the run script, have the server fork a
-        child that sources it (the child redirects, cds, sets the environment and waits on
-        the gate), then, as with gated sh: pin it, give it its own process group, attach
-        counters and RLIMIT_CPU, start the clock and open the gate for its token.  A server
-        found dead (or hung for SH_START_TIMEOUT_S) is replaced and the spawn retried once.
+    # ----------------------------------------------------------------- fork-server runs
+
+    def _fs_prepare(self, plan, server_cpus) -> _Unit:
+        """Get a run of ``plan`` ready to go: write its script, have the fork server (on
+        ``server_cpus``) fork its child, give the child its own process group, wait until it
+        blocks on the gate, then pin it to the run's CPU, attach counters and RLIMIT_CPU.
+        A server found dead (or hung for SH_START_TIMEOUT_S) is replaced and the spawn retried
+        once.  A run that cannot be prepared comes back with ``failure`` set.
         """
         self._token += 1
         token = self._token
-        if self._fs_script is not None:
-            try:
-                os.unlink(self._fs_script)  # its child has exited: it was waited for
-            except OSError:
-                pass
-            self._fs_script = None
-        head, middle, tail = self._fs_parts
-        path = os.path.join(self._scratch, "r%d" % token)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        workdir = os.path.join(self._scratch, "run-%d" % token)
+        unit = _Unit(plan, token, workdir)
         try:
-            os.write(fd, b"".join((head, b"cd ", _sh_quote(os.fsencode(workdir)),
-                                   b" || exit 126\n", middle, b"%d" % token, tail)))
-        finally:
-            os.close(fd)
-        self._fs_script = path
-        pid = None
+            os.mkdir(workdir, 0o700)
+            gate = os.path.join(self._scratch, "g%d" % token)
+            os.mkfifo(gate, 0o600)
+            # read-write: opening it never blocks, and the child's read-only open finds a
+            # writer; the child sees EOF (exit 125) if the agent dies first
+            unit.gate = os.open(gate, os.O_RDWR | os.O_CLOEXEC)
+            fd = os.open(os.path.join(self._scratch, "r%d" % token),
+                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, _forkserver_script(plan.parts, token, workdir))
+            finally:
+                os.close(fd)
+        except OSError as e:
+            unit.failure = _one_line("could not prepare the run: %s" % e)
+            return unit
         for attempt in (1, 2):
             try:
                 if self._server is None:
                     self._server = _ForkServer(self._spawn[1], self._scratch)
-                pid = self._server.spawn(token, cpu)
+                unit.pid = self._server.spawn(token, server_cpus)
                 break
             except _ServerError as e:
                 self._stop_server()
                 if attempt == 2:
-                    raise _SpawnError(_one_line("fork server failed twice: %s" % e))
+                    unit.failure = _one_line("fork server failed twice: %s" % e)
+                    return unit
+        pid = unit.pid
+        unit.server = self._server
+        self._live[pid] = unit
         try:
             try:
-                os.sched_setaffinity(pid, {cpu})
                 os.setpgid(pid, pid)  # its own group: killpg gets the benchmark's whole tree
             except ProcessLookupError:  # already exited (its wait status tells why)
                 pass
-            cpus_allowed = _cpus_allowed_list(pid)
-            counters = self._perf.open(pid, perf_events) if perf_events else []
-            _limit_cpu_time(pid, timeout)
-            self._watchdog.arm(pid, timeout)
-            t0 = time.monotonic_ns()
-            self._server.open_gate(token)
-        except BaseException as e:  # leave nothing behind
-            self._watchdog.disarm()
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except OSError:
-                pass
-            if isinstance(e, OSError):
-                raise _SpawnError(_one_line("could not prepare the run: %s" % e))
+            if unit.server.wait_ready(token, pid, SH_START_TIMEOUT_S):
+                try:  # it sleeps on the gate: moving it disturbs nothing on ``cpu``
+                    os.sched_setaffinity(pid, {plan.cpu})
+                except ProcessLookupError:
+                    pass
+            unit.cpus_allowed = _cpus_allowed_list(pid)
+            if plan.perf_events:
+                unit.counters = self._perf.open(pid, plan.perf_events)
+            _limit_cpu_time(pid, plan.timeout)
+        except (OSError, _ServerError) as e:
+            self._fs_abort(unit)
+            unit.failure = _one_line("could not prepare the run: %s" % e)
+        except BaseException:
+            self._fs_abort(unit)
             raise
-        return pid, pid, t0, counters, cpus_allowed
+        return unit
+
+    def _fs_launch(self, unit) -> None:
+        """Start the clock and let the prepared child exec the binary."""
+        self._watchdog.arm(unit.pid, unit.plan.timeout)
+        gate, unit.gate = unit.gate, None
+        unit.t0 = time.monotonic_ns()
+        try:
+            os.write(gate, b"\n")
+        finally:
+            os.close(gate)
+
+    def _fs_wait(self, unit) -> None:
+        """Wait for the launched child to exit (a zombie keeps its process-group id reserved
+        while the watchdog is disarmed and stray group members are killed), then reap it."""
+        pid = unit.pid
+        reaped = False
+        try:
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+            unit.t1 = time.monotonic_ns()
+            unit.timed_out = self._watchdog.disarm()
+            _killpg_quietly(pid)  # stray background processes of the benchmark
+            _, unit.status, unit.ru = os.wait4(pid, 0)
+            reaped = True
+        finally:
+            if not reaped:  # interrupted (e.g. SIGTERM to the agent): leave no orphan
+                self._watchdog.disarm()
+                self._fs_abort(unit)
+            self._live.pop(pid, None)
+            if unit.pidfd is not None:
+                os.close(unit.pidfd)
+                unit.pidfd = None
+            self._remember_pgid(pid)
+
+    def _fs_abort(self, unit) -> None:
+        """Kill and reap a child that will not (or did not) run to its end."""
+        if unit.gate is not None:
+            os.close(unit.gate)
+            unit.gate = None
+        if unit.pid is None:
+            return
+        _killpg_quietly(unit.pid)
+        try:
+            os.kill(unit.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            os.waitpid(unit.pid, 0)
+        except OSError:
+            pass
+        self._live.pop(unit.pid, None)
+        if unit.pidfd is not None:
+            os.close(unit.pidfd)
+            unit.pidfd = None
+
+    def _fs_finish(self, unit) -> dict:
+        """The record of a finished (or failed to prepare) run, appended to its plan's; its
+        counters, files and directory are released."""
+        plan = unit.plan
+        record = {
+            "wall_ns": None, "user_s": None, "sys_s": None, "maxrss_kb": None,
+            "exit_status": None, "signal": None, "output_ok": None,
+            "stdout_sha256": None, "stdout_bytes": None, "gc": {}, "perf": None,
+            "cpus_allowed": unit.cpus_allowed, "stderr_tail": "", "failure": None,
+        }
+        plan.records.append(record)
+        if unit.counters:
+            perf = PerfEvents.read_and_close(unit.counters)
+            unit.counters = []
+            for name, state in self._perf_info["events"].items():
+                if state != "supported":
+                    perf[name] = {"unsupported": True}
+            if unit.failure is None:
+                record["perf"] = perf
+        try:
+            os.rmdir(unit.workdir)  # the common case: the binary left nothing behind
+        except FileNotFoundError:
+            pass
+        except OSError:
+            shutil.rmtree(unit.workdir, ignore_errors=True)
+        scratch = self._scratch
+        token = unit.token
+        out_path = os.path.join(scratch, "o%d" % token)
+        err_path = os.path.join(scratch, "e%d" % token)
+        try:
+            err_fd = os.open(err_path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            err_fd = None
+        try:
+            tail = _read_tail(err_fd, STDERR_SCAN_BYTES) if err_fd is not None else b""
+        finally:
+            if err_fd is not None:
+                os.close(err_fd)
+        try:
+            out_fd = os.open(out_path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            out_fd = None
+        try:
+            if unit.failure is not None:
+                record["failure"] = unit.failure
+                record["stderr_tail"] = tail[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
+                return record
+            ru = unit.ru
+            record["wall_ns"] = unit.t1 - unit.t0
+            record["user_s"] = round(ru.ru_utime, 6)
+            record["sys_s"] = round(ru.ru_stime, 6)
+            record["maxrss_kb"] = ru.ru_maxrss
+            exit_status, sig = _decode_wait_status(unit.status)
+            record["exit_status"] = exit_status
+            record["signal"] = sig
+            gc, tail = parse_gc_stats(tail)
+            record["gc"] = gc
+            record["stderr_tail"] = tail[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
+            _check_output(record, out_fd, plan.expected)
+            if unit.timed_out:
+                record["failure"] = "timeout after %gs" % plan.timeout
+            elif sig is not None:
+                record["failure"] = "killed by signal %d (%s)" % (sig, signal_name(sig))
+            elif exit_status != 0:
+                record["failure"] = "exit status %s" % exit_status
+            elif record["output_ok"] is False:
+                record["failure"] = "wrong output (sha256 %s...)" % record["stdout_sha256"][:12]
+            return record
+        finally:
+            if out_fd is not None:
+                os.close(out_fd)
+            if unit.gate is not None:  # never launched
+                os.close(unit.gate)
+                unit.gate = None
+            for path in (os.path.join(scratch, "r%d" % token), os.path.join(
+                    scratch, "g%d" % token), out_path, err_path):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
 
     def _remember_pgid(self, pgid: int) -> None:
         """Orphans of recent runs are our children (subreaper): reap them now and then."""
@@ -1195,24 +1657,8 @@ class Agent:
         record["gc"] = gc
         record["stderr_tail"] = tail[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
 
-        h = hashlib.sha256()
-        size = os.fstat(out_fd).st_size
-        offset = 0
-        while offset < size:
-            chunk = os.pread(out_fd, min(1 << 20, size - offset), offset)
-            if not chunk:
-                break
-            h.update(chunk)
-            offset += len(chunk)
-        digest = h.hexdigest()
-        record["stdout_sha256"] = digest
-        record["stdout_bytes"] = size
-        if expected is not None:
-            if "text" in expected:
-                want = expected["text"]
-                record["output_ok"] = size == len(want) and os.pread(out_fd, size, 0) == want
-            else:
-                record["output_ok"] = digest == expected["sha256"]
+        _check_output(record, out_fd, expected)
+        digest = record["stdout_sha256"]
 
         if timed_out:
             record["failure"] = "timeout after %gs" % timeout
@@ -1227,29 +1673,77 @@ class Agent:
 
 # --------------------------------------------------------------------------- main
 
+class _Requests:
+    """Request lines read from a file descriptor as they come, decoded, in order.
+
+    ``items`` holds ("req", value) for a decoded line and ("bad", response) for a malformed
+    one; ``eof`` is set once the stream has ended."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.items = collections.deque()
+        self.eof = False
+        self._buf = b""
+
+    def fill(self, timeout) -> None:
+        """Read what is available (waiting up to ``timeout`` s, None: until something is)."""
+        if self.eof or (timeout is not None and not select.select([self.fd], [], [], timeout)[0]):
+            return
+        data = os.read(self.fd, 1 << 16)
+        if not data:
+            self.eof = True
+            data = b"\n"  # a last line without its newline still counts
+        lines = (self._buf + data).split(b"\n")
+        self._buf = lines.pop()
+        for line in lines:
+            if line.strip():
+                self.items.append(_decode_request(line))
+
+
+def _decode_request(line: bytes):
+    try:
+        return ("req", json.loads(line.decode("utf-8")))
+    except ValueError as e:  # includes UnicodeDecodeError
+        return ("bad", {"id": None, "ok": False,
+                        "error": _one_line("malformed request: %s" % e)})
+
+
+def _encode_response(response: dict) -> bytes:
+    try:
+        data = json.dumps(response, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        req_id = response.get("id")
+        data = json.dumps({
+            "id": req_id if isinstance(req_id, (str, int, float, type(None))) else None,
+            "ok": False, "error": _one_line("unencodable response: %s" % e)})
+    return data.encode("utf-8") + b"\n"
+
+
 def serve(agent: Agent, infile, outfile) -> None:
-    """Answer JSON-line requests from ``infile`` (binary) on ``outfile`` (binary) until EOF."""
+    """Answer JSON-line requests from ``infile`` (binary) on ``outfile`` (binary) until EOF.
+
+    With a real file descriptor to read from, run requests are pipelined (``Agent.serve_fd``);
+    otherwise one request is read, answered, then the next."""
+    try:
+        fd = infile.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = None
+
+    def emit(response):
+        outfile.write(_encode_response(response))
+        outfile.flush()
+
+    if fd is not None:  # nothing may have been read through ``infile`` yet
+        agent.serve_fd(fd, emit)
+        return
     while not agent.closed:
         line = infile.readline()
         if not line:
             break
         if not line.strip():
             continue
-        try:
-            request = json.loads(line.decode("utf-8"))
-        except ValueError as e:  # includes UnicodeDecodeError
-            response = {"id": None, "ok": False, "error": _one_line("malformed request: %s" % e)}
-        else:
-            response = agent.handle(request)
-        try:
-            data = json.dumps(response, allow_nan=False)
-        except (TypeError, ValueError) as e:
-            req_id = response.get("id")
-            data = json.dumps({
-                "id": req_id if isinstance(req_id, (str, int, float, type(None))) else None,
-                "ok": False, "error": _one_line("unencodable response: %s" % e)})
-        outfile.write(data.encode("utf-8") + b"\n")
-        outfile.flush()
+        kind, value = _decode_request(line)
+        emit(agent.handle(value) if kind == "req" else value)
 
 
 def hold_slot_lock(path: str, wait: float):
