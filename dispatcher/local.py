@@ -10,7 +10,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from dispatcher.worker import AgentError, LocalAgent, RunJob, RunResult, result_from_response
+from dispatcher.worker import LocalAgent, RunJob, RunResult, WorkerLost, result_from_response
 
 
 # The agents may use every CPU this process started with, even after the master has
@@ -38,33 +38,66 @@ def install_binary(cache_dir: Path, sha256: str, source: Path) -> Path:
         shutil.copyfile(source, tmp)
         os.chmod(tmp, 0o755)
     os.replace(tmp, dest)
+    try:  # a no-op if another thread installed the same link first: tmp is still there
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
     return dest
 
 
 class LocalSlot:
+    """One CPU of this machine, served by one agent process.
+
+    ``depth`` = 2: the scheduler may have two jobs on the slot at once; the second waits in
+    the agent's queue, which starts it the moment the first run ends (and prepares it while
+    that run goes on), so the master's round trip overlaps a run instead of separating two.
+    The agent still runs one binary at a time on the CPU.  If the agent dies, every job
+    outstanding on it gets ``WorkerLost`` and the scheduler runs it again.
+    """
+
+    depth = 2
+
     def __init__(self, cpu: int, cache_dir: Path, worker_class: str):
         self.cpu = cpu
         self.name = f"local/cpu{cpu}"
         self.worker_class = worker_class
         self._cache_dir = cache_dir
         self._agent: LocalAgent | None = None
+        self._lock = threading.Lock()
 
     def run(self, job: RunJob) -> RunResult:
         install_binary(self._cache_dir, job.sha256, job.binary)
-        if self._agent is None or self._agent.process.poll() is not None:
-            self._agent = LocalAgent(self.name, self._cache_dir, self.worker_class,
-                                     cpus=AGENT_CPUS)
+        with self._lock:
+            if self._agent is None or self._agent.process.poll() is not None:
+                if self._agent is not None:
+                    self._agent.close()
+                self._agent = LocalAgent(self.name, self._cache_dir, self.worker_class,
+                                         cpus=AGENT_CPUS)
+            agent = self._agent
+            try:
+                rid = agent.connection.send(job.request(self.cpu))
+            except WorkerLost:
+                self._drop(agent)
+                raise
         try:
-            response = self._agent.connection.request(job.request(self.cpu))
-        except AgentError:
-            self.close()  # a fresh agent serves the next job
+            response = agent.connection.receive(rid)
+        except WorkerLost:
+            with self._lock:
+                self._drop(agent)  # a fresh agent serves the next job
             raise
         return result_from_response(job, self, response)
 
-    def close(self) -> None:
-        if self._agent is not None:
-            self._agent.close()
+    def _drop(self, agent: LocalAgent) -> None:
+        """Forget a broken agent (once, whichever of its jobs notices first); with the lock."""
+        if self._agent is agent:
             self._agent = None
+            agent.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._agent is not None:
+                self._agent.close()
+                self._agent = None
 
 
 class LocalBackend:

@@ -51,8 +51,11 @@ class Scheduler:
         self.busy_s = {slot.name: 0.0 for slot in self.slots}  # time spent running jobs
         self.lost_jobs = 0  # attempts lost with their worker (each was retried or failed)
         self.quarantined: dict[str, str] = {}  # slot name -> the last loss
+        # A slot with ``depth`` > 1 takes that many jobs at once (it queues them on its worker).
         self._threads = [threading.Thread(target=self._serve, args=(slot,), daemon=True,
-                                          name=f"slot {slot.name}") for slot in self.slots]
+                                          name=f"slot {slot.name}") for slot in self.slots
+                         for _ in range(getattr(slot, "depth", 1))]
+        self._in_flight = {slot.name: [0, 0.0] for slot in self.slots}  # [jobs, since]
         for t in self._threads:
             t.start()
 
@@ -113,7 +116,7 @@ class Scheduler:
                 return
             if not item.losses and not item.future.set_running_or_notify_cancel():
                 continue  # cancelled while queued (a retried job's future is running already)
-            t0 = time.monotonic()
+            self._busy(slot.name, +1)
             try:
                 result = slot.run(item.job)
             except WorkerLost as exc:
@@ -128,7 +131,17 @@ class Scheduler:
                 losses = 0
                 item.future.set_result(result)
             finally:
-                self.busy_s[slot.name] += time.monotonic() - t0
+                self._busy(slot.name, -1)
+
+    def _busy(self, name: str, delta: int) -> None:
+        """busy_s counts the time a slot has at least one job, however many it holds."""
+        with self._cond:
+            entry = self._in_flight[name]
+            if entry[0] == 0:
+                entry[1] = time.monotonic()
+            entry[0] += delta
+            if entry[0] == 0:
+                self.busy_s[name] += time.monotonic() - entry[1]
 
     def _backoff(self, losses: int) -> float:
         return min(self.policy.backoff_s * 2 ** (losses - 1), self.policy.backoff_max_s)

@@ -6,6 +6,7 @@ protocol.  Every backend hands the scheduler ``Slot`` objects (one per worker CP
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import os
@@ -109,36 +110,78 @@ class RunResult:
 
 
 class AgentConnection:
-    """JSON lines to one agent over a pair of byte streams; one request at a time."""
+    """JSON lines to one agent over a pair of byte streams.
+
+    ``request`` sends one request and waits for its reply.  Requests may also be pipelined:
+    ``send`` several (from any threads), then ``receive`` each reply by its id; the agent
+    answers in request order, so whoever reads a reply meant for another thread keeps it for
+    that thread.  Once the stream breaks, every outstanding and later request raises
+    ``WorkerLost``.
+    """
 
     def __init__(self, name: str, stdin: IO[bytes], stdout: IO[bytes]):
         self.name = name
         self._stdin, self._stdout = stdin, stdout
         self._ids = itertools.count(1)
-        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._recv_lock = threading.Lock()
+        self._outstanding: collections.deque[int] = collections.deque()  # ids, in send order
+        self._replies: dict[int, dict] = {}  # read, not yet received by their sender
+        self._broken: str | None = None
 
     def request(self, message: dict) -> dict:
-        with self._lock:
+        return self.receive(self.send(message))
+
+    def send(self, message: dict) -> int:
+        """Write one request -> its id (for ``receive``)."""
+        with self._send_lock:
+            if self._broken:
+                raise WorkerLost(self._broken)
             rid = next(self._ids)
             line = json.dumps({**message, "id": rid}) + "\n"
+            self._outstanding.append(rid)
             try:
                 self._stdin.write(line.encode())
                 self._stdin.flush()
-                reply = self._stdout.readline()
             except (OSError, ValueError) as exc:
-                raise WorkerLost(f"{self.name}: connection to the agent lost ({exc})") from None
-            if not reply:
-                raise WorkerLost(f"{self.name}: the agent exited")
-            try:
-                response = json.loads(reply)
-            except json.JSONDecodeError:
-                raise WorkerLost(f"{self.name}: unreadable reply {reply[:100]!r}") from None
-            if response.get("id") != rid:
-                raise AgentError(f"{self.name}: reply to request {response.get('id')}, "
-                                 f"expected {rid}")
-            if not response.get("ok"):
-                raise AgentError(f"{self.name}: {response.get('error', 'request refused')}")
-            return response
+                self._break(f"{self.name}: connection to the agent lost ({exc})")
+                raise WorkerLost(self._broken) from None
+            return rid
+
+    def receive(self, rid: int) -> dict:
+        """The reply to request ``rid``; AgentError if the agent refused it."""
+        with self._recv_lock:
+            while rid not in self._replies:
+                if self._broken:
+                    raise WorkerLost(self._broken)
+                try:
+                    reply = self._stdout.readline()
+                except (OSError, ValueError) as exc:
+                    self._break(f"{self.name}: connection to the agent lost ({exc})")
+                    continue
+                if not reply:
+                    self._break(f"{self.name}: the agent exited")
+                    continue
+                try:
+                    response = json.loads(reply)
+                except json.JSONDecodeError:
+                    self._break(f"{self.name}: unreadable reply {reply[:100]!r}")
+                    continue
+                expected = self._outstanding[0] if self._outstanding else None
+                if not isinstance(response, dict) or response.get("id") != expected:
+                    got = response.get("id") if isinstance(response, dict) else response
+                    self._break(f"{self.name}: reply to request {got}, expected {expected}")
+                    continue
+                self._outstanding.popleft()
+                self._replies[expected] = response
+            response = self._replies.pop(rid)
+        if not response.get("ok"):
+            raise AgentError(f"{self.name}: {response.get('error', 'request refused')}")
+        return response
+
+    def _break(self, why: str) -> None:
+        if not self._broken:
+            self._broken = why
 
 
 class LocalAgent:
