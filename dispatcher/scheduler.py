@@ -51,6 +51,7 @@ class Scheduler:
         self.busy_s = {slot.name: 0.0 for slot in self.slots}  # time spent running jobs
         self.lost_jobs = 0  # attempts lost with their worker (each was retried or failed)
         self.quarantined: dict[str, str] = {}  # slot name -> the last loss
+        self._down: set[str] = set()  # slots backing off after a loss, until a probe succeeds
         # A slot with ``depth`` > 1 takes that many jobs at once (it queues them on its worker).
         self._threads = [threading.Thread(target=self._serve, args=(slot,), daemon=True,
                                           name=f"slot {slot.name}") for slot in self.slots
@@ -71,8 +72,8 @@ class Scheduler:
             item = _Queued(job, future)
             if self._all_quarantined():
                 self._fail(item, self._no_workers())
-            elif slot is None or slot in self.quarantined:
-                self._shared.append(item)
+            elif slot is None or slot in self.quarantined or slot in self._down:
+                self._shared.append(item)  # its preferred slot is lost: any other will do
             else:
                 self._pinned[slot].append(item)
             self._cond.notify_all()
@@ -87,6 +88,8 @@ class Scheduler:
     def _next(self, name: str) -> _Queued | None:
         with self._cond:
             while True:
+                if name in self.quarantined:  # a sibling thread of this slot gave it up
+                    return None
                 if self._pinned[name]:
                     return self._pinned[name].popleft()
                 if self._shared:
@@ -111,6 +114,8 @@ class Scheduler:
                         return
                     log.warning("%s: still unavailable (%s)", slot.name, exc)
                     continue
+                with self._cond:
+                    self._down.discard(slot.name)
             item = self._next(slot.name)
             if item is None:
                 return
@@ -121,6 +126,7 @@ class Scheduler:
                 result = slot.run(item.job)
             except WorkerLost as exc:
                 losses += 1
+                self._mark_down(slot)
                 self._retry(item, slot, exc)
                 if self._give_up(slot, exc, losses):
                     return
@@ -142,6 +148,15 @@ class Scheduler:
             entry[0] += delta
             if entry[0] == 0:
                 self.busy_s[name] += time.monotonic() - entry[1]
+
+    def _mark_down(self, slot: Slot) -> None:
+        """Jobs that prefer a lost slot go to the others while it backs off."""
+        with self._cond:
+            self._down.add(slot.name)
+            pinned = self._pinned[slot.name]
+            self._shared.extend(pinned)
+            pinned.clear()
+            self._cond.notify_all()
 
     def _backoff(self, losses: int) -> float:
         return min(self.policy.backoff_s * 2 ** (losses - 1), self.policy.backoff_max_s)
@@ -177,6 +192,8 @@ class Scheduler:
         if not (getattr(exc, "permanent", False) or losses >= self.policy.quarantine_after):
             return False
         with self._cond:
+            if slot.name in self.quarantined:
+                return True
             self.quarantined[slot.name] = str(exc)
             log.error("%s: taken out of service after %d loss(es): %s", slot.name, losses, exc)
             pinned = self._pinned[slot.name]

@@ -39,6 +39,7 @@ SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 LOCK_WAIT_S = 30.0  # how long a new agent waits for the lock of an agent that is exiting
 JOB_SLACK_S = 30.0  # beyond 1.5 x the runs' own timeouts, before a silent agent is presumed hung
 STALE_UPLOAD_S = 3600.0  # partial uploads older than this are removed on connect
+HOST_RETRY_S = 1.0  # after a failed connect, the host's other slots fail fast this long
 
 
 class HostError(WorkerLost):
@@ -122,7 +123,6 @@ class WorkerHost:
         self._in_use: Counter = Counter()  # sha256 -> jobs about to run or running it
         self._down_until = 0.0  # after a failed connect, others fail fast until then
         self._down_error: HostError | None = None
-        self._connect_failures = 0
 
     # ------------------------------------------------------------------ connection
 
@@ -139,11 +139,12 @@ class WorkerHost:
             try:
                 self._connect()
             except HostError as exc:
-                self._connect_failures += 1
                 self._down_error = exc
-                self._down_until = time.monotonic() + min(2 ** self._connect_failures, 60)
+                # Sibling slots probing at the same moment share this attempt; the
+                # scheduler's back-off decides when the host is tried again.
+                self._down_until = time.monotonic() + HOST_RETRY_S
                 raise
-            self._connect_failures, self._down_error = 0, None
+            self._down_error = None
             return self._client.get_transport()
 
     def _connect(self) -> None:
@@ -183,6 +184,12 @@ class WorkerHost:
             client.close()
             raise HostError(f"{h.name}: key file {h.key_file} does not exist",
                             permanent=True) from None
+        except paramiko.ssh_exception.NoValidConnectionsError as exc:
+            client.close()
+            why = sorted({os.strerror(e.errno) if getattr(e, "errno", None) else str(e)
+                          for e in exc.errors.values()})
+            raise HostError(f"{h.name}: cannot connect to {h.host} port {h.port}: "
+                            f"{'; '.join(why)}") from None
         except (OSError, EOFError, paramiko.SSHException) as exc:
             client.close()
             raise HostError(f"{h.name}: cannot connect to {h.host} port {h.port}: "

@@ -405,3 +405,44 @@ def test_unreachable_address_fails_fast_with_the_host_named(tmp_path):
         host.transport()
     assert str(err.value).startswith("nowhere: cannot connect to 127.0.0.1 port 9")
     assert not err.value.permanent  # may come back: re-probed with back-off
+
+
+@needs_lab
+def test_dead_agent_and_rebooted_host_come_back_into_service(lab, tmp_path):
+    """A killed agent is replaced on the next probe; a host that went away and came back
+    (sshd restarted, new connection) serves again after its back-off."""
+    data = lab.config(cpus=[CPU])
+    data["scheduler"]["quarantine_after"] = 50
+    config = parse_config(data, tmp_path / "c.yaml")
+    backend = SshBackend(config.ssh)
+    binary = Path("/bin/true")
+    job = RunJob(sha256_file(binary), binary, (), runs=1, timeout=10, perf=False)
+    h0, h1 = backend.slots
+    victim = lab.hosts[0]
+
+    def agents():
+        return [pid for pid in victim.pids()
+                if b"agent-" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+    try:
+        with Scheduler(backend.slots, config.scheduler) as scheduler:
+            assert scheduler.submit(job, slot=h0.name).result(timeout=60).worker == h0.name
+            (agent,) = agents()
+            os.kill(agent, signal.SIGKILL)  # the agent alone dies; sshd and the link live on
+            result = scheduler.submit(job, slot=h0.name).result(timeout=60)
+            assert result.failed == 0 and scheduler.lost_jobs == 1
+            deadline = time.monotonic() + 30
+            while scheduler.submit(job, slot=h0.name).result(timeout=60).worker != h0.name:
+                assert time.monotonic() < deadline  # back in service after its back-off
+            assert agents() and agents()[0] != agent
+
+            lab.kill(victim)  # the host goes down: its jobs run on h1
+            for _ in range(3):
+                assert scheduler.submit(job, slot=h0.name).result(timeout=60).worker == h1.name
+            lab.start_sshd(victim)  # ...and comes back: re-probed, reconnected, used again
+            deadline = time.monotonic() + 60
+            while scheduler.submit(job, slot=h0.name).result(timeout=60).worker != h0.name:
+                assert time.monotonic() < deadline
+            assert not scheduler.quarantined
+    finally:
+        backend.close()
