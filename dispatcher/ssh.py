@@ -359,7 +359,12 @@ class WorkerHost:
                 break
             if self._in_use[sha] > 0:
                 continue
-            _sftp_remove(self._sftp, posixpath.join(self.cache_dir, sha))
+            try:
+                _sftp_remove(self._sftp, posixpath.join(self.cache_dir, sha))
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                log.warning("%s: cannot evict %s from the binary cache: %s", self.name,
+                            sha[:12], exc or type(exc).__name__)
+                return  # tried again after the next upload
             total -= self._cache.pop(sha)
 
     def cached(self) -> list[str]:
