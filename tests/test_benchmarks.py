@@ -14,7 +14,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import sexpdata
 
+from dispatcher.decisions import read_sexp
 from dispatcher.benchmark import (
     BUNDLED_DIR,
     Benchmark,
@@ -84,6 +86,9 @@ def test_bundled_benchmark_has_enough_inlining_decisions(bench: Benchmark, compi
     assert result.decision_files, "no *.decisions.sexp written"
     count = sum(f.read_text(errors="replace").count("(key ") for f in result.decision_files)
     assert count >= MIN_DECISIONS, f"{bench.name}: only {count} inlining decisions"
+    for f in result.decision_files:  # the master's fast reader agrees with the general one
+        text = f.read_text()
+        assert read_sexp(text) == sexpdata.loads(text), f.name
 
 
 # --------------------------------------------------------------------------- manifests

@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import sexpdata
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -517,3 +518,20 @@ def test_tree_overrides_compile_round_trip(compiler, tmp_path):
     print(f"\ntree round trip: {dict(stats)}")
     assert stats["round trips"] == len(BENCHMARKS) * len(SEEDS)
     assert stats["flips honoured"] > 0
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('(a "b\\"c\\\\d\\ne\\tf" -3 x:y)',
+     [sexpdata.Symbol("a"), 'b"c\\d\ne\tf', -3, sexpdata.Symbol("x:y")]),
+    ("; comment (\n(a ;x)\n b) ; trailing\n", [sexpdata.Symbol("a"), sexpdata.Symbol("b")]),
+])
+def test_fast_sexp_reader_reads_what_the_compiler_writes(text, expected):
+    from dispatcher.decisions import read_sexp
+    assert read_sexp(text) == sexpdata.loads(text) == expected
+
+
+@pytest.mark.parametrize("text", ["(a", "a)", '(a "b)', "(a) (b)", "", '(a "x\\q")'])
+def test_fast_sexp_reader_refuses_what_it_does_not_know(text):
+    from dispatcher.decisions import read_sexp
+    with pytest.raises(ValueError):
+        read_sexp(text)
