@@ -37,15 +37,17 @@ class TreeError(ValueError):
 
 def split_key(key: str) -> list[str]:
     """Split a key into frames on '/' outside parentheses (file names may hold '/')."""
-    frames, depth, cur = [], 0, ""
-    for ch in key:
-        if ch == "/" and depth == 0:
+    frames: list[str] = []
+    cur: str | None = None
+    depth = 0
+    for part in key.split("/"):  # then glue back the pieces split inside parentheses
+        cur = part if cur is None else cur + "/" + part
+        depth += part.count("(") - part.count(")")
+        if depth == 0:
             frames.append(cur)
-            cur = ""
-            continue
-        depth += (ch == "(") - (ch == ")")
-        cur += ch
-    frames.append(cur)
+            cur = None
+    if cur is not None:
+        frames.append(cur)
     return frames
 
 
