@@ -535,3 +535,12 @@ def test_fast_sexp_reader_refuses_what_it_does_not_know(text):
     from dispatcher.decisions import read_sexp
     with pytest.raises(ValueError):
         read_sexp(text)
+
+
+@given(st.text(alphabet="ab/()#1", max_size=16))
+def test_split_key_cuts_only_at_top_level_slashes(key):
+    from dispatcher.tree import join_key, split_key
+    frames = split_key(key)
+    assert join_key(frames) == key
+    for frame in frames[:-1]:  # every cut is a '/' at parenthesis depth 0
+        assert frame.count("(") == frame.count(")")
