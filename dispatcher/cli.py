@@ -15,7 +15,6 @@ import click
 from rich.live import Live
 from rich.text import Text
 
-from analysis.plots import plot_experiment
 from dispatcher.benchmark import (ManifestError, bundled_benchmarks, load_benchmark,
                                   resolve_benchmark)
 from dispatcher.compile import CompileError, CompileJob, CompileService
@@ -26,7 +25,6 @@ from dispatcher.experiment import Chain, new_experiment, params_of
 from dispatcher.local import LocalBackend, keep_master_off
 from dispatcher.rundir import Rundir, RundirError, append_batch_log
 from dispatcher.scheduler import Scheduler
-from dispatcher.ssh import SshBackend
 from dispatcher.store import Store
 from dispatcher.worker import AgentError, RunJob, RunResult
 
@@ -36,6 +34,7 @@ def make_backend(config: Config, store: Store):
         keep_master_off(config.local.cpus)  # before the scheduler starts its threads
         return LocalBackend(config.local.cpus, store.worker_cache, config.local.worker_class)
     if config.backend == "ssh":
+        from dispatcher.ssh import SshBackend  # paramiko takes half a second to import
         return SshBackend(config.ssh)
     raise click.ClickException(f"{config.path}: backend: {config.backend} is not available yet "
                                "(local and ssh are)")
@@ -278,6 +277,7 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
         backend.close()
         compile_service.close()
     report_quarantined(scheduler)
+    from analysis.plots import plot_experiment  # matplotlib: seconds to import, needed here only
     for c in chains:
         try:
             plot_experiment(c.rundir.path)
