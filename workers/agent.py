@@ -446,37 +446,46 @@ class PerfEvents:
 # --------------------------------------------------------------------------- watchdog
 
 class _Watchdog:
-    """One long-lived thread that SIGKILLs the armed process group at its deadline."""
+    """One long-lived thread that SIGKILLs the armed process group at its deadline.
+
+    Arming and disarming do not wake the thread unless the new deadline comes before the
+    end of its current wait: with runs of similar timeouts it wakes about once per timeout,
+    not twice per run (each wake-up is a context switch and a GIL hand-over on the agent's
+    CPU)."""
 
     def __init__(self):
         self._cond = threading.Condition()
         self._target = None  # (pgid, deadline)
         self._fired = False
+        self._wake_at = None  # when the thread's current wait ends (None: at a notify)
         self._thread = threading.Thread(target=self._loop, name="agent-watchdog", daemon=True)
         self._thread.start()
 
     def arm(self, pgid: int, timeout: float) -> None:
         with self._cond:
-            self._target = (pgid, time.monotonic() + timeout)
+            deadline = time.monotonic() + timeout
+            self._target = (pgid, deadline)
             self._fired = False
-            self._cond.notify()
+            if self._wake_at is None or deadline < self._wake_at:
+                self._cond.notify()
 
     def disarm(self) -> bool:
         """Stop watching; -> whether it fired.  Once this returns it cannot fire."""
         with self._cond:
-            self._target = None
-            self._cond.notify()
+            self._target = None  # the thread finds nothing to do when it next wakes
             return self._fired
 
     def _loop(self) -> None:
         with self._cond:
             while True:
                 if self._target is None:
+                    self._wake_at = None
                     self._cond.wait()
                     continue
                 pgid, deadline = self._target
                 remaining = deadline - time.monotonic()
                 if remaining > 0:
+                    self._wake_at = deadline
                     self._cond.wait(remaining)
                     continue
                 self._fired = True
@@ -521,19 +530,19 @@ def _sh_quote(word: bytes) -> bytes:
 # The fork server, started once per agent by ``sh -c BOOT`` with the request pipe as stdin
 # and the response pipe as stdout (sh only takes fd numbers 0-9 in redirections, so the
 # pipes come in on fixed fds): sh moves the request pipe to fd 4 (stdin, stderr: /dev/null),
-# forks the server loop in the background, prints
-# its pid and exits (the agent, a child subreaper, inherits the loop and gives it its own
-# process group).  Per request (a line holding a run token) the loop forks an intermediate
-# subshell that forks the run's child, prints "p<child pid>" and exits; the loop reaps it and
-# prints "d", so when the agent reads "d" the child is already the agent's child.  The child
-# sources the agent-written script ./r<token> (in the agent's private scratch directory, the
-# server's cwd), which redirects, cds, sets the environment, prints "r<token>" (ready: it is
-# about to block on its gate, a FIFO of its own) on the server's stdout, waits on the gate
-# and execs the binary (see ``_forkserver_script``).  Every message is one short line written
-# at once, so lines from the loop, intermediates and children never mix within a line.
+# forks the server loop in the background, prints its pid and exits (the agent, a child
+# subreaper, inherits the loop and gives it its own process group).  Per request (a line
+# holding a run token) the loop runs a command substitution: its subshell (the intermediate)
+# forks the run's child, prints the child's pid into the substitution's pipe and exits.  The
+# child sources ./script (in the agent's private scratch directory, the server's cwd; see
+# ``_forkserver_script``), which keeps that pipe on fd 5 until it has redirected, cd'd and
+# set the environment, closes it and blocks on its gate, a FIFO of its own.  The loop reads
+# the pipe to its end and reaps the intermediate, so when it prints "p<child pid>" the child
+# is the agent's child (reparented) and sleeps on its gate (or has exited): one message, one
+# wake-up of the agent per run.
 _FORKSERVER_BOOT = (
     ": inlining-agent fork server; exec 4<&0 </dev/null 2>/dev/null; "
-    '{ while IFS= read -r t <&4; do ( { . "./r$t"; } & echo "p$!" ); echo d; done; } & '
+    '{ while IFS= read -r t <&4; do p=$({ . ./script; } & echo $!); echo "p$p"; done; } & '
     "echo $!")
 
 
@@ -569,7 +578,6 @@ class _ForkServer:
         self.pid = None
         self.cpu = None
         self._buf = b""  # what was read from the server's stdout beyond the last line
-        self._ready = set()  # tokens (bytes) of children that reported ready
         self.req_w = self.resp_r = None
         req_r, self.req_w = os.pipe()
         self.resp_r, resp_w = os.pipe()
@@ -604,18 +612,14 @@ class _ForkServer:
     def alive(self) -> bool:
         return self.pid is not None
 
-    def _read_message(self, deadline: float, pidfd=None):
-        """The next line from the server's stdout (without its newline); None at the deadline
-        or once ``pidfd`` is readable (that child exited); _ServerError at EOF."""
+    def _read_message(self, deadline: float):
+        """The next line from the server's stdout (without its newline); None at the
+        deadline; _ServerError at EOF."""
         while b"\n" not in self._buf:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            fds = [self.resp_r] if pidfd is None else [self.resp_r, pidfd]
-            ready = select.select(fds, [], [], remaining)[0]
-            if self.resp_r not in ready:
-                if ready:
-                    return None
+            if not select.select([self.resp_r], [], [], remaining)[0]:
                 continue
             chunk = os.read(self.resp_r, 4096)
             if not chunk:
@@ -624,16 +628,12 @@ class _ForkServer:
         line, self._buf = self._buf.split(b"\n", 1)
         return line
 
-    def _note(self, line: bytes) -> bool:
-        """Record a child's readiness line; -> True if ``line`` was one."""
-        if line.startswith(b"r"):
-            self._ready.add(line[1:])
-            return True
-        return False
-
     def spawn(self, token: int, cpus) -> int:
-        """Fork a child that sources ./r<token> -> its pid (now a child of the agent).
-        The server and its intermediates run on ``cpus``."""
+        """Fork a child that sources ./script for run ``token`` -> its pid, once it is a
+        child of the agent and sleeps on its gate (or has exited: its wait status tells
+        why).  The server and its intermediates run on ``cpus``.  _ServerError if the server
+        is gone, misbehaves, or gives no answer within ``timeout`` (a child hanging before
+        its gate hangs the server too; the caller replaces it)."""
         cpus = frozenset(cpus)
         if self.cpu != cpus:
             try:
@@ -645,50 +645,15 @@ class _ForkServer:
             os.write(self.req_w, b"%d\n" % token)
         except OSError as e:  # EPIPE: the server is gone
             raise _ServerError("fork server gone (%s)" % e)
-        deadline = time.monotonic() + self.timeout
-        pid = None
-        while True:
-            line = self._read_message(deadline)
-            if line is None:
-                raise _ServerError("fork server hung (run %d)" % token)
-            if self._note(line):
-                continue
-            if line == b"d":
-                break
-            if not line.startswith(b"p") or pid is not None:
-                raise _ServerError("fork server misbehaved (got %r)" % line[:64])
-            try:
-                pid = int(line[1:])
-            except ValueError:
-                raise _ServerError("fork server could not fork (got %r)" % line[:64])
-        if pid is None:
-            raise _ServerError("fork server could not fork")
-        return pid
-
-    def wait_ready(self, token: int, pid: int, timeout: float) -> bool:
-        """Wait until child ``pid`` of run ``token`` blocks on the gate -> True; False if it
-        exited first (its wait status tells why).  _ServerError if it hangs past ``timeout``
-        (the caller kills it)."""
-        key = b"%d" % token
-        deadline = time.monotonic() + timeout
-        pidfd = _pidfd_open(pid)
+        line = self._read_message(time.monotonic() + self.timeout)
+        if line is None:
+            raise _ServerError("fork server hung (run %d)" % token)
+        if not line.startswith(b"p"):
+            raise _ServerError("fork server misbehaved (got %r)" % line[:64])
         try:
-            while key not in self._ready:
-                now = time.monotonic()
-                if now >= deadline:
-                    raise _ServerError("the child of run %d hung before its gate" % token)
-                line = self._read_message(deadline if pidfd is not None else
-                                          min(deadline, now + 0.02), pidfd)
-                if line is None:
-                    if _exited(pid):
-                        return False
-                elif not self._note(line):
-                    raise _ServerError("fork server misbehaved (got %r)" % line[:64])
-        finally:
-            if pidfd is not None:
-                os.close(pidfd)
-        self._ready.discard(key)
-        return True
+            return int(line[1:])
+        except ValueError:
+            raise _ServerError("fork server could not fork (got %r)" % line[:64])
 
     def stop(self) -> None:
         """Kill the server's process group, reap the server, close the pipes."""
@@ -729,21 +694,23 @@ def _forkserver_script_parts(argv, env):
     return b"".join(exports), tail
 
 
-def _forkserver_script(parts, token: int, workdir: str) -> bytes:
-    """The script run ``token``'s child sources (in the scratch directory, the server's cwd):
-    stdout/stderr to the scratch files o<token>/e<token>, stdin from /dev/null, its gate (the
-    FIFO g<token>, held open read-write by the agent) on fd 3, the server's stdout kept on
-    fd 5 just long enough to say "r<token>" (ready), cd to the run's fresh directory, the
-    environment, then block on the gate until the agent writes a line (or exit 125 at EOF:
-    the agent is gone) and exec the binary with fds 0-2 only.  A gate per run: with a shared
-    one, the next run's child could take a line meant for the run before it."""
+def _forkserver_script(parts) -> bytes:
+    """The script every run's child sources (./script in the scratch directory, the server's
+    cwd), the run's token in ``$t`` (read by the server): stdout/stderr to the scratch files
+    o<token>/e<token>, stdin from /dev/null, its gate (the FIFO g<token>, held open
+    read-write by the agent) on fd 3, the server's command-substitution pipe kept on fd 5
+    until it is ready (closing it tells the server), cd to the run's fresh directory
+    run-<token>, the environment, then block on the gate until the agent writes a line (or exit 125 at EOF: the agent is
+    gone) and exec the binary with fds 0-2 only.  A gate per run: with a shared one, the
+    next run's child could take a line meant for the run before it.  One script for every
+    run of the same binary, arguments and environment: it is rewritten (replaced by rename,
+    so a child still reading the old one is not disturbed) only when they change."""
     exports, tail = parts
-    t = b"%d" % token
     return b"".join((
-        b"exec 5>&1 2>e", t, b" >o", t, b" </dev/null 4<&- 3<g", t, b"\ncd ",
-        _sh_quote(os.fsencode(workdir)), b" || { echo r", t, b" >&5; exit 126; }\n",
+        b'exec 5>&1 2>"e$t" >"o$t" </dev/null 4<&- 3<"g$t"\n',
+        b'cd "run-$t" || exit 126\n',
         exports,
-        b"echo r", t, b" >&5; exec 5>&-\n",
+        b"exec 5>&-\n",
         b"IFS= read -r t <&3 || exit 125\n", tail))
 
 
@@ -779,15 +746,6 @@ def _pidfd_open(pid: int):
         return None
 
 
-def _exited(pid: int) -> bool:
-    """Whether our child ``pid`` has exited (it stays a zombie: not reaped)."""
-    try:
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True
-    return info is not None and info.si_pid != 0
-
-
 def _reap_group(pgid: int) -> None:
     """Reap any of our zombie children in process group ``pgid`` (never blocks)."""
     while True:
@@ -818,6 +776,18 @@ class _Plan:
     """A checked run request: what its runs share, and their records so far."""
     __slots__ = ("req_id", "sha", "argv", "runs", "cpu", "timeout", "expected", "env",
                  "perf_events", "spawn", "parts", "records", "started", "entry")
+
+    def copy(self, req_id) -> "_Plan":
+        """A fresh plan of the same request (id ``req_id``), no run started."""
+        plan = _Plan()
+        for name in ("sha", "argv", "runs", "cpu", "timeout", "expected", "env",
+                     "perf_events", "spawn", "parts"):
+            setattr(plan, name, getattr(self, name))
+        plan.req_id = req_id
+        plan.records = []
+        plan.started = 0
+        plan.entry = None
+        return plan
 
 
 class _Unit:
@@ -857,6 +827,9 @@ class Agent:
         self._cpus = frozenset(os.sched_getaffinity(0))  # as started (the loop may pin itself)
         self._live = {}  # pid -> _Unit: fork-server children started and not yet reaped
         self._parts = self._parts_key = None  # the last run script parts, and for what
+        self._script_parts = None  # the parts ./script was written from
+        self._base_env = None  # os.environ less PWD, copied once
+        self._last_plan = None  # (request less its id, _Plan): the last run request checked
         self._perf = None
         self._perf_info = None
         self._verified = {}  # sha256 -> (st_dev, st_ino, st_size, st_mtime_ns)
@@ -864,6 +837,7 @@ class Agent:
         self._lock = threading.Lock()  # one request at a time per Agent
         self._watchdog = None
         self._recent_pgids = []
+        self._remembered = 0  # calls of _remember_pgid
         self._version = None
         self.closed = False
 
@@ -1159,8 +1133,30 @@ class Agent:
             "failed": sum(1 for r in plan.records if r["failure"] is not None),
         }
 
+    # Fields whose JSON type equality alone does not pin down (1 == 1.0 == true in Python).
+    _TYPED_FIELDS = ("runs", "cpu", "timeout", "perf")
+
     def _plan_run(self, request) -> "_Plan":
-        """Check a run request and get everything its runs share -> _Plan (RequestError)."""
+        """Check a run request and get everything its runs share -> _Plan (RequestError).
+
+        A request equal to the last one checked (ids aside; the same JSON types) reuses its
+        checks and its environment: only the binary is verified again (a stat, and a rehash
+        if the file changed)."""
+        key = dict(request)
+        key.pop("id", None)
+        last = self._last_plan
+        if last is not None and key == last[0] and all(
+                type(key.get(f)) is type(last[0].get(f)) for f in self._TYPED_FIELDS):
+            proto = last[1]
+            if self._verify(proto.sha) == proto.argv[0]:
+                return proto.copy(request.get("id"))
+        self._last_plan = None
+        plan = self._check_run(request)
+        self._last_plan = (key, plan.copy(None))
+        return plan
+
+    def _check_run(self, request) -> "_Plan":
+        """``_plan_run`` without the cache."""
         sha = self._check_sha(request.get("sha256"))
         args = request.get("args", [])
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
@@ -1210,8 +1206,10 @@ class Agent:
 
         binary = self._verify(sha)
 
-        env = dict(os.environ)
-        env.pop("PWD", None)  # stale (the agent's); sh would set it, see _GATE_SCRIPT
+        if self._base_env is None:
+            self._base_env = dict(os.environ)
+            self._base_env.pop("PWD", None)  # stale (the agent's); sh would set it
+        env = dict(self._base_env)
         env.update(extra_env)
         runparam = env.get("OCAMLRUNPARAM")
         if not runparam:
@@ -1391,12 +1389,8 @@ class Agent:
             # read-write: opening it never blocks, and the child's read-only open finds a
             # writer; the child sees EOF (exit 125) if the agent dies first
             unit.gate = os.open(gate, os.O_RDWR | os.O_CLOEXEC)
-            fd = os.open(os.path.join(self._scratch, "r%d" % token),
-                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, _forkserver_script(plan.parts, token, workdir))
-            finally:
-                os.close(fd)
+            if self._script_parts is not plan.parts:
+                self._write_script(plan.parts)
         except OSError as e:
             unit.failure = _one_line("could not prepare the run: %s" % e)
             return unit
@@ -1419,11 +1413,10 @@ class Agent:
                 os.setpgid(pid, pid)  # its own group: killpg gets the benchmark's whole tree
             except ProcessLookupError:  # already exited (its wait status tells why)
                 pass
-            if unit.server.wait_ready(token, pid, SH_START_TIMEOUT_S):
-                try:  # it sleeps on the gate: moving it disturbs nothing on ``cpu``
-                    os.sched_setaffinity(pid, {plan.cpu})
-                except ProcessLookupError:
-                    pass
+            try:  # it sleeps on the gate: moving it disturbs nothing on ``cpu``
+                os.sched_setaffinity(pid, {plan.cpu})
+            except ProcessLookupError:  # it exited (a zombie)
+                pass
             unit.cpus_allowed = _cpus_allowed_list(pid)
             if plan.perf_events:
                 unit.counters = self._perf.open(pid, plan.perf_events)
@@ -1435,6 +1428,17 @@ class Agent:
             self._fs_abort(unit)
             raise
         return unit
+
+    def _write_script(self, parts) -> None:
+        """(Re)write ./script, the script every fork-server child sources, by rename."""
+        tmp = os.path.join(self._scratch, "script.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, _forkserver_script(parts))
+        finally:
+            os.close(fd)
+        os.rename(tmp, os.path.join(self._scratch, "script"))
+        self._script_parts = parts
 
     def _fs_launch(self, unit) -> None:
         """Start the clock and let the prepared child exec the binary."""
@@ -1563,8 +1567,7 @@ class Agent:
             if unit.gate is not None:  # never launched
                 os.close(unit.gate)
                 unit.gate = None
-            for path in (os.path.join(scratch, "r%d" % token), os.path.join(
-                    scratch, "g%d" % token), out_path, err_path):
+            for path in (os.path.join(scratch, "g%d" % token), out_path, err_path):
                 try:
                     os.unlink(path)
                 except OSError:
@@ -1575,6 +1578,10 @@ class Agent:
         if pgid not in self._recent_pgids:
             self._recent_pgids.append(pgid)
             del self._recent_pgids[:-16]
+        self._remembered += 1
+        if self._remembered % 8:  # a killed stray may still be dying: swept a bit later
+            _reap_group(pgid)
+            return
         for g in self._recent_pgids:
             _reap_group(g)
 
