@@ -10,7 +10,8 @@ import shutil
 import threading
 from pathlib import Path
 
-from dispatcher.worker import LocalAgent, RunJob, RunResult, WorkerLost, result_from_response
+from dispatcher.worker import (LocalAgent, RunJob, RunResult, WorkerLost, encode_request,
+                               result_from_response)
 
 
 # The agents may use every CPU this process started with, even after the master has
@@ -64,9 +65,14 @@ class LocalSlot:
         self._cache_dir = cache_dir
         self._agent: LocalAgent | None = None
         self._lock = threading.Lock()
+        self._encoded = (None, b"")  # (job, its encoded request): the same job, encoded once
 
     def run(self, job: RunJob) -> RunResult:
         install_binary(self._cache_dir, job.sha256, job.binary)
+        last, head = self._encoded
+        if last is not job:
+            head = encode_request(job.request(self.cpu))
+            self._encoded = (job, head)
         with self._lock:
             if self._agent is None or self._agent.process.poll() is not None:
                 if self._agent is not None:
@@ -75,7 +81,7 @@ class LocalSlot:
                                          cpus=AGENT_CPUS)
             agent = self._agent
             try:
-                rid = agent.connection.send(job.request(self.cpu))
+                rid = agent.connection.send_encoded(head)
             except WorkerLost:
                 self._drop(agent)
                 raise

@@ -109,6 +109,13 @@ class RunResult:
                    records=tuple(RunRecord.from_json(r) for r in d["records"]))
 
 
+def encode_request(message: dict) -> bytes:
+    """A request object as JSON without its closing brace, ready for its id (``send_encoded``);
+    ``message`` must not hold "id"."""
+    body = json.dumps(message).encode()
+    return body[:-1] + (b", " if len(message) else b"")
+
+
 class AgentConnection:
     """JSON lines to one agent over a pair of byte streams.
 
@@ -134,14 +141,19 @@ class AgentConnection:
 
     def send(self, message: dict) -> int:
         """Write one request -> its id (for ``receive``)."""
+        return self.send_encoded(encode_request(message))
+
+    def send_encoded(self, head: bytes) -> int:
+        """``send`` for a request already encoded by ``encode_request`` (a job sent many
+        times is encoded once)."""
         with self._send_lock:
             if self._broken:
                 raise WorkerLost(self._broken)
             rid = next(self._ids)
-            line = json.dumps({**message, "id": rid}) + "\n"
+            line = b'%s"id": %d}\n' % (head, rid)
             self._outstanding.append(rid)
             try:
-                self._stdin.write(line.encode())
+                self._stdin.write(line)
                 self._stdin.flush()
             except (OSError, ValueError) as exc:
                 self._break(f"{self.name}: connection to the agent lost ({exc})")

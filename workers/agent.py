@@ -333,6 +333,7 @@ _ATTR_EXCLUDE_KERNEL = 1 << 5
 _ATTR_EXCLUDE_HV = 1 << 6
 _ATTR_ENABLE_ON_EXEC = 1 << 12
 _READ_FORMAT = 1 | 2  # PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING
+_FORMAT_GROUP = 8  # PERF_FORMAT_GROUP: one read returns every member of the group
 _PERF_FLAG_FD_CLOEXEC = 8
 _ATTR_STRUCT = struct.Struct("=IIQQQQQIIQ")  # 64 bytes
 
@@ -355,20 +356,27 @@ class PerfEvents:
             self.reason = self._libc
         else:
             self.reason = None
+            self._attrs = {}
+            self._c_nr = self._ctypes.c_long(self._nr)
+            self._c_any_cpu = self._ctypes.c_long(-1)
+            self._c_flags = self._ctypes.c_ulong(_PERF_FLAG_FD_CLOEXEC)
 
-    def _open(self, pid: int, name: str, exclude_kernel: bool) -> int:
+    def _open(self, pid: int, name: str, exclude_kernel: bool, group_fd: int = -1,
+              read_format: int = _READ_FORMAT) -> int:
         """-> fd, or -errno."""
         ctypes = self._ctypes
-        ev_type, config = PERF_EVENT_CODES[name]
-        flags = _ATTR_DISABLED | _ATTR_INHERIT | _ATTR_ENABLE_ON_EXEC
-        if exclude_kernel:
-            flags |= _ATTR_EXCLUDE_KERNEL | _ATTR_EXCLUDE_HV
-        attr = ctypes.create_string_buffer(
-            _ATTR_STRUCT.pack(ev_type, _ATTR_STRUCT.size, config, 0, 0, _READ_FORMAT, flags,
-                              0, 0, 0), _ATTR_STRUCT.size)
-        fd = self._libc.syscall(ctypes.c_long(self._nr), attr, ctypes.c_long(pid),
-                                ctypes.c_long(-1), ctypes.c_long(-1),
-                                ctypes.c_ulong(_PERF_FLAG_FD_CLOEXEC))
+        key = (name, exclude_kernel, read_format)
+        attr = self._attrs.get(key)
+        if attr is None:  # the syscall only reads it: built once per event and format
+            ev_type, config = PERF_EVENT_CODES[name]
+            flags = _ATTR_DISABLED | _ATTR_INHERIT | _ATTR_ENABLE_ON_EXEC
+            if exclude_kernel:
+                flags |= _ATTR_EXCLUDE_KERNEL | _ATTR_EXCLUDE_HV
+            attr = self._attrs[key] = ctypes.create_string_buffer(
+                _ATTR_STRUCT.pack(ev_type, _ATTR_STRUCT.size, config, 0, 0, read_format,
+                                  flags, 0, 0, 0), _ATTR_STRUCT.size)
+        fd = self._libc.syscall(self._c_nr, attr, ctypes.c_long(pid), self._c_any_cpu,
+                                ctypes.c_long(group_fd), self._c_flags)
         return fd if fd >= 0 else -ctypes.get_errno()
 
     def probe(self, names) -> dict:
@@ -406,40 +414,74 @@ class PerfEvents:
         return info
 
     def open(self, pid: int, names):
-        """-> [(name, fd or None)]; read with ``read_and_close``."""
+        """-> a list of ``(names, fds, grouped)`` (fds: None for an event that could not be
+        opened; a group is read through its leader, the first); read with
+        ``read_and_close``.
+
+        Software events (never multiplexed) are opened as one group, read with one
+        ``read``; hardware events each on their own, so that more of them than the PMU has
+        counters are multiplexed and scaled as ``perf stat`` does, never left uncounted.
+        A software event the group refuses is opened on its own."""
         out = []
+        group = []  # (name, fd) of the software group; the first is the leader
+        fmt = _READ_FORMAT | _FORMAT_GROUP
         for name in names:
+            if PERF_EVENT_CODES[name][0] == 1:
+                leader = group[0][1] if group else -1
+                fd = self._open(pid, name, self.exclude_kernel, leader, fmt)
+                if fd >= 0:
+                    group.append((name, fd))
+                    continue
             fd = self._open(pid, name, self.exclude_kernel)
-            out.append((name, fd if fd >= 0 else None))
+            out.append(((name,), (fd if fd >= 0 else None,), False))
+        if group:
+            names_, fds = zip(*group)
+            out.append((names_, fds, True))  # a member stays in the group while its fd is open
         return out
+
+    @staticmethod
+    def _entry(name, value, enabled, running) -> dict:
+        if running == 0:
+            return {"not_counted": True}
+        scaled = float(value) * enabled / running if running < enabled else float(value)
+        if name in _CLOCK_EVENTS:
+            entry = {"value": scaled / 1e6, "unit": "msec"}
+        else:
+            entry = {"value": scaled, "unit": ""}
+        if running < enabled:  # multiplexed: scaled the way perf stat does
+            entry["running_pct"] = round(100.0 * running / enabled, 2)
+        return entry
 
     @staticmethod
     def read_and_close(opened) -> dict:
         out = {}
-        for name, fd in opened:
+        for names, fds, grouped in opened:
+            size = 8 * (3 + len(names)) if grouped else 24
             data = b""
-            if fd is not None:
-                try:
-                    data = os.read(fd, 24)
-                except OSError:
-                    pass
-                finally:
-                    os.close(fd)
-            if len(data) != 24:
-                out[name] = {"not_counted": True}
-                continue
-            value, enabled, running = struct.unpack("=QQQ", data)
-            if running == 0:
-                out[name] = {"not_counted": True}
-                continue
-            scaled = float(value) * enabled / running if running < enabled else float(value)
-            if name in _CLOCK_EVENTS:
-                entry = {"value": scaled / 1e6, "unit": "msec"}
+            try:
+                if fds[0] is not None:
+                    data = os.read(fds[0], size)
+            except OSError:
+                pass
+            finally:
+                for fd in fds:
+                    if fd is not None:
+                        os.close(fd)
+            if len(data) != size:
+                for name in names:
+                    out[name] = {"not_counted": True}
+            elif grouped:
+                values = struct.unpack("=%dQ" % (3 + len(names)), data)
+                if values[0] != len(names):
+                    for name in names:
+                        out[name] = {"not_counted": True}
+                    continue
+                enabled, running = values[1], values[2]
+                for name, value in zip(names, values[3:]):
+                    out[name] = PerfEvents._entry(name, value, enabled, running)
             else:
-                entry = {"value": scaled, "unit": ""}
-            if running < enabled:  # multiplexed: scaled the way perf stat does
-                entry["running_pct"] = round(100.0 * running / enabled, 2)
-            out[name] = entry
+                value, enabled, running = struct.unpack("=QQQ", data)
+                out[names[0]] = PerfEvents._entry(names[0], value, enabled, running)
         return out
 
 
@@ -1574,13 +1616,13 @@ class Agent:
                     pass
 
     def _remember_pgid(self, pgid: int) -> None:
-        """Orphans of recent runs are our children (subreaper): reap them now and then."""
+        """Orphans of recent runs are our children (subreaper): reaped every 8th call, by
+        process group (the last 16), so a zombie stray waits a few runs at most."""
         if pgid not in self._recent_pgids:
             self._recent_pgids.append(pgid)
             del self._recent_pgids[:-16]
         self._remembered += 1
-        if self._remembered % 8:  # a killed stray may still be dying: swept a bit later
-            _reap_group(pgid)
+        if self._remembered % 8:  # strays are rare, and a killed one may still be dying
             return
         for g in self._recent_pgids:
             _reap_group(g)
