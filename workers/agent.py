@@ -33,13 +33,16 @@ Design notes
 * Spawning ("forkserver", the default): one long-lived ``sh`` (dash when installed) per
   agent, started lazily with an empty environment in the agent's private scratch directory
   and replaced (the spawn retried once) whenever it is found dead or hung.  Per run the
-  agent writes a script and makes the run's gate (a FIFO it holds open read-write), then
-  sends the server a token; the server forks an intermediate subshell that forks the run's
-  child, reports the child's pid and exits, so the child is the agent's (subreaper) child.
-  The child sources the script: it redirects stdin, stdout and stderr, opens its gate, cds
-  to the run's fresh directory, sets the environment, reports ready and blocks on the gate,
-  then execs the binary once the agent writes to it.  When the child is ready the agent
-  pins it (``sched_setaffinity``), puts it in a process group of its own (``setpgid``; a
+  agent makes the run's gate (a FIFO it holds open read-write) and sends the server a
+  token; the server forks an intermediate subshell (a command substitution) that forks the
+  run's child, prints the child's pid into the substitution and exits, so the child is the
+  agent's (subreaper) child.  The child sources the run script (one for every run of the
+  same binary, arguments and environment, the token in ``$t``): it redirects stdin, stdout
+  and stderr, opens its gate, cds to the run's fresh directory, sets the environment,
+  closes its end of the substitution and blocks on the gate, then execs the binary once the
+  agent writes to it.  The server reports the child's pid once the substitution has ended
+  and the intermediate is reaped: the child is then ready, and the agent hears from the
+  server once per run.  When the child is ready the agent pins it (``sched_setaffinity``), puts it in a process group of its own (``setpgid``; a
   process group in the agent's session, not a new session: sh cannot call setsid), attaches
   counters and RLIMIT_CPU; to launch it, it arms the watchdog, starts the clock and writes
   to the gate.  No quoting
