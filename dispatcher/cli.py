@@ -51,9 +51,12 @@ def show_warnings() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
 
 
-def report_quarantined(scheduler: Scheduler) -> None:
+def report_lost_workers(scheduler: Scheduler) -> None:
+    """Slots taken out of service, and slots still lost when the command ended."""
     for name, why in scheduler.quarantined.items():
         click.echo(f"{name}: out of service: {why}", err=True)
+    for name, why in scheduler.down.items():
+        click.echo(f"{name}: unavailable at the end: {why}", err=True)
 
 
 def compile_cpus(config: Config) -> frozenset[int] | None:
@@ -143,7 +146,7 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
         backend.close()
         for r in results:  # what was measured is kept, whatever else failed
             store.add_measurement(r)
-        report_quarantined(scheduler)
+        report_lost_workers(scheduler)
         if not results:
             raise click.ClickException(errors[0])
         for e in errors:
@@ -276,7 +279,7 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
         scheduler.close()
         backend.close()
         compile_service.close()
-    report_quarantined(scheduler)
+    report_lost_workers(scheduler)
     from analysis.plots import plot_experiment  # matplotlib: seconds to import, needed here only
     for c in chains:
         try:

@@ -51,7 +51,8 @@ class Scheduler:
         self.busy_s = {slot.name: 0.0 for slot in self.slots}  # time spent running jobs
         self.lost_jobs = 0  # attempts lost with their worker (each was retried or failed)
         self.quarantined: dict[str, str] = {}  # slot name -> the last loss
-        self._down: set[str] = set()  # slots backing off after a loss, until a probe succeeds
+        self.down: dict[str, str] = {}  # slots backing off after a loss -> why (until a probe
+        # succeeds; then they serve again)
         # A slot with ``depth`` > 1 takes that many jobs at once (it queues them on its worker).
         self._threads = [threading.Thread(target=self._serve, args=(slot,), daemon=True,
                                           name=f"slot {slot.name}") for slot in self.slots
@@ -72,7 +73,7 @@ class Scheduler:
             item = _Queued(job, future)
             if self._all_quarantined():
                 self._fail(item, self._no_workers())
-            elif slot is None or slot in self.quarantined or slot in self._down:
+            elif slot is None or slot in self.quarantined or slot in self.down:
                 self._shared.append(item)  # its preferred slot is lost: any other will do
             else:
                 self._pinned[slot].append(item)
@@ -113,9 +114,11 @@ class Scheduler:
                     if self._give_up(slot, exc, losses):
                         return
                     log.warning("%s: still unavailable (%s)", slot.name, exc)
+                    with self._cond:
+                        self.down[slot.name] = str(exc)
                     continue
                 with self._cond:
-                    self._down.discard(slot.name)
+                    self.down.pop(slot.name, None)
             item = self._next(slot.name)
             if item is None:
                 return
@@ -126,7 +129,7 @@ class Scheduler:
                 result = slot.run(item.job)
             except WorkerLost as exc:
                 losses += 1
-                self._mark_down(slot)
+                self._mark_down(slot, exc)
                 self._retry(item, slot, exc)
                 if self._give_up(slot, exc, losses):
                     return
@@ -149,10 +152,10 @@ class Scheduler:
             if entry[0] == 0:
                 self.busy_s[name] += time.monotonic() - entry[1]
 
-    def _mark_down(self, slot: Slot) -> None:
+    def _mark_down(self, slot: Slot, exc: WorkerLost) -> None:
         """Jobs that prefer a lost slot go to the others while it backs off."""
         with self._cond:
-            self._down.add(slot.name)
+            self.down[slot.name] = str(exc)
             pinned = self._pinned[slot.name]
             self._shared.extend(pinned)
             pinned.clear()
@@ -195,6 +198,7 @@ class Scheduler:
             if slot.name in self.quarantined:
                 return True
             self.quarantined[slot.name] = str(exc)
+            self.down.pop(slot.name, None)
             log.error("%s: taken out of service after %d loss(es): %s", slot.name, losses, exc)
             pinned = self._pinned[slot.name]
             self._shared.extendleft(reversed(pinned))

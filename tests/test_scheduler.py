@@ -54,6 +54,8 @@ def test_a_job_lost_with_its_worker_runs_on_another_slot():
         result = scheduler.submit(JOB, slot="bad").result(timeout=10)
         assert result.worker == "good"
         assert scheduler.lost_jobs == 1
+        # Lost, with its reason, until a probe succeeds or it is taken out of service.
+        assert scheduler.down.get("bad", scheduler.quarantined.get("bad", "")).startswith("bad:")
     assert len(bad.ran) == 1 and len(good.ran) == 1  # measured once, where it succeeded
 
 
@@ -62,7 +64,7 @@ def test_a_lost_slot_is_probed_then_serves_again():
     with Scheduler([flaky], FAST) as scheduler:
         result = scheduler.submit(JOB).result(timeout=10)
     assert result.worker == "flaky" and len(flaky.ran) == 2 and flaky.probes == 1
-    assert not scheduler.quarantined
+    assert not scheduler.quarantined and not scheduler.down  # probed fine: back in service
 
 
 def test_attempts_are_bounded():
