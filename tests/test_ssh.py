@@ -434,7 +434,9 @@ def test_dead_agent_and_rebooted_host_come_back_into_service(lab, tmp_path):
             (agent,) = agents()
             os.kill(agent, signal.SIGKILL)  # the agent alone dies; sshd and the link live on
             result = scheduler.submit(job, slot=h0.name).result(timeout=60)
-            assert result.failed == 0 and scheduler.lost_jobs == 1
+            # Lost with the agent and run elsewhere, or (if the agent's exit status came
+            # back first) run by a fresh agent on h0: either way measured once.
+            assert result.failed == 0 and scheduler.lost_jobs in (0, 1)
             deadline = time.monotonic() + 30
             while scheduler.submit(job, slot=h0.name).result(timeout=60).worker != h0.name:
                 assert time.monotonic() < deadline  # back in service after its back-off
