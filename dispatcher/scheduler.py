@@ -14,6 +14,7 @@ is resolved exactly once, so no measurement is lost or recorded twice.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import threading
 import time
@@ -138,6 +139,8 @@ class Scheduler:
                 item.future.set_exception(exc)
             else:
                 losses = 0
+                if item.losses:
+                    result = dataclasses.replace(result, lost_on=tuple(item.losses))
                 item.future.set_result(result)
             finally:
                 self._busy(slot.name, -1)

@@ -87,6 +87,9 @@ class RunResult:
     worker_class: str
     cpu: int
     records: tuple[RunRecord, ...]
+    # Slots that lost this job with their worker before ``worker`` ran it, with the reason
+    # ("ssh/h0/cpu1: h0: ..."): kept with the measurement, so a rundir shows the retries.
+    lost_on: tuple[str, ...] = ()
 
     @property
     def failed(self) -> int:
@@ -100,13 +103,15 @@ class RunResult:
         d = asdict(self)
         d["args"] = list(self.args)
         d["records"] = [asdict(r) for r in self.records]
+        d["lost_on"] = list(self.lost_on)
         return d
 
     @classmethod
     def from_json(cls, d: dict) -> "RunResult":
         return cls(sha256=d["sha256"], args=tuple(d["args"]), worker=d["worker"],
                    worker_class=d["worker_class"], cpu=d["cpu"],
-                   records=tuple(RunRecord.from_json(r) for r in d["records"]))
+                   records=tuple(RunRecord.from_json(r) for r in d["records"]),
+                   lost_on=tuple(d.get("lost_on", ())))
 
 
 def encode_request(message: dict) -> bytes:

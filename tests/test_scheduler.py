@@ -54,6 +54,8 @@ def test_a_job_lost_with_its_worker_runs_on_another_slot():
         result = scheduler.submit(JOB, slot="bad").result(timeout=10)
         assert result.worker == "good"
         assert scheduler.lost_jobs == 1
+        assert result.lost_on == ("bad: bad: gone",)  # kept with the measurement
+        assert RunResult.from_json(result.to_json()) == result
         # Lost, with its reason, until a probe succeeds or it is taken out of service.
         assert scheduler.down.get("bad", scheduler.quarantined.get("bad", "")).startswith("bad:")
     assert len(bad.ran) == 1 and len(good.ran) == 1  # measured once, where it succeeded

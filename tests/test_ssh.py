@@ -192,6 +192,11 @@ def test_host_dying_mid_job_the_experiment_goes_on(lab, compiler, tmp_path):
     assert sum(e["event"] == "baseline" for e in events) == 1
     assert events[-1]["event"] == "finish" and events[-1]["reason"] == "completed"
     assert "h0" in err and "runs again elsewhere" in err, err
+    # The retry is recorded with the measurement it produced, in the rundir.
+    measured = [r for p in rundir.rglob("measurements.json") for r in json.loads(p.read_text())]
+    lost = [r for r in measured if r["lost_on"]]
+    assert lost and all(r["lost_on"][0].startswith(f"ssh/h0/cpu{CPU}: ") and
+                        r["worker"] == f"ssh/h1/cpu{CPU}" for r in lost), lost
     assert re.search(r"^ssh/h0/cpu\d+: (out of service|unavailable at the end): h0: ", err,
                      re.M), err  # h0 never came back: reported
 
