@@ -147,10 +147,10 @@ class _Reader:
             raise self.fail(name, "a positive number", v)
         return float(v)
 
-    def local_path(self, value: Any, name: str) -> Path:
+    def local_path(self, value: Any, name: str, expected: str = "a file path") -> Path:
         """A path on the master: ~ expanded, relative to the config file's directory."""
         if not isinstance(value, str) or not value or "\0" in value:
-            raise self.fail(name, "a file path", value)
+            raise self.fail(name, expected, value)
         p = Path(os.path.expanduser(value))
         return p if p.is_absolute() else (self.path.parent if self.path else Path.cwd()) / p
 
@@ -169,14 +169,8 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
     if backend not in BACKENDS:
         raise r.fail("backend", " or ".join(BACKENDS), backend)
     store_raw = data.get("store")
-    if store_raw is None:
-        store = DEFAULT_STORE
-    elif isinstance(store_raw, str) and store_raw:
-        store = Path(os.path.expanduser(store_raw))
-        if not store.is_absolute():
-            store = (path.parent if path else Path.cwd()) / store
-    else:
-        raise r.fail("store", "a directory path", store_raw)
+    store = DEFAULT_STORE if store_raw is None else \
+        r.local_path(store_raw, "store", "a directory path")
 
     local = r.section(data, "local", {"cpus", "worker_class"})
     cpus_raw = local.get("cpus", "auto")

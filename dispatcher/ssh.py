@@ -247,9 +247,8 @@ class WorkerHost:
 
     # ------------------------------------------------------------------ agents
 
-    def start_agent(self, slot_name: str, cpu: int) -> tuple[paramiko.Channel, AgentConnection,
-                                                              dict]:
-        """Start the agent of one CPU slot in a new channel; return it with its hello."""
+    def start_agent(self, slot_name: str, cpu: int) -> tuple[paramiko.Channel, AgentConnection]:
+        """Start the agent of one CPU slot in a new channel, checked by its hello."""
         h = self.config
         transport = self.transport()
         words = [h.python, self.agent_remote, "--cache-dir", self.cache_dir,
@@ -282,7 +281,7 @@ class WorkerHost:
             channel.close()
             raise HostError(f"{h.name}: CPU {cpu} is not available to the agent (it may use "
                             f"{hello.get('cpus')})", permanent=True)
-        return channel, connection, hello
+        return channel, connection
 
     def _start_failure(self, channel: paramiko.Channel) -> HostError:
         """Why an agent died before answering hello, from its exit status and stderr."""
@@ -405,7 +404,7 @@ class SshSlot:
         """Make sure the agent is up (connecting to the host if needed); HostError if not."""
         if self._channel is None or self._channel.closed or self._channel.exit_status_ready():
             self._drop()
-            self._channel, self._connection, _ = self.host.start_agent(self.name, self.cpu)
+            self._channel, self._connection = self.host.start_agent(self.name, self.cpu)
 
     def run(self, job: RunJob) -> RunResult:
         self.probe()
@@ -416,7 +415,7 @@ class SshSlot:
             try:
                 self._channel.settimeout(deadline)
                 response = self._connection.request(job.request(self.cpu))
-            except WorkerLost as exc:
+            except WorkerLost:
                 self._drop()  # hung or gone: a fresh agent (or another slot) takes over
                 if time.monotonic() - t0 >= deadline:
                     raise WorkerLost(f"{self.name}: no answer within {deadline:.0f} s; the "

@@ -111,17 +111,12 @@ class Store:
 
     def artifact(self, key: str) -> Artifact | None:
         d = self._artifact_dir(key)
-        try:
-            meta = json.loads((d / "meta.json").read_text())
-        except (OSError, ValueError):
-            return None
-        return Artifact(key, d, meta["sha256"])
+        meta = _read_meta(d)
+        return None if meta is None else Artifact(key, d, meta["sha256"])
 
     def staging_dir(self, key: str) -> Path:
         """A private directory to build in; ``commit_artifact`` publishes it."""
-        parent = self.compiled / key[:2]
-        parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(dir=parent, prefix=f".{key}."))
+        return _staging(self.compiled, key)
 
     def commit_artifact(self, key: str, staging: Path, meta: dict) -> Artifact:
         meta = {**meta, "sha256": sha256_file(staging / "binary")}
@@ -142,11 +137,8 @@ class Store:
 
     def unit_entry(self, key: str) -> UnitEntry | None:
         d = self._unit_dir(key)
-        try:
-            meta = json.loads((d / "meta.json").read_text())
-        except (OSError, ValueError):
-            return None
-        return UnitEntry(key, d, meta["files"], meta["output"])
+        meta = _read_meta(d)
+        return None if meta is None else UnitEntry(key, d, meta["files"], meta["output"])
 
     def commit_unit(self, key: str, source: Path, names: list[str], output: str,
                     meta: dict | None = None) -> None:
@@ -155,9 +147,7 @@ class Store:
 
         Nothing is fsynced: every file's sha256 is checked when the entry is used, so an entry
         a crash cut short is found and compiled again (``UnitEntry.restore``)."""
-        parent = self.units / key[:2]
-        parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=parent, prefix=f".{key}."))
+        staging = _staging(self.units, key)
         try:
             files = {}
             for name in names:
@@ -209,3 +199,18 @@ class Store:
             write_json_atomic(path, {"sha256": result.sha256, "args": list(result.args),
                                      "worker_class": result.worker_class,
                                      "results": [r.to_json() for r in [*existing, result]]})
+
+
+def _read_meta(entry: Path) -> dict | None:
+    """An entry's meta.json; None if the entry is absent or unreadable."""
+    try:
+        return json.loads((entry / "meta.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _staging(root: Path, key: str) -> Path:
+    """A private directory beside where entry ``key`` of ``root`` goes, renamed into place."""
+    parent = root / key[:2]
+    parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=parent, prefix=f".{key}."))
