@@ -64,9 +64,6 @@ class CompileError(RuntimeError):
         self.output = output
 
 
-KEEP = ("binary", "overrides.sexp", "compiler-output.txt")
-
-
 class StoreUnitCache:
     """``build_benchmark``'s unit cache, in the store: one entry per unit key.
 

@@ -279,14 +279,3 @@ def read_overrides(path: Path | str) -> list[Override]:
     except OSError as exc:
         raise DecisionFileError(f"{path}: cannot read ({exc.strerror})") from None
     return parse_overrides(text, str(path))
-
-
-def pin_all(dumps: Iterable[DecisionDump], rounds: Iterable[int] | None = None) -> list[Override]:
-    """Overrides that pin every decision of the given dumps as it was taken.
-
-    Prevented decisions are pinned to what happened (dont_inline), so the pin is honoured.
-    """
-    wanted = None if rounds is None else set(rounds)
-    return [Override(d.unit, d.round, d.key, d.action)
-            for dump in dumps if wanted is None or dump.round in wanted
-            for d in dump.decisions]

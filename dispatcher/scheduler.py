@@ -81,10 +81,6 @@ class Scheduler:
             self._cond.notify_all()
         return future
 
-    @property
-    def live_slots(self) -> int:
-        return len(self.slots) - len(self.quarantined)
-
     # ------------------------------------------------------------------ slot threads
 
     def _next(self, name: str) -> _Queued | None:
