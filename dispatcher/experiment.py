@@ -1,15 +1,12 @@
-"""The data-generation driver: search chains that share one compile service and one scheduler.
+"""The data-generation driver: search chains that share one compile service and one
+measurement service.
 
-Each chain (one benchmark, one rundir) runs in its own thread: propose candidates, compile
-them, read back the tree the compiler really produced, measure, decide, journal.  Jobs of all
-chains meet in the scheduler's queue, so a free worker slot takes whichever chain has work and
-no slot idles while one chain compiles.  Chains only write their rundir and a ``status`` record
-that the progress display reads: data flows one way.
-
-Measurements are deduplicated across chains: a binary already measured in the store is not run
-again (except when the incumbent is deliberately re-measured), and a request for a binary whose
-run job is still queued or running (the K chains' common baseline, say) shares that job instead
-of queueing another.
+Each chain (one benchmark, one rundir) runs in its own thread and reads as the search it is:
+propose candidates, compile them, read back the tree the compiler really produced, measure,
+decide, journal.  Jobs of all chains meet in the scheduler's queue, so a free worker slot
+takes whichever chain has work and no slot idles while one chain compiles.  Chains only write
+their rundir (through ``dispatcher.records``) and a ``status`` record that the progress display
+reads: data flows one way.
 """
 from __future__ import annotations
 
@@ -17,20 +14,24 @@ import random
 import shutil
 import threading
 import time
-import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Optional, TypeVar
 
 from dispatcher.benchmark import Benchmark
 from dispatcher.compile import CompileError, CompileJob, CompileResult, CompileService
+from dispatcher.measure import Measured, MeasurementService, Pending
+from dispatcher.records import (BaselineEvent, Candidate, DecisionCounts, Experiment,
+                                FinishEvent, Pointer, RemeasureEvent, ResumeEvent, RunResult,
+                                StepEvent, candidate_dir, remeasure_dir)
 from dispatcher.rundir import Rundir
-from dispatcher.scheduler import Scheduler
-from dispatcher.search import energy, geomean, geomean_ci95, metropolis, propose, temperature
-from dispatcher.files import write_json_atomic
-from dispatcher.store import Store, measurement_key
+from dispatcher.search import energy, metropolis, propose, temperature
+from dispatcher.stats import geomean, geomean_ci
 from dispatcher.tree import Tree, count, to_overrides
-from dispatcher.worker import RunJob, RunResult
+from dispatcher.worker import RunJob
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -58,59 +59,41 @@ class ChainStatus:
     rundir: Path
     steps: int
     step: int = 0
-    best_energy: float | None = None
+    best_energy: Optional[float] = None
     state: str = "starting"
-    error: str | None = None
+    error: Optional[str] = None
 
 
-def _rng_to_json(rng: random.Random) -> list:
+def _rng_to_json(rng: random.Random) -> list[Any]:
     version, internal, gauss = rng.getstate()
     return [version, list(internal), gauss]
 
 
-def _rng_from_json(data: list) -> random.Random:
+def _rng_from_json(data: list[Any]) -> random.Random:
     rng = random.Random()
     rng.setstate((data[0], tuple(data[1]), data[2]))
     return rng
 
 
-def _counts(tree: Tree) -> dict:
+def _counts(tree: Tree) -> DecisionCounts:
     inlined, not_inlined, prevented = count(tree)
-    return {"inlined": inlined, "not_inlined": not_inlined, "prevented": prevented}
-
-
-def _pointer(step: int, candidate: dict) -> dict:
-    """How the journal names a candidate kept as incumbent or best."""
-    return {"step": step, **{k: candidate[k] for k in
-                             ("candidate", "dir", "energy", "sha256", "artifact")}}
+    return DecisionCounts(inlined=inlined, not_inlined=not_inlined, prevented=prevented)
 
 
 class Interrupted(Exception):
     pass
 
 
-@dataclass(frozen=True)
-class _Shared:
-    """A run job another chain submitted and will store; this chain only reads its result."""
-
-    future: Future
-
-
-# Run jobs in flight per scheduler, by measurement key: (runs, future).
-_running: "weakref.WeakKeyDictionary[Scheduler, dict[str, tuple[int, Future]]]" = \
-    weakref.WeakKeyDictionary()
-_running_lock = threading.Lock()
-
-
 @dataclass
 class Chain:
+    """One search chain: a pure search loop around the compile and measurement services."""
+
     rundir: Rundir
     benchmark: Benchmark
     params: SearchParams
     compiler: CompileService
-    scheduler: Scheduler
-    store: Store
-    worker_class: str
+    measurements: MeasurementService
+    worker_class: str  # every run of this chain, baseline included, is on this class
     stop: threading.Event
     status: ChainStatus = field(init=False)
 
@@ -123,7 +106,7 @@ class Chain:
         if self.stop.is_set():
             raise Interrupted
 
-    def _wait(self, future: Future):
+    def _wait(self, future: Future[T]) -> T:
         """Wait for a future, but give up promptly on Ctrl-C (the job's result is dropped)."""
         while True:
             try:
@@ -131,63 +114,24 @@ class Chain:
             except TimeoutError:
                 self._check_stop()
 
-    def _submit_runs(self, sha256: str, binary: Path, runs: int,
-                     reuse: bool) -> Future | _Shared | list[RunResult]:
-        """Queue a run job, or, if allowed, return the stored measurement of this binary or
-        share a job for it that is still running (one with at least ``runs`` runs)."""
+    def _measure(self, compiled: CompileResult, runs: int, reuse: bool = True) -> Pending:
         size = self.benchmark.size(self.params.size)
-        if reuse:
-            known = [r for r in self.store.measurements_for(sha256, size.args, self.worker_class)
-                     if len(r.records) >= runs]
-            if known:
-                return known[:1]
-        job = RunJob(sha256=sha256, binary=binary, args=size.args, runs=runs,
-                     timeout=self.params.timeout, expected_output=size.expected.to_json(),
-                     perf=self.params.perf)
-        if not reuse:
-            return self.scheduler.submit(job)
-        mkey = measurement_key(sha256, size.args, self.worker_class)
-        with _running_lock:
-            table = _running.setdefault(self.scheduler, {})
-            running = table.get(mkey)
-            if running is not None and running[0] >= runs and not (
-                    running[1].done() and running[1].exception() is not None):
-                return _Shared(running[1])
-            future = self.scheduler.submit(job)
-            table[mkey] = (runs, future)
-        return future
+        job = RunJob(sha256=compiled.sha256, binary=compiled.binary, args=size.args,
+                     runs=runs, timeout=self.params.timeout,
+                     expected_output=size.expected.to_json(), perf=self.params.perf)
+        return self.measurements.submit(job, self.worker_class, reuse=reuse)
 
-    def _collect(self, pending: Future | _Shared | list[RunResult]
-                 ) -> tuple[list[RunResult], bool]:
-        """The results, and whether they were reused (from the store or another chain's job)
-        rather than measured for this request."""
-        if isinstance(pending, list):
-            return pending, True
-        if isinstance(pending, _Shared):
-            return [self._wait(pending.future)], True
-        try:
-            result = self._wait(pending)
-            self.store.add_measurement(result)
-        finally:
-            if pending.done():  # stored, or failed: later requests look again
-                with _running_lock:
-                    table = _running.get(self.scheduler, {})
-                    for mkey, (_, future) in list(table.items()):
-                        if future is pending:
-                            del table[mkey]
-        return [result], False
+    def _collect(self, pending: Pending) -> Measured:
+        return self.measurements.wait(pending, self._wait)
 
-    @staticmethod
-    def _times(results: list[RunResult]) -> list[float]:
-        return [t for r in results for t in r.times]
-
-    def _save_candidate(self, d: Path, compiled: CompileResult, results: list[RunResult]) -> None:
+    def _save_candidate(self, d: Path, compiled: CompileResult,
+                        results: list[RunResult]) -> None:
         for f in compiled.artifact.decision_files:
             shutil.copyfile(f, d / f.name)
         overrides = compiled.artifact.directory / "overrides.sexp"
         if overrides.exists():
             shutil.copyfile(overrides, d / "overrides.sexp")
-        write_json_atomic(d / "measurements.json", [r.to_json() for r in results])
+        self.rundir.write_measurements(d, results)
 
     # -- the search
 
@@ -195,58 +139,90 @@ class Chain:
         try:
             self._run()
         except Interrupted:
-            self.rundir.append({"event": "finish", "reason": "interrupted"})
+            self.rundir.append(FinishEvent(reason="interrupted"))
             self.status.state = "interrupted"
         except Exception as exc:  # recorded in the rundir, never lost silently
             message = " ".join(str(exc).split())[:300] or type(exc).__name__
-            self.rundir.append({"event": "finish", "reason": f"failed: {message}"})
+            self.rundir.append(FinishEvent(reason=f"failed: {message}"))
             self.status.state, self.status.error = "failed", message
 
-    def _baseline(self) -> dict:
+    def _baseline(self) -> BaselineEvent:
         baseline = self.rundir.baseline()
         if baseline is not None:
             return baseline
         self.status.state = "baseline"
         compiled = self._wait(self.compiler.submit(CompileJob(self.benchmark)))
-        results, _ = self._collect(self._submit_runs(compiled.sha256, compiled.binary,
-                                                     self.params.baseline_runs, reuse=True))
-        times = self._times(results)
+        measured = self._collect(self._measure(compiled, self.params.baseline_runs))
+        times = measured.times
         if not times:
-            failure = next((rec.failure for r in results for rec in r.records if rec.failure),
-                           "no successful run")
+            failure = next((rec.failure for r in measured.results for rec in r.records
+                            if rec.failure), "no successful run")
             raise RuntimeError(f"{self.benchmark.name}: baseline: {failure}")
-        d = self.rundir.candidate_dir(0, 0)
-        self._save_candidate(d, compiled, results)
-        baseline = {"event": "baseline", "sha256": compiled.sha256, "dir": "steps/00000/c0",
-                    "artifact": compiled.artifact.key,
-                    "times": times, "geomean": geomean(times),
-                    "median": sorted(times)[len(times) // 2],
-                    "ci95": list(geomean_ci95(times)),
-                    "decisions": _counts(Tree.from_dir(d))}
+        d = self.rundir.fresh_candidate_dir(0, 0)
+        self._save_candidate(d, compiled, measured.results)
+        baseline = BaselineEvent(sha256=compiled.sha256, dir=candidate_dir(0, 0),
+                                 artifact=compiled.artifact.key, times=times,
+                                 geomean=geomean(times), median=sorted(times)[len(times) // 2],
+                                 ci95=geomean_ci(times), decisions=_counts(Tree.from_dir(d)))
         self.rundir.append(baseline)
         return baseline
+
+    def _step_candidates(self, step: int, origin: Tree, rng: random.Random, base: float
+                         ) -> tuple[list[Candidate], dict[int, Tree]]:
+        """Propose, compile and measure one step's candidates -> their records and the trees
+        the compiler really produced (by candidate index)."""
+        p = self.params
+        n = p.candidates_per_step if p.algorithm == "sa" else 1
+        proposals = [propose(origin, rng, p.max_flips) for _ in range(n)]
+        futures = [self.compiler.submit(CompileJob(self.benchmark, tuple(to_overrides(t))))
+                   for t, _ in proposals]
+        compiled: list[CompileResult | None] = []
+        errors: list[str | None] = []
+        for future in futures:
+            try:
+                compiled.append(self._wait(future))
+                errors.append(None)
+            except CompileError as exc:
+                compiled.append(None)
+                errors.append(f"compile failed: {exc}")
+        self.status.state = "running"
+        # Submit every candidate's runs before waiting for any: slots fill at once.
+        pending = {k: self._measure(c, p.runs) for k, c in enumerate(compiled) if c is not None}
+        candidates, trees = [], {}
+        for k, ((_, mutation), c) in enumerate(zip(proposals, compiled)):
+            entry = Candidate(candidate=k, dir=candidate_dir(step, k), mutation=mutation,
+                              error=errors[k])
+            d = self.rundir.fresh_candidate_dir(step, k)
+            if c is not None:
+                measured = self._collect(pending[k])
+                self._save_candidate(d, c, measured.results)
+                trees[k] = Tree.from_dir(d)  # what the compiler really did
+                entry = entry.model_copy(update=dict(
+                    sha256=c.sha256, artifact=c.artifact.key, cached=measured.reused,
+                    decisions=_counts(trees[k]), times=measured.times,
+                    failed=measured.failed, energy=energy(measured.times, base)))
+            candidates.append(entry)
+        return candidates, trees
 
     def _run(self) -> None:
         p = self.params
         baseline = self._baseline()
-        base = baseline["geomean"]
+        base = baseline.geomean
         last = self.rundir.last_step()
         if last is None:
             rng = random.Random(p.seed)
-            incumbent = {"step": 0, "candidate": 0, "dir": baseline["dir"], "energy": 1.0,
-                         "sha256": baseline["sha256"], "artifact": baseline["artifact"]}
-            best = dict(incumbent)
-            current_dir = baseline["dir"]  # random walk: the last compiled tree
+            incumbent = best = baseline.pointer()
+            current_dir = baseline.dir  # random walk: the last compiled tree
             first = 1
         else:
-            rng = _rng_from_json(last["rng"])
-            incumbent, best = last["incumbent"], last["best"]
-            current_dir = last.get("current", incumbent["dir"])
-            first = last["step"] + 1
-            self.rundir.append({"event": "resume", "from_step": first})
-        incumbent_tree = Tree.from_dir(self.rundir.path / incumbent["dir"])
+            rng = _rng_from_json(last.rng)
+            incumbent, best = last.incumbent, last.best
+            current_dir = last.current or incumbent.dir
+            first = last.step + 1
+            self.rundir.append(ResumeEvent(from_step=first))
+        incumbent_tree = Tree.from_dir(self.rundir.path / incumbent.dir)
         current_tree = Tree.from_dir(self.rundir.path / current_dir)
-        self.status.best_energy = best["energy"]
+        self.status.best_energy = best.energy
         t_begin = time.monotonic()
 
         for step in range(first, p.steps + 1):
@@ -254,113 +230,83 @@ class Chain:
             self.status.step, self.status.state = step - 1, "compiling"
             temp = temperature(step, p.steps, p.t_start, p.t_end) if p.algorithm == "sa" else None
             origin = incumbent_tree if p.algorithm == "sa" else current_tree
-            n = p.candidates_per_step if p.algorithm == "sa" else 1
-            proposals = [propose(origin, rng, p.max_flips) for _ in range(n)]
-            u = rng.random()  # the Metropolis draw, taken whatever happens
-            futures = [self.compiler.submit(CompileJob(self.benchmark, tuple(to_overrides(t))))
-                       for t, _ in proposals]
-            candidates, compiled, trees = [], [], {}
-            for k, ((_, mutation), future) in enumerate(zip(proposals, futures)):
-                entry = {"candidate": k, "dir": f"steps/{step:05d}/c{k}", "mutation": mutation,
-                         "sha256": None, "artifact": None, "cached": False, "decisions": None,
-                         "times": [], "failed": 0, "energy": None, "error": None}
-                try:
-                    compiled.append(self._wait(future))
-                    entry["sha256"] = compiled[-1].sha256
-                    entry["artifact"] = compiled[-1].artifact.key
-                except CompileError as exc:
-                    compiled.append(None)
-                    entry["error"] = f"compile failed: {exc}"
-                candidates.append(entry)
-            self.status.state = "running"
-            # Submit every candidate's runs before waiting for any: slots fill at once.
-            pending = {e["candidate"]: self._submit_runs(c.sha256, c.binary, p.runs, reuse=True)
-                       for e, c in zip(candidates, compiled) if c is not None}
-            for entry, c in zip(candidates, compiled):
-                d = self.rundir.candidate_dir(step, entry["candidate"])
-                if c is None:
-                    continue
-                results, cached = self._collect(pending[entry["candidate"]])
-                self._save_candidate(d, c, results)
-                times = self._times(results)
-                trees[entry["candidate"]] = Tree.from_dir(d)  # what the compiler really did
-                entry.update(cached=cached, decisions=_counts(trees[entry["candidate"]]),
-                             times=times,
-                             failed=sum(r.failed for r in results), energy=energy(times, base))
-            scored = [e for e in candidates if e["energy"] is not None]
-            chosen = min(scored, key=lambda e: e["energy"]) if scored else None
-            if p.algorithm == "sa":
-                accepted = chosen is not None and metropolis(incumbent["energy"],
-                                                             chosen["energy"], temp, u)
+            # The proposals' draws, then the Metropolis draw, taken whatever happens.
+            candidates, trees = self._step_candidates(step, origin, rng, base)
+            u = rng.random()
+            scored = [c for c in candidates if c.energy is not None]
+            chosen = min(scored, key=lambda c: c.energy or 0.0) if scored else None
+            if chosen is None:
+                accepted = False
+            elif p.algorithm == "sa":
+                assert temp is not None and chosen.energy is not None
+                accepted = metropolis(incumbent.energy, chosen.energy, temp, u)
             else:
-                accepted = chosen is not None
-            if accepted:
-                incumbent = _pointer(step, chosen)
-                incumbent_tree = trees[chosen["candidate"]]
-                current_dir, current_tree = chosen["dir"], incumbent_tree
-            for e in scored:
-                if e["energy"] < best["energy"]:
-                    best = _pointer(step, e)
+                accepted = True
+            if accepted and chosen is not None:
+                incumbent = chosen.pointer(step)
+                incumbent_tree = trees[chosen.candidate]
+                current_dir, current_tree = chosen.dir, incumbent_tree
+            for c in scored:
+                if c.energy is not None and c.energy < best.energy:
+                    best = c.pointer(step)
             if (p.algorithm == "sa" and p.remeasure_every and step % p.remeasure_every == 0
-                    and incumbent["step"] > 0):
+                    and incumbent.step > 0):
                 incumbent = self._remeasure(step, incumbent, base)
             self._check_stop()  # a step cut short by a stop is redone on resume, not recorded
-            event = {"event": "step", "step": step, "temperature": temp,
-                     "candidates": candidates,
-                     "chosen": chosen["candidate"] if chosen else None, "accepted": accepted,
-                     "incumbent": incumbent, "best": best, "current": current_dir,
-                     "rng": _rng_to_json(rng), "elapsed_s": time.monotonic() - t_begin,
-                     "busy_s": sum(self.scheduler.busy_s.values())}
+            event = StepEvent(step=step, temperature=temp, candidates=candidates,
+                              chosen=chosen.candidate if chosen else None, accepted=accepted,
+                              incumbent=incumbent, best=best, current=current_dir,
+                              rng=_rng_to_json(rng), elapsed_s=time.monotonic() - t_begin,
+                              busy_s=sum(self.measurements.scheduler.busy_s.values()))
             self.rundir.append(event)
-            self.rundir.write_state({k: event[k] for k in
-                                     ("step", "temperature", "incumbent", "best", "current",
-                                      "rng")})
-            self.status.step, self.status.best_energy = step, best["energy"]
-        self.rundir.append({"event": "finish", "reason": "completed"})
+            self.rundir.write_state(event.state())
+            self.status.step, self.status.best_energy = step, best.energy
+        self.rundir.append(FinishEvent(reason="completed"))
         self.status.state = "finished"
 
-    def _remeasure(self, step: int, incumbent: dict, base: float) -> dict:
+    def _remeasure(self, step: int, incumbent: Pointer, base: float) -> Pointer:
         """Measure the incumbent again (noise must not keep a lucky candidate forever)."""
-        artifact = self.store.artifact(incumbent["artifact"])
+        artifact = self.compiler.store.artifact(incumbent.artifact or "")
         if artifact is None:
-            raise RuntimeError(f"{incumbent['dir']}: its compiled artifact left the store")
-        result, _ = self._collect(self._submit_runs(artifact.sha256, artifact.binary,
-                                                    self.params.runs, reuse=False))
+            raise RuntimeError(f"{incumbent.dir}: its compiled artifact left the store")
         size = self.benchmark.size(self.params.size)
-        times = self._times(self.store.measurements_for(artifact.sha256, size.args,
-                                                        self.worker_class))
-        new_energy = energy(times, base) if times else incumbent["energy"]
-        d = self.rundir.path / "steps" / f"{step:05d}" / "remeasure"
-        d.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(d / "measurements.json", [r.to_json() for r in result])
-        self.rundir.append({"event": "remeasure", "step": step, "dir": incumbent["dir"],
-                            "measurements": f"steps/{step:05d}/remeasure/measurements.json",
-                            "times": self._times(result), "energy": new_energy})
-        return {**incumbent, "energy": new_energy}
+        job = RunJob(sha256=artifact.sha256, binary=artifact.binary, args=size.args,
+                     runs=self.params.runs, timeout=self.params.timeout,
+                     expected_output=size.expected.to_json(), perf=self.params.perf)
+        fresh = self._collect(self.measurements.submit(job, self.worker_class, reuse=False))
+        every = self.measurements.store.measurements_for(artifact.sha256, size.args,
+                                                         self.worker_class)
+        times = [t for r in every for t in r.times]
+        new_energy = energy(times, base) if times else incumbent.energy
+        assert new_energy is not None
+        d = self.rundir.path / remeasure_dir(step)
+        self.rundir.write_measurements(d, fresh.results)
+        self.rundir.append(RemeasureEvent(step=step, dir=incumbent.dir,
+                                          measurements=f"{remeasure_dir(step)}/measurements.json",
+                                          times=fresh.times, energy=new_energy))
+        return incumbent.model_copy(update={"energy": new_energy})
 
 
-def new_experiment(bench: Benchmark, chain: int, config, slots: int, *,
+def new_experiment(bench: Benchmark, chain: int, config, slots: int, worker_class: str, *,
                    algorithm: str | None = None, steps: int | None = None,
                    seed: int | None = None, size: str | None = None,
-                   runs: int | None = None) -> dict:
+                   runs: int | None = None) -> Experiment:
     """The experiment record of a new chain: the config's search settings, then overrides."""
     s = config.search
-    return {"task": bench.name, "benchmark": str(bench.directory),
-            "algorithm": algorithm or s.algorithm,
-            "seed": (s.seed if seed is None else seed) + chain, "chain": chain,
-            "steps": steps or s.steps, "size": size or config.run.size,
-            "runs": runs or config.run.runs, "baseline_runs": s.baseline_runs,
-            "candidates_per_step": s.candidates_per_step or slots,
-            "t_start": s.t_start, "t_end": s.t_end,
-            "remeasure_every": s.remeasure_every, "max_flips": s.max_flips}
+    return Experiment(
+        task=bench.name, benchmark=str(bench.directory),
+        algorithm=algorithm or s.algorithm, seed=(s.seed if seed is None else seed) + chain,
+        chain=chain, steps=steps or s.steps, size=size or config.run.size,
+        runs=runs or config.run.runs, baseline_runs=s.baseline_runs,
+        candidates_per_step=s.candidates_per_step or slots, t_start=s.t_start, t_end=s.t_end,
+        remeasure_every=s.remeasure_every, max_flips=s.max_flips, worker_class=worker_class)
 
 
-def params_of(experiment: dict, config) -> SearchParams:
+def params_of(experiment: Experiment, config) -> SearchParams:
     """Search parameters from a rundir's experiment record (so a resume uses the same)."""
     e = experiment
     return SearchParams(
-        algorithm=e["algorithm"], steps=e["steps"], seed=e["seed"], size=e["size"],
-        runs=e["runs"], baseline_runs=e["baseline_runs"],
-        candidates_per_step=e["candidates_per_step"], t_start=e["t_start"], t_end=e["t_end"],
-        remeasure_every=e["remeasure_every"], max_flips=e["max_flips"],
-        timeout=config.run.timeout, perf=config.run.perf)
+        algorithm=e.algorithm, steps=e.steps, seed=e.seed, size=e.size, runs=e.runs,
+        baseline_runs=e.baseline_runs, candidates_per_step=e.candidates_per_step,
+        t_start=e.t_start, t_end=e.t_end, remeasure_every=e.remeasure_every,
+        max_flips=e.max_flips, timeout=config.run.timeout, perf=config.run.perf)

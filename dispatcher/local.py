@@ -1,6 +1,7 @@
 """The local backend: one worker slot per CPU of this machine, each slot an agent process.
 
-What every command uses when no config says otherwise.  Binaries reach the agents through a
+What every command uses when no config says otherwise (config section ``local:``, with
+``cpus``: ``auto`` or a list, and ``worker_class``).  Binaries reach the agents through a
 cache directory shared by the local slots, one file per sha256.
 """
 from __future__ import annotations
@@ -8,9 +9,13 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from dispatcher.worker import (LocalAgent, RunJob, RunResult, WorkerLost, encode_request,
+from dispatcher.backend import BackendContext, BackendSpec
+from dispatcher.records import RunResult
+from dispatcher.worker import (LocalAgent, RunJob, WorkerLost, encode_request,
                                result_from_response)
 
 
@@ -57,6 +62,9 @@ class LocalSlot:
     """
 
     depth = 2
+
+    def probe(self) -> None:
+        """Nothing to do: a dead agent is replaced by the next ``run``."""
 
     def __init__(self, cpu: int, cache_dir: Path, worker_class: str):
         self.cpu = cpu
@@ -114,3 +122,57 @@ class LocalBackend:
     def close(self) -> None:
         for slot in self.slots:
             slot.close()
+
+
+# --------------------------------------------------------------------------- configuration
+
+@dataclass(frozen=True)
+class LocalConfig:
+    cpus: tuple[int, ...]  # one worker slot per CPU
+    worker_class: str = "local"
+
+
+def default_cpus() -> tuple[int, ...]:
+    """Every CPU this process may use but one (the master's), at least one."""
+    cpus = sorted(AGENT_CPUS)
+    return tuple(cpus[1:] if len(cpus) > 1 else cpus)
+
+
+def master_cpus(worker_cpus: tuple[int, ...]) -> frozenset[int] | None:
+    """The CPUs left to the master (its compiles) when local workers take ``worker_cpus``;
+    None when workers take them all (then nothing can be kept apart)."""
+    rest = AGENT_CPUS - set(worker_cpus)
+    return rest or None
+
+
+def parse_config(section: dict, fail: Callable[..., Exception]) -> LocalConfig:
+    unknown = sorted(set(section) - {"cpus", "worker_class"})
+    if unknown:
+        raise fail(f"local.{unknown[0]}", "one of cpus, worker_class")
+    cpus_raw = section.get("cpus", "auto")
+    if cpus_raw == "auto":
+        cpus = default_cpus()
+    elif (isinstance(cpus_raw, list) and cpus_raw
+          and all(isinstance(c, int) and not isinstance(c, bool) for c in cpus_raw)):
+        missing = sorted(set(cpus_raw) - AGENT_CPUS)
+        if missing:
+            raise fail("local.cpus", f"CPUs of this machine ({sorted(AGENT_CPUS)})", missing)
+        if len(set(cpus_raw)) != len(cpus_raw):
+            raise fail("local.cpus", "distinct CPU numbers", cpus_raw)
+        cpus = tuple(cpus_raw)
+    else:
+        raise fail("local.cpus", "auto or a list of CPU numbers", cpus_raw)
+    worker_class = section.get("worker_class", "local")
+    if not isinstance(worker_class, str) or not worker_class:
+        raise fail("local.worker_class", "a non-empty string", worker_class)
+    return LocalConfig(cpus=cpus, worker_class=worker_class)
+
+
+def start(config: LocalConfig, context: BackendContext) -> LocalBackend:
+    keep_master_off(config.cpus)  # before the scheduler starts its threads
+    return LocalBackend(config.cpus, context.worker_cache, config.worker_class)
+
+
+BACKEND = BackendSpec(name="local", parse=parse_config,
+                      worker_classes=lambda c: [c.worker_class],
+                      master_cpus=lambda c: master_cpus(c.cpus), start=start)

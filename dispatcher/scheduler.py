@@ -14,7 +14,6 @@ is resolved exactly once, so no measurement is lost or recorded twice.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import threading
 import time
@@ -23,7 +22,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from dispatcher.config import SchedulerConfig
-from dispatcher.worker import RunJob, RunResult, Slot, WorkerLost
+from dispatcher.backend import PermanentLoss, Slot, WorkerLost
+from dispatcher.records import RunResult
+from dispatcher.worker import RunJob
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ class NoWorkers(WorkerLost):
 class _Queued:
     job: RunJob
     future: Future
+    worker_class: str | None = None  # None: any slot
     losses: list[str] = field(default_factory=list)  # why earlier attempts were lost
 
 
@@ -47,7 +49,12 @@ class Scheduler:
         self.policy = policy
         self._cond = threading.Condition()
         self._shared: collections.deque[_Queued] = collections.deque()
-        self._pinned = {slot.name: collections.deque() for slot in self.slots}
+        self._pinned: dict[str, collections.deque[_Queued]] = {
+            slot.name: collections.deque() for slot in self.slots}
+        self._class_of = {slot.name: slot.worker_class for slot in self.slots}
+        self._class_slots: dict[str, list[str]] = {}
+        for slot in self.slots:
+            self._class_slots.setdefault(slot.worker_class, []).append(slot.name)
         self._closing = False
         self.busy_s = {slot.name: 0.0 for slot in self.slots}  # time spent running jobs
         self.lost_jobs = 0  # attempts lost with their worker (each was retried or failed)
@@ -57,23 +64,35 @@ class Scheduler:
         # A slot with ``depth`` > 1 takes that many jobs at once (it queues them on its worker).
         self._threads = [threading.Thread(target=self._serve, args=(slot,), daemon=True,
                                           name=f"slot {slot.name}") for slot in self.slots
-                         for _ in range(getattr(slot, "depth", 1))]
+                         for _ in range(slot.depth)]
         self._in_flight = {slot.name: [0, 0.0] for slot in self.slots}  # [jobs, since]
         for t in self._threads:
             t.start()
 
-    def submit(self, job: RunJob, slot: str | None = None) -> "Future[RunResult]":
-        """Queue a job for any free slot, or preferably for the named slot (if that slot is
-        lost, the job runs on another one: the result names the slot that ran it)."""
+    @property
+    def worker_classes(self) -> list[str]:
+        """The classes of the slots, in slot order."""
+        return list(dict.fromkeys(slot.worker_class for slot in self.slots))
+
+    def submit(self, job: RunJob, slot: str | None = None,
+               worker_class: str | None = None) -> Future[RunResult]:
+        """Queue a job for any free slot (of ``worker_class``, if given), or preferably for
+        the named slot (if that slot is lost, the job runs on another one of its class: the
+        result names the slot that ran it)."""
         future: Future = Future()
         with self._cond:
             if self._closing:
                 raise RuntimeError("scheduler is closed")
             if slot is not None and slot not in self._pinned:
                 raise KeyError(f"no slot named {slot}")
-            item = _Queued(job, future)
-            if self._all_quarantined():
-                self._fail(item, self._no_workers())
+            if slot is not None:
+                worker_class = self._class_of[slot]
+            if worker_class is not None and worker_class not in self._class_slots:
+                raise KeyError(f"no worker slot of class {worker_class!r} "
+                               f"(there are: {', '.join(self.worker_classes)})")
+            item = _Queued(job, future, worker_class)
+            if self._all_quarantined(worker_class):
+                self._fail(item, self._no_workers(worker_class))
             elif slot is None or slot in self.quarantined or slot in self.down:
                 self._shared.append(item)  # its preferred slot is lost: any other will do
             else:
@@ -84,14 +103,19 @@ class Scheduler:
     # ------------------------------------------------------------------ slot threads
 
     def _next(self, name: str) -> _Queued | None:
+        """The next job for slot ``name``: its own first, then the oldest shared job of its
+        class (or of no class)."""
+        cls = self._class_of[name]
         with self._cond:
             while True:
                 if name in self.quarantined:  # a sibling thread of this slot gave it up
                     return None
                 if self._pinned[name]:
                     return self._pinned[name].popleft()
-                if self._shared:
-                    return self._shared.popleft()
+                for i, item in enumerate(self._shared):
+                    if item.worker_class is None or item.worker_class == cls:
+                        del self._shared[i]
+                        return item
                 if self._closing:
                     return None
                 self._cond.wait()
@@ -103,9 +127,7 @@ class Scheduler:
                 if not self._pause(self._backoff(losses)):
                     return
                 try:
-                    probe = getattr(slot, "probe", None)
-                    if probe is not None:
-                        probe()
+                    slot.probe()
                 except WorkerLost as exc:
                     losses += 1
                     if self._give_up(slot, exc, losses):
@@ -136,7 +158,7 @@ class Scheduler:
             else:
                 losses = 0
                 if item.losses:
-                    result = dataclasses.replace(result, lost_on=tuple(item.losses))
+                    result = result.model_copy(update={"lost_on": tuple(item.losses)})
                 item.future.set_result(result)
             finally:
                 self._busy(slot.name, -1)
@@ -191,7 +213,7 @@ class Scheduler:
 
     def _give_up(self, slot: Slot, exc: WorkerLost, losses: int) -> bool:
         """Quarantine the slot if retrying is hopeless; True if it was quarantined."""
-        if not (getattr(exc, "permanent", False) or losses >= self.policy.quarantine_after):
+        if not (isinstance(exc, PermanentLoss) or losses >= self.policy.quarantine_after):
             return False
         with self._cond:
             if slot.name in self.quarantined:
@@ -202,10 +224,9 @@ class Scheduler:
             pinned = self._pinned[slot.name]
             self._shared.extendleft(reversed(pinned))
             pinned.clear()
-            if self._all_quarantined():
-                error = self._no_workers()
-                while self._shared:
-                    self._fail(self._shared.popleft(), error)
+            for item in [i for i in self._shared if self._all_quarantined(i.worker_class)]:
+                self._shared.remove(item)
+                self._fail(item, self._no_workers(item.worker_class))
             self._cond.notify_all()
         try:
             slot.close()
@@ -213,12 +234,18 @@ class Scheduler:
             pass
         return True
 
-    def _all_quarantined(self) -> bool:
-        return len(self.quarantined) == len(self.slots)
+    def _all_quarantined(self, worker_class: str | None = None) -> bool:
+        """Every slot (of ``worker_class``, if given) is out of service."""
+        names = self._class_slots[worker_class] if worker_class is not None else self._pinned
+        return all(name in self.quarantined for name in names)
 
-    def _no_workers(self) -> NoWorkers:
-        reasons = "; ".join(f"{name}: {why}" for name, why in self.quarantined.items())
-        return NoWorkers(f"no worker slot left in service ({reasons})")
+    def _no_workers(self, worker_class: str | None = None) -> NoWorkers:
+        names = self._class_slots[worker_class] if worker_class is not None else self._pinned
+        reasons = "; ".join(f"{name}: {why}" for name, why in self.quarantined.items()
+                            if name in names)
+        of = (f" of class {worker_class}" if worker_class is not None
+              and not self._all_quarantined() else "")
+        return NoWorkers(f"no worker slot{of} left in service ({reasons})")
 
     @staticmethod
     def _fail(item: _Queued, exc: BaseException) -> None:

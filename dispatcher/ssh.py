@@ -30,6 +30,7 @@ import paramiko
 
 from dispatcher.config import SshConfig, SshHost
 from dispatcher.files import sha256_file
+from dispatcher.backend import BackendContext, BackendSpec
 from dispatcher.worker import (AGENT_PATH, AgentConnection, AgentError, RunJob, RunResult,
                                WorkerLost, result_from_response)
 
@@ -461,3 +462,13 @@ class SshBackend:
             slot.close()
         for host in self.hosts:
             host.close()
+
+
+def _start(config: SshConfig, context: BackendContext) -> SshBackend:
+    return SshBackend(config)
+
+
+BACKEND = BackendSpec(
+    name="ssh", parse=None,  # type: ignore[arg-type]
+    worker_classes=lambda c: list(dict.fromkeys(h.worker_class for h in c.hosts)),
+    master_cpus=lambda c: None, start=_start)

@@ -13,9 +13,11 @@ import os
 import subprocess
 import sys
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
+
+from dispatcher.records import RunRecord, RunResult
 
 AGENT_PATH = Path(__file__).resolve().parent.parent / "workers" / "agent.py"
 
@@ -46,72 +48,6 @@ class RunJob:
         return {"op": "run", "sha256": self.sha256, "args": list(self.args), "runs": self.runs,
                 "cpu": cpu, "timeout": self.timeout, "expected_output": self.expected_output,
                 "perf": self.perf, "env": dict(self.env)}
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """One run of a binary, as measured by the agent."""
-
-    wall_ns: int
-    user_s: float
-    sys_s: float
-    maxrss_kb: int
-    exit_status: int | None
-    signal: int | None
-    output_ok: bool | None
-    gc: dict
-    perf: dict | None
-    failure: str | None
-    stderr_tail: str = ""
-
-    @property
-    def wall_s(self) -> float:
-        return self.wall_ns / 1e9
-
-    @classmethod
-    def from_json(cls, d: dict) -> "RunRecord":
-        return cls(wall_ns=d["wall_ns"], user_s=d["user_s"], sys_s=d["sys_s"],
-                   maxrss_kb=d["maxrss_kb"], exit_status=d.get("exit_status"),
-                   signal=d.get("signal"), output_ok=d.get("output_ok"), gc=d.get("gc") or {},
-                   perf=d.get("perf"), failure=d.get("failure"),
-                   stderr_tail=d.get("stderr_tail", ""))
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """All runs of one job on one slot."""
-
-    sha256: str
-    args: tuple[str, ...]
-    worker: str  # slot name, e.g. local/cpu1
-    worker_class: str
-    cpu: int
-    records: tuple[RunRecord, ...]
-    # Slots that lost this job with their worker before ``worker`` ran it, with the reason
-    # ("ssh/h0/cpu1: h0: ..."): kept with the measurement, so a rundir shows the retries.
-    lost_on: tuple[str, ...] = ()
-
-    @property
-    def failed(self) -> int:
-        return sum(r.failure is not None for r in self.records)
-
-    @property
-    def times(self) -> list[float]:
-        return [r.wall_s for r in self.records if r.failure is None]
-
-    def to_json(self) -> dict:
-        d = asdict(self)
-        d["args"] = list(self.args)
-        d["records"] = [asdict(r) for r in self.records]
-        d["lost_on"] = list(self.lost_on)
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict) -> "RunResult":
-        return cls(sha256=d["sha256"], args=tuple(d["args"]), worker=d["worker"],
-                   worker_class=d["worker_class"], cpu=d["cpu"],
-                   records=tuple(RunRecord.from_json(r) for r in d["records"]),
-                   lost_on=tuple(d.get("lost_on", ())))
 
 
 def encode_request(message: dict) -> bytes:
@@ -236,18 +172,6 @@ class LocalAgent:
         for stream in (self.process.stdin, self.process.stdout):
             if stream:
                 stream.close()
-
-
-class Slot(Protocol):
-    """One CPU of one worker: runs one job at a time."""
-
-    name: str
-    worker_class: str
-    cpu: int
-
-    def run(self, job: RunJob) -> RunResult: ...
-
-    def close(self) -> None: ...
 
 
 def result_from_response(job: RunJob, slot: Any, response: dict) -> RunResult:

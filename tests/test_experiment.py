@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dispatcher.records import BaselineEvent, FinishEvent, Pointer, StepEvent
 from dispatcher.rundir import Rundir, read_batch_log
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,7 +31,7 @@ def config(tmp_path: Path, store: Path, **search) -> Path:
 
 
 def command(cfg: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "dispatcher", "run_training_experiments",
+    return [sys.executable, "-m", "commands", "run_training_experiments",
             "--config", str(cfg), *args]
 
 
@@ -47,15 +48,15 @@ def only_rundir(tmp_path: Path) -> Path:
 def proposals(rundir: Path) -> list[tuple[int, int, str, str]]:
     """(step, candidate, mutation, proposal text) for every candidate of every step."""
     out = []
-    for e in Rundir(rundir).events_of("step"):
-        for c in e["candidates"]:
-            text = (rundir / c["dir"] / "overrides.sexp").read_text()
-            out.append((e["step"], c["candidate"], c["mutation"], text))
+    for e in Rundir(rundir).events_of(StepEvent):
+        for c in e.candidates:
+            text = (rundir / c.dir / "overrides.sexp").read_text()
+            out.append((e.step, c.candidate, c.mutation, text))
     return out
 
 
 def step_numbers(rundir: Path) -> list[int]:
-    return [e["step"] for e in Rundir(rundir).events_of("step")]
+    return [e.step for e in Rundir(rundir).events_of(StepEvent)]
 
 
 def kill_after(proc: subprocess.Popen, journal: Path, steps: int, deadline_s: float = 120):
@@ -124,10 +125,10 @@ def test_kill_and_resume_replays_an_uninterrupted_run(compiler, tmp_path, algori
     assert step_numbers(rundir_b) == list(range(1, int(steps) + 1))  # none twice, none skipped
     assert proposals(rundir_b) == proposals(rundir_a)
     events = Rundir(rundir_b).events()
-    assert events[-1]["event"] == "finish" and events[-1]["reason"] == "completed"
-    assert sum(e["event"] == "baseline" for e in events) == 1
+    assert isinstance(events[-1], FinishEvent) and events[-1].reason == "completed"
+    assert sum(isinstance(e, BaselineEvent) for e in events) == 1
     # The batch log lists the experiment once, however often it was resumed.
-    assert [e["rundir"] for e in read_batch_log(b_dir / "batch.log")] == [str(rundir_b)]
+    assert [e.rundir for e in read_batch_log(b_dir / "batch.log")] == [str(rundir_b)]
 
 
 def test_sa_rundir_contents_and_ctrl_c(compiler, tmp_path):
@@ -147,20 +148,25 @@ def test_sa_rundir_contents_and_ctrl_c(compiler, tmp_path):
     proc.wait(timeout=60)
     assert proc.returncode == 130
     rundir = Rundir(journal.parent)
-    assert rundir.events()[-1] == {**rundir.events()[-1], "event": "finish",
-                                   "reason": "interrupted"}
+    last = rundir.events()[-1]
+    assert isinstance(last, FinishEvent) and last.reason == "interrupted"
     baseline = rundir.baseline()
-    assert baseline["ci95"][0] <= baseline["geomean"] <= baseline["ci95"][1]
+    assert baseline is not None and baseline.ci95[0] <= baseline.geomean <= baseline.ci95[1]
     step = rundir.last_step()
-    cand = step["candidates"][0]
-    d = journal.parent / cand["dir"]
+    assert step is not None
+    cand = step.candidates[0]
+    d = journal.parent / cand.dir
     assert (d / "overrides.sexp").is_file() and list(d.glob("*.decisions.sexp"))
-    runs = json.loads((d / "measurements.json").read_text())
-    assert runs[0]["records"] and "gc" in runs[0]["records"][0]
-    assert step["temperature"] == pytest.approx(0.04)
-    assert set(step["incumbent"]) >= {"step", "candidate", "dir", "energy"}
+    (result,) = rundir.read_measurements(d)
+    assert result.records and result.records[0].gc
+    # Everything the agent measured is kept: the run's CPU mask and its output's hash.
+    assert result.records[0].cpus_allowed == str(FIRST_CPU)
+    assert result.records[0].stdout_sha256 and result.worker_class == "local"
+    assert rundir.experiment.worker_class == "local"
+    assert step.temperature == pytest.approx(0.04)
+    assert isinstance(step.incumbent, Pointer)
     state = json.loads((journal.parent / "state.json").read_text())
-    assert state["step"] == step["step"] and state["rng"] == step["rng"]
+    assert state["step"] == step.step and state["rng"] == step.rng
 
 
 def test_bad_inputs_fail_with_one_line(tmp_path):
@@ -174,65 +180,3 @@ def test_bad_inputs_fail_with_one_line(tmp_path):
         assert proc.returncode != 0
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and expected in lines[0], proc.stderr
-
-
-def test_chains_share_a_run_job_in_flight_and_store_it_once(tmp_path):
-    """K chains asking for the same binary while its job runs (their common baseline) get one
-    job; a later request reads the store; a re-measurement always gets its own job."""
-    import threading
-    import types
-    from concurrent.futures import Future
-
-    from dispatcher.benchmark import load_benchmark
-    from dispatcher.experiment import Chain, SearchParams
-    from dispatcher.store import Store
-    from dispatcher.worker import RunRecord, RunResult
-
-    d = tmp_path / "tiny"
-    d.mkdir()
-    (d / "main.ml").write_text("let () = print_string \"1\"\n")
-    (d / "benchmark.yaml").write_text(yaml.safe_dump({
-        "name": "tiny", "split": "training", "description": "x", "main": "main.ml",
-        "sizes": {s: {"args": ["7"], "expected_output": {"text": "1"}}
-                  for s in ("quick", "full")}}))
-    bench = load_benchmark(d)
-
-    class FakeScheduler:
-        def __init__(self):
-            self.jobs = []
-
-        def submit(self, job):
-            self.jobs.append((job, Future()))
-            return self.jobs[-1][1]
-
-    scheduler, store = FakeScheduler(), Store(tmp_path / "store")
-    params = SearchParams(algorithm="sa", steps=1, seed=0, size="quick", runs=3,
-                          baseline_runs=5, candidates_per_step=1)
-    chains = [Chain(types.SimpleNamespace(path=tmp_path / f"r{k}"), bench, params, None,
-                    scheduler, store, "local", threading.Event()) for k in range(3)]
-    binary = tmp_path / "binary"
-    pending = [c._submit_runs("ab" * 32, binary, 5, reuse=True) for c in chains]
-    assert len(scheduler.jobs) == 1
-    # Fewer runs than the job in flight: shared too; more: a job of its own.
-    smaller = chains[0]._submit_runs("ab" * 32, binary, 3, reuse=True)
-    larger = chains[1]._submit_runs("cd" * 32, binary, 5, reuse=True)
-    assert len(scheduler.jobs) == 2 and larger is scheduler.jobs[1][1]
-    record = RunRecord(wall_ns=10**6, user_s=0.0, sys_s=0.0, maxrss_kb=1, exit_status=0,
-                       signal=None, output_ok=True, gc={}, perf=None, failure=None)
-    result = RunResult("ab" * 32, ("7",), "local/cpu1", "local", 1, (record,) * 5)
-    scheduler.jobs[0][1].set_result(result)
-    collected = [c._collect(p) for c, p in zip(chains, pending)]
-    assert [cached for _, cached in collected] == [False, True, True]
-    assert all(results == [result] for results, _ in collected)
-    assert chains[0]._collect(smaller) == ([result], True)
-    assert len(store.measurements_for("ab" * 32, ("7",), "local")) == 1  # stored once
-    # Done and stored: the store answers; a re-measurement queues a new job regardless.
-    assert chains[2]._submit_runs("ab" * 32, binary, 5, reuse=True) == [result]
-    chains[2]._submit_runs("ab" * 32, binary, 5, reuse=False)
-    assert len(scheduler.jobs) == 3
-    # A failed job is not shared: the next request queues again.
-    scheduler.jobs[1][1].set_exception(RuntimeError("worker lost"))
-    with pytest.raises(RuntimeError):
-        chains[1]._collect(larger)
-    chains[0]._submit_runs("cd" * 32, binary, 5, reuse=True)
-    assert len(scheduler.jobs) == 4

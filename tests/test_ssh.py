@@ -47,7 +47,7 @@ def write_config(path: Path, data: dict, **sections) -> Path:
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dispatcher", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "commands", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -174,7 +174,7 @@ def test_host_dying_mid_job_the_experiment_goes_on(lab, compiler, tmp_path):
         "baseline_runs": 2, "remeasure_every": 0, "rundirs": str(tmp_path / "rundirs"),
         "batch_log": str(tmp_path / "batch.log")})
     (tmp_path / "tasks").write_text(f"{bench}\n")
-    proc = subprocess.Popen([sys.executable, "-m", "dispatcher", "run_training_experiments",
+    proc = subprocess.Popen([sys.executable, "-m", "commands", "run_training_experiments",
                              "--config", str(cfg), "--tasks", str(tmp_path / "tasks"),
                              "--steps", "4", "--algorithm", "random-walk"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -384,7 +384,7 @@ def test_binary_cache_is_bounded_and_checked(lab, tmp_path):
 def test_a_crashed_masters_lock_does_not_block_the_next_run(lab, compiler, tmp_path):
     bench = spin_benchmark(tmp_path)
     cfg = write_config(tmp_path / "c.yaml", lab.config(cpus=[CPU], hosts=[lab.hosts[0]]))
-    master = subprocess.Popen([sys.executable, "-m", "dispatcher", "run-benchmark", str(bench),
+    master = subprocess.Popen([sys.executable, "-m", "commands", "run-benchmark", str(bench),
                                "--config", str(cfg), "--runs", "3"], cwd=REPO,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120

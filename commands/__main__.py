@@ -1,9 +1,11 @@
-"""``python -m dispatcher COMMAND``: the console scripts, without installing them."""
+"""``python -m commands COMMAND``: the console scripts, without installing them."""
 import sys
 
 import click
 
-from dispatcher.cli import run_benchmark, run_training_experiments
+from analysis.batch_log import main as batch_log
+from commands.run_benchmark import run_benchmark
+from commands.training import run_training_experiments
 from dispatcher.suite import main as check_benchmarks
 
 
@@ -15,6 +17,7 @@ def main() -> None:
 main.add_command(run_benchmark, "run-benchmark")
 main.add_command(check_benchmarks, "check-benchmarks")
 main.add_command(run_training_experiments, "run_training_experiments")
+main.add_command(batch_log, "batch-log")
 
 if __name__ == "__main__":
     sys.exit(main())

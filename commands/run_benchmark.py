@@ -1,0 +1,117 @@
+"""``run-benchmark BENCH [decision.sexp]``: compile once, run on every worker slot."""
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import click
+
+from commands.common import report_lost_workers, show_warnings
+from dispatcher.benchmark import ManifestError, resolve_benchmark
+from dispatcher.compile import CompileError, CompileJob
+from dispatcher.compiler import CompilerNotFound
+from dispatcher.config import ConfigError, load_config
+from dispatcher.decisions import DecisionDump, DecisionFileError, read_dumps, read_overrides
+from dispatcher.records import RunResult
+from dispatcher.session import Session
+from dispatcher.worker import AgentError, RunJob
+
+
+def summary_lines(results: list[RunResult], dumps: list[DecisionDump]) -> list[str]:
+    times = [t for r in results for t in r.times]
+    failed = sum(r.failed for r in results)
+    lines = []
+    if times:
+        median = statistics.median(times)
+        cv = statistics.stdev(times) / statistics.mean(times) if len(times) > 1 else 0.0
+        lines.append(f"runs: {len(times)} ok, {failed} failed; median {median:.6f} s; "
+                     f"coefficient of variation {100 * cv:.2f}%")
+    else:
+        lines.append(f"runs: none succeeded, {failed} failed")
+    decisions = [d for dump in dumps for d in dump.decisions]
+    inlined = sum(d.action == "inline" for d in decisions)
+    lines.append(f"decisions: {len(decisions)} in {len(dumps)} dumps: {inlined} inlined, "
+                 f"{len(decisions) - inlined} not inlined "
+                 f"({sum(d.prevented for d in decisions)} prevented)")
+    for r in results:
+        for rec in r.records:
+            if rec.failure:
+                lines.append(f"{r.worker}: failed run: {rec.failure}")
+                break
+    return lines
+
+
+@click.command()
+@click.argument("benchmark")
+@click.argument("decisions", required=False, type=click.Path(path_type=Path))
+@click.option("--runs", type=click.IntRange(min=1), help="Runs per worker (default: config).")
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
+              help="Config file (default: configs/local.yaml).")
+@click.option("--size", help="Benchmark size from its manifest (default: config).")
+@click.option("--csv", "csv_only", is_flag=True, help="Print only the CSV lines on stdout.")
+@click.option("--summary", is_flag=True, help="Print the summary on stdout (default: stderr).")
+@click.option("--remeasure", is_flag=True,
+              help="Measure even if this binary was measured before on this worker class.")
+def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
+                  config_path: Path | None, size: str | None, csv_only: bool, summary: bool,
+                  remeasure: bool) -> None:
+    """Compile BENCHMARK (a bundled name or a directory) with DECISIONS (an overrides file;
+    none: the compiler's heuristic), run it on every worker slot and print one CSV line per
+    worker: worker, overrides file, run times in seconds."""
+    try:
+        config = load_config(config_path)
+        bench = resolve_benchmark(benchmark)
+        overrides = tuple(read_overrides(decisions)) if decisions else ()
+        bench_size = bench.size(size or config.run.size)
+        session = Session(config, compile_jobs=1)
+    except (ConfigError, ManifestError, DecisionFileError, CompilerNotFound) as exc:
+        raise click.ClickException(str(exc)) from None
+    runs = runs or config.run.runs
+    show_warnings()
+    errors: list[str] = []
+    results: list[RunResult] = []
+    try:
+        try:
+            compiled = session.compiler.compile(CompileJob(bench, overrides))
+        except CompileError as exc:
+            raise click.ClickException(f"{bench.name}: compile failed: {exc}") from None
+        args = bench_size.args
+        if not remeasure:  # the latest result of each worker
+            results = list({r.worker: r for cls in session.worker_classes
+                            for r in session.store.measurements_for(compiled.sha256, args, cls)
+                            if len(r.records) >= runs}.values())
+        if not results:
+            job = RunJob(sha256=compiled.sha256, binary=compiled.binary, args=args, runs=runs,
+                         timeout=config.run.timeout,
+                         expected_output=bench_size.expected.to_json(), perf=config.run.perf)
+            scheduler = session.scheduler
+            futures = [scheduler.submit(job, slot=slot.name) for slot in scheduler.slots]
+            for f in futures:
+                try:
+                    results.append(f.result())
+                except AgentError as exc:
+                    errors.append(str(exc))
+            for r in results:  # what was measured is kept, whatever else failed
+                session.store.add_measurement(r)
+    finally:
+        session.close()
+    report_lost_workers(session)
+    if not results:
+        raise click.ClickException(errors[0])
+    for e in errors:
+        click.echo(f"error: {e}", err=True)
+
+    label = str(decisions) if decisions else "heuristic"
+    for r in results:
+        click.echo(",".join([r.worker, label, *(f"{rec.wall_s:.6f}" if rec.failure is None
+                                                 else "failed" for rec in r.records)]))
+    if not csv_only:
+        for line in summary_lines(results, read_dumps(compiled.artifact.decision_files)):
+            click.echo(line, err=not summary)
+    if errors or any(r.failed for r in results):
+        sys.exit(1)
+
+
+def main() -> None:
+    run_benchmark(prog_name="run-benchmark")

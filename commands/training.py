@@ -1,0 +1,163 @@
+"""``run_training_experiments``: a search chain per task, one rundir each, a live line per chain."""
+from __future__ import annotations
+
+import faulthandler
+import signal
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import click
+from rich.live import Live
+from rich.text import Text
+
+from commands.common import report_lost_workers, show_warnings
+from dispatcher.benchmark import ManifestError, bundled_benchmarks, load_benchmark, \
+    resolve_benchmark
+from dispatcher.compiler import CompilerNotFound
+from dispatcher.config import ConfigError, load_config
+from dispatcher.experiment import Chain, ChainStatus, new_experiment, params_of
+from dispatcher.records import BatchEntry, FORMAT_VERSION
+from dispatcher.rundir import Rundir, RundirError, append_batch_log
+from dispatcher.session import Session
+
+
+def read_tasks(path: Path) -> list[str]:
+    """One benchmark (bundled name or directory) per line; # starts a comment."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise click.ClickException(f"{path}: cannot read ({exc.strerror})") from None
+    tasks = [line.split("#", 1)[0].strip() for line in lines]
+    return [t for t in tasks if t]
+
+
+def _progress_line(status: ChainStatus, slots_busy: float, width: int = 20) -> str:
+    best = "-" if status.best_energy is None else f"{1 / status.best_energy:.3f}x"
+    done = int(width * status.step / max(status.steps, 1))
+    bar = "#" * done + "-" * (width - done)
+    return (f"{status.task:14} [{bar}] step {status.step:>4}/{status.steps:<4} "
+            f"best speedup {best:>7}  workers busy {100 * slots_busy:5.1f}%  {status.state}")
+
+
+@click.command()
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
+              help="Config file (default: configs/local.yaml).")
+@click.option("--tasks", "tasks_file", type=click.Path(path_type=Path),
+              help="File listing the benchmarks, one per line (default: the training split).")
+@click.option("--algorithm", type=click.Choice(["sa", "random-walk"]))
+@click.option("--steps", type=click.IntRange(min=1))
+@click.option("--chains", "chains_per_task", type=click.IntRange(min=1),
+              help="Chains per benchmark.")
+@click.option("--seed", type=int)
+@click.option("--size", help="Benchmark size (default: config run.size).")
+@click.option("--runs", type=click.IntRange(min=1), help="Runs per candidate.")
+@click.option("--resume", "resume", multiple=True, type=click.Path(path_type=Path),
+              help="Continue this rundir exactly where it stopped (repeatable).")
+def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_per_task, seed,
+                             size, runs, resume) -> None:
+    """Generate training data: search over inlining decisions for every task."""
+    try:
+        config = load_config(config_path)
+        s = config.search
+        if resume:
+            rundirs = [Rundir.open(p) for p in resume]
+            plans = [(load_benchmark(rd.experiment.benchmark), rd) for rd in rundirs]
+        else:
+            benches = ([resolve_benchmark(t) for t in read_tasks(tasks_file)] if tasks_file
+                       else bundled_benchmarks("training"))
+            plans = [(b, None) for b in benches]
+        session = Session(config)
+    except (ConfigError, ManifestError, CompilerNotFound, RundirError) as exc:
+        raise click.ClickException(str(exc)) from None
+    show_warnings()
+    classes = session.worker_classes
+    stop = threading.Event()
+    try:
+        measurements = session.measurements  # starts the workers
+    except BaseException:
+        session.close()
+        raise
+    scheduler = session.scheduler
+    chains: list[Chain] = []
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    try:
+        for bench, rd in plans:
+            for k in range(1 if rd else (chains_per_task or s.chains)):
+                if rd is None:
+                    # Chains spread over the worker classes; each stays on its own.
+                    worker_class = classes[len(chains) % len(classes)]
+                    slots = sum(x.worker_class == worker_class for x in scheduler.slots)
+                    exp = new_experiment(bench, k, config, slots, worker_class,
+                                         algorithm=algorithm, steps=steps, seed=seed, size=size,
+                                         runs=runs)
+                    path = s.rundirs / f"{bench.name}-{exp.algorithm}-s{exp.seed}-{stamp}"
+                    exp = exp.model_copy(update={"rundir": str(path.resolve())})
+                    bench.size(exp.size)  # an unknown size fails before anything starts
+                    rd = Rundir.create(path, exp, config.raw)
+                    append_batch_log(s.batch_log, BatchEntry(
+                        task=bench.name, rundir=str(exp.rundir), algorithm=exp.algorithm,
+                        steps=exp.steps, version=FORMAT_VERSION))
+                experiment = rd.experiment
+                # Version 1 rundirs did not record their class: the first one, as then.
+                worker_class = experiment.worker_class or classes[0]
+                chains.append(Chain(rd, bench, params_of(experiment, config), session.compiler,
+                                    measurements, worker_class, stop))
+                rd = None
+    except (ManifestError, RundirError) as exc:
+        session.close()
+        raise click.ClickException(str(exc)) from None
+
+    def interrupt(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        click.echo("\nstopping: finishing the journal of every chain (Ctrl-C again to abort)",
+                   err=True)
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    # `kill -USR1 <pid>` prints every thread's stack: a stuck experiment can be inspected.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    threads = [threading.Thread(target=c.run, daemon=True) for c in chains]
+    t0 = time.monotonic()
+
+    def render() -> Text:
+        elapsed = max(time.monotonic() - t0, 1e-9)
+        busy = sum(scheduler.busy_s.values()) / (elapsed * len(scheduler.slots))
+        return Text("\n".join(_progress_line(c.status, min(busy, 1.0)) for c in chains))
+
+    try:
+        for t in threads:
+            t.start()
+        with Live(render(), refresh_per_second=2, transient=False,
+                  redirect_stderr=False) as live:
+            while any(t.is_alive() for t in threads):
+                time.sleep(0.5)
+                live.update(render())
+            live.update(render())
+        click.echo()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        session.close()
+    report_lost_workers(session)
+    from analysis.plots import plot_experiment  # matplotlib: seconds to import, needed here only
+    for c in chains:
+        try:
+            plot_experiment(c.rundir.path)
+        except Exception as exc:  # a plot is a convenience: never lose the run over it
+            click.echo(f"{c.rundir.path}: no plot ({exc})", err=True)
+    failed = [c for c in chains if c.status.state == "failed"]
+    for c in failed:
+        click.echo(f"{c.status.task}: failed: {c.status.error} ({c.rundir.path})", err=True)
+    for c in chains:
+        click.echo(f"{c.status.state:12} {c.rundir.path}")
+    if stop.is_set():
+        sys.exit(130)
+    if failed:
+        sys.exit(1)
+
+
+def main() -> None:
+    run_training_experiments(prog_name="run_training_experiments")

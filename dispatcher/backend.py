@@ -1,0 +1,101 @@
+"""The backend contract: what the scheduler and the commands may assume of a backend.
+
+A backend (local CPUs, SSH hosts, a Ray cluster) provides worker *slots*, one per worker CPU,
+each running one job at a time on its own agent.  Everything else (queueing, retries, back-off,
+quarantine, measurement reuse) is the scheduler's and the measurement service's, the same for
+every backend.
+
+A backend lives in its own module, which defines ``BACKEND``, a ``BackendSpec``: how to read
+its config section, and how to start it.  ``MODULES`` maps backend names to those modules; a
+module is imported only when a config names its backend (paramiko and ray are slow to import).
+
+Losses are told apart by type, not by attributes: ``WorkerLost`` means the job did not fail on
+its own merits (run it again elsewhere), ``PermanentLoss`` that retrying this slot cannot help
+(quarantine it at once).  Any other exception from ``Slot.run`` is the job's own failure.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+from dispatcher.records import RunResult
+from dispatcher.worker import AgentError, RunJob, WorkerLost
+
+__all__ = ["AgentError", "Backend", "BackendSpec", "MODULES", "PermanentLoss", "Slot",
+           "WorkerLost", "backend_spec", "register"]
+
+
+class PermanentLoss(WorkerLost):
+    """A loss that retrying will not cure (an untrusted host key, no python3, a CPU the
+    worker does not have): the slot is taken out of service at once."""
+
+
+class Slot(Protocol):
+    """One CPU of one worker: runs jobs one at a time on its agent."""
+
+    name: str  # unique, e.g. local/cpu1, ssh/h0/cpu2
+    worker_class: str  # slots of one class are interchangeable for measurements
+    cpu: int
+    depth: int  # jobs the scheduler may hand it at once (it queues them on its worker)
+
+    def run(self, job: RunJob) -> RunResult:
+        """Run ``job``; WorkerLost if the worker went away, AgentError if it was refused."""
+
+    def probe(self) -> None:
+        """Make sure the worker answers (after a loss); WorkerLost if not."""
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    slots: Sequence[Slot]
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class BackendContext:
+    """What starting a backend may use besides its own config section."""
+
+    store_root: Path
+    worker_cache: Path  # where binaries for agents on this machine go, one file per sha256
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """How a backend is configured and started.
+
+    ``parse(section, fail)``: its config section (a mapping, maybe empty) -> its settings;
+    ``fail(key, expected, got)`` makes the one-line ConfigError naming file and key.
+    ``worker_classes(settings)``: the classes its slots will have, without starting it.
+    ``master_cpus(settings)``: the CPUs of this machine left to the master (its compiles),
+    or None when the backend takes none of them.
+    ``start(settings, context)``: the running backend.
+    """
+
+    name: str
+    parse: Callable[[dict, Callable[..., Exception]], Any]
+    worker_classes: Callable[[Any], list[str]]
+    master_cpus: Callable[[Any], frozenset[int] | None]
+    start: Callable[[Any, BackendContext], Backend]
+
+
+MODULES = {"local": "dispatcher.local", "ssh": "dispatcher.ssh"}
+_SPECS: dict[str, BackendSpec] = {}
+
+
+def register(spec: BackendSpec, module: str | None = None) -> None:
+    """Add a backend (a plugin, or a test's) under ``spec.name``."""
+    _SPECS[spec.name] = spec
+    if module is not None:
+        MODULES[spec.name] = module
+
+
+def backend_spec(name: str) -> BackendSpec:
+    """The spec of backend ``name``, importing its module on first use; KeyError if none."""
+    if name not in _SPECS:
+        spec = importlib.import_module(MODULES[name]).BACKEND
+        _SPECS[name] = spec
+    return _SPECS[name]

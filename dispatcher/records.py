@@ -1,0 +1,352 @@
+"""The experiment record: every file a rundir and a batch log hold, as typed, versioned records.
+
+This module owns those formats (docs/rundir-format.md describes them; a test keeps the two in
+step).  The search writes these records, resume and ``analysis/`` read them; nothing else
+assembles or re-derives rundir JSON.  Each record validates what it reads, so a damaged or
+foreign file is refused with one line naming the file, the field and what was expected, never
+half-used.
+
+Version 2 (this one) adds to version 1: the chain's ``worker_class`` in the experiment, and in
+each run record what the agent measured but version 1 dropped (``stdout_sha256``,
+``stdout_bytes``, ``cpus_allowed``).  Version-1 rundirs are read as they are (missing fields
+take their defaults); a newer version is refused.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+
+STEPS_DIR = "steps"
+REMEASURE_DIR = "remeasure"
+
+
+def candidate_dir(step: int, candidate: int) -> str:
+    """The rundir-relative directory of one candidate; step 0, candidate 0 is the baseline."""
+    return f"{STEPS_DIR}/{step:05d}/c{candidate}"
+
+
+def remeasure_dir(step: int) -> str:
+    return f"{STEPS_DIR}/{step:05d}/{REMEASURE_DIR}"
+
+
+BASELINE_DIR = candidate_dir(0, 0)
+
+
+class RecordError(ValueError):
+    """A record that cannot be read; the message is one line naming the file and field."""
+
+
+def _describe(exc: ValidationError, where: str) -> RecordError:
+    """The first validation error as one line: ``where: field.path: what was expected``."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    return RecordError(f"{where}: {loc}: {err['msg']}")
+
+
+class Record(BaseModel):
+    """Frozen, strict about unknown fields (so the format cannot drift silently)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "record"):
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise _describe(exc, where) from None
+
+
+# --------------------------------------------------------------------------- measurements
+
+class PerfCount(Record):
+    """One perf counter of one run: a value, or why there is none."""
+
+    value: Optional[float] = None
+    unit: Optional[str] = None
+    running_pct: Optional[float] = None  # multiplexed: the value is scaled as perf stat does
+    unsupported: bool = False
+    not_counted: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+
+class RunRecord(Record):
+    """One run of a binary, as measured by the agent (every field it reports)."""
+
+    wall_ns: Optional[int]
+    user_s: Optional[float]
+    sys_s: Optional[float]
+    maxrss_kb: Optional[int]
+    exit_status: Optional[int] = None
+    signal: Optional[int] = None
+    output_ok: Optional[bool] = None
+    gc: dict[str, float] = Field(default_factory=dict)
+    perf: Optional[dict[str, PerfCount]] = None
+    failure: Optional[str] = None
+    stderr_tail: str = ""
+    stdout_sha256: Optional[str] = None
+    stdout_bytes: Optional[int] = None
+    cpus_allowed: Optional[str] = None  # the run's affinity, /proc's list format ("3")
+
+    @property
+    def wall_s(self) -> float:
+        return (self.wall_ns or 0) / 1e9
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.model_dump(mode="json", exclude={"perf"})
+        d["perf"] = None if self.perf is None else {k: v.to_json() for k, v in self.perf.items()}
+        return d
+
+
+class RunResult(Record):
+    """All runs of one job on one worker slot."""
+
+    sha256: str
+    args: tuple[str, ...]
+    worker: str  # slot name, e.g. local/cpu1
+    worker_class: str
+    cpu: int
+    records: tuple[RunRecord, ...]
+    # Slots that lost this job with their worker before ``worker`` ran it, with the reason.
+    lost_on: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> int:
+        return sum(r.failure is not None for r in self.records)
+
+    @property
+    def times(self) -> list[float]:
+        """Wall seconds of the successful runs."""
+        return [r.wall_s for r in self.records if r.failure is None]
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.model_dump(mode="json", exclude={"records"})
+        d["records"] = [r.to_json() for r in self.records]
+        return d
+
+
+_RESULTS = TypeAdapter(list[RunResult])
+
+
+def results_to_json(results: list[RunResult]) -> list[dict[str, Any]]:
+    return [r.to_json() for r in results]
+
+
+def results_from_json(data: Any, where: str) -> list[RunResult]:
+    """A ``measurements.json`` (a list of run results; a lone result is accepted)."""
+    if isinstance(data, dict):
+        data = [data]
+    try:
+        return _RESULTS.validate_python(data)
+    except ValidationError as exc:
+        raise _describe(exc, where) from None
+
+
+def read_results(path: Path) -> list[RunResult]:
+    """Read a ``measurements.json``; RecordError (one line) if it is not one."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RecordError(f"{path}: unreadable ({exc})") from None
+    return results_from_json(data, str(path))
+
+
+# --------------------------------------------------------------------------- experiment
+
+Algorithm = Literal["sa", "random-walk"]
+
+
+class Experiment(Record):
+    """What was asked of one chain: ``experiment.json`` and the journal's ``start`` event."""
+
+    version: int = FORMAT_VERSION
+    task: str
+    benchmark: str  # its directory
+    algorithm: Algorithm
+    seed: int
+    chain: int
+    steps: int
+    size: str
+    runs: int
+    baseline_runs: int
+    candidates_per_step: int
+    t_start: float
+    t_end: float
+    remeasure_every: int
+    max_flips: int
+    rundir: Optional[str] = None
+    worker_class: Optional[str] = None  # version 1: the backend's first slot's class
+
+
+def check_version(version: Any, where: str) -> None:
+    if version not in READABLE_VERSIONS:
+        raise RecordError(f"{where}: rundir format version {version!r} is not one this tool "
+                          f"reads ({', '.join(map(str, READABLE_VERSIONS))})")
+
+
+def read_experiment(path: Path) -> Experiment:
+    """``experiment.json``: version checked first, then every field."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RecordError(f"{path}: unreadable ({exc})") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"{path}: expected a JSON object")
+    check_version(data.get("version", 1), str(path))
+    return Experiment.from_json(data, str(path))
+
+
+# --------------------------------------------------------------------------- journal events
+
+class DecisionCounts(Record):
+    """How many decisions of a compiled candidate were inline / not / prevented."""
+
+    inlined: int
+    not_inlined: int
+    prevented: int
+
+
+class Pointer(Record):
+    """How the journal names a candidate kept as incumbent or best (step 0: the baseline)."""
+
+    step: int
+    candidate: int
+    dir: str
+    energy: float
+    sha256: Optional[str] = None
+    artifact: Optional[str] = None  # its store key (to re-measure it)
+
+
+class Candidate(Record):
+    """One proposal of a step: what was compiled, what the compiler did, how it ran."""
+
+    candidate: int
+    dir: str
+    mutation: Optional[str]
+    sha256: Optional[str] = None  # None: the compile failed
+    artifact: Optional[str] = None
+    cached: bool = False  # measurement reused (store, or another chain's job in flight)
+    decisions: Optional[DecisionCounts] = None
+    times: list[float] = Field(default_factory=list)
+    failed: int = 0
+    energy: Optional[float] = None  # geomean time / baseline geomean; None: no successful run
+    error: Optional[str] = None
+
+    def pointer(self, step: int) -> Pointer:
+        assert self.energy is not None
+        return Pointer(step=step, candidate=self.candidate, dir=self.dir, energy=self.energy,
+                       sha256=self.sha256, artifact=self.artifact)
+
+
+class _Event(Record):
+    time: Optional[float] = None  # Unix seconds; stamped when appended
+
+
+class StartEvent(_Event, Experiment):
+    event: Literal["start"] = "start"
+
+
+class BaselineEvent(_Event):
+    event: Literal["baseline"] = "baseline"
+    sha256: str
+    dir: str = BASELINE_DIR
+    artifact: Optional[str] = None
+    times: list[float]
+    geomean: float
+    median: float
+    ci95: tuple[float, float]
+    decisions: Optional[DecisionCounts] = None
+
+    def pointer(self) -> Pointer:
+        return Pointer(step=0, candidate=0, dir=self.dir, energy=1.0, sha256=self.sha256,
+                       artifact=self.artifact)
+
+
+class SearchState(Record):
+    """The search state after a step: what ``--resume`` continues from (``state.json``)."""
+
+    step: int
+    temperature: Optional[float]
+    incumbent: Pointer
+    best: Pointer
+    current: Optional[str] = None  # random walk: the last compiled tree's dir
+    rng: list[Any]  # random.Random.getstate(), as JSON
+
+
+class StepEvent(_Event):
+    event: Literal["step"] = "step"
+    step: int
+    temperature: Optional[float]
+    candidates: list[Candidate]
+    chosen: Optional[int]
+    accepted: bool
+    incumbent: Pointer
+    best: Pointer
+    current: Optional[str] = None
+    rng: list[Any]
+    elapsed_s: Optional[float] = None
+    busy_s: Optional[float] = None
+
+    def state(self) -> SearchState:
+        return SearchState(step=self.step, temperature=self.temperature,
+                           incumbent=self.incumbent, best=self.best, current=self.current,
+                           rng=self.rng)
+
+
+class RemeasureEvent(_Event):
+    event: Literal["remeasure"] = "remeasure"
+    step: int
+    dir: str  # the incumbent's candidate dir
+    measurements: str  # rundir-relative path of the new runs' measurements.json
+    times: list[float]  # the new runs only
+    energy: float  # over all runs of the incumbent's binary on this worker class
+
+
+class ResumeEvent(_Event):
+    event: Literal["resume"] = "resume"
+    from_step: int
+
+
+class FinishEvent(_Event):
+    event: Literal["finish"] = "finish"
+    reason: str  # completed | interrupted | failed: <one line>
+
+
+Event = Annotated[Union[StartEvent, BaselineEvent, StepEvent, RemeasureEvent, ResumeEvent,
+                        FinishEvent], Field(discriminator="event")]
+EVENT_TYPES = (StartEvent, BaselineEvent, StepEvent, RemeasureEvent, ResumeEvent, FinishEvent)
+_EVENT = TypeAdapter(Event)
+
+
+def event_from_json(data: Any, where: str) -> Event:
+    try:
+        return _EVENT.validate_python(data)
+    except ValidationError as exc:
+        raise _describe(exc, where) from None
+
+
+def event_to_json(event: _Event) -> dict[str, Any]:
+    return event.to_json()
+
+
+# --------------------------------------------------------------------------- batch log
+
+class BatchEntry(Record):
+    """One line of the batch log: an experiment that was started."""
+
+    task: Optional[str] = None
+    rundir: str
+    algorithm: Optional[str] = None
+    steps: Optional[int] = None
+    time: Optional[float] = None
+    version: Optional[int] = None  # absent in version 1

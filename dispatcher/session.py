@@ -1,0 +1,95 @@
+"""The one place the system is wired: config -> store -> compile service -> backend ->
+scheduler -> measurement service.
+
+Every command and every ``bench/`` script opens a ``Session`` rather than assembling these
+itself, so they all compile on the same CPUs, keep the master off the worker CPUs the same
+way, and measure through the same rules.  Workers start only when first needed
+(``measurements``): a command answered from the store never starts an agent.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from dispatcher.backend import Backend, BackendContext, BackendSpec, backend_spec
+from dispatcher.compile import CompileService
+from dispatcher.compiler import locate_compiler
+from dispatcher.config import Config
+from dispatcher.measure import MeasurementService
+from dispatcher.scheduler import Scheduler
+from dispatcher.store import Store
+
+
+class Session:
+    def __init__(self, config: Config, compile_jobs: int | None = None,
+                 scheduler_config: Any = None):
+        """Raises CompilerNotFound if the patched compiler is not built."""
+        self.config = config
+        self.spec: BackendSpec = backend_spec(config.backend)
+        self.store = Store(config.store)
+        self.compiler = CompileService(self.store, locate_compiler(),
+                                       jobs=compile_jobs or config.compile_jobs,
+                                       cpus=self.master_cpus)
+        self._scheduler_config = scheduler_config or config.scheduler
+        self._backend: Backend | None = None
+        self._scheduler: Scheduler | None = None
+        self._measurements: MeasurementService | None = None
+
+    @property
+    def master_cpus(self) -> frozenset[int] | None:
+        """The CPUs of this machine left to the master (None: every CPU)."""
+        return self.spec.master_cpus(self.config.backend_settings)
+
+    @property
+    def worker_classes(self) -> list[str]:
+        """The classes of the backend's slots, known without starting it."""
+        return self.spec.worker_classes(self.config.backend_settings)
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            context = BackendContext(store_root=self.store.root,
+                                     worker_cache=self.store.worker_cache)
+            self._backend = self.spec.start(self.config.backend_settings, context)
+        return self._backend
+
+    @property
+    def scheduler(self) -> Scheduler:
+        if self._scheduler is None:
+            self._scheduler = Scheduler(self.backend.slots, self._scheduler_config)
+        return self._scheduler
+
+    @property
+    def measurements(self) -> MeasurementService:
+        if self._measurements is None:
+            self._measurements = MeasurementService(self.scheduler, self.store)
+        return self._measurements
+
+    def lost_workers(self) -> list[str]:
+        """One line per slot taken out of service, or still lost, when asked."""
+        if self._scheduler is None:
+            return []
+        s = self._scheduler
+        return ([f"{name}: out of service: {why}" for name, why in s.quarantined.items()]
+                + [f"{name}: unavailable at the end: {why}" for name, why in s.down.items()])
+
+    def close(self) -> None:
+        """Stop the scheduler (finishing queued jobs), the workers and the compile pool."""
+        try:
+            if self._scheduler is not None:
+                self._scheduler.close()
+            if self._backend is not None:
+                self._backend.close()
+        finally:
+            self.compiler.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def with_overrides(config: Config, **changes: Any) -> Config:
+    """A config with some top-level fields replaced (bench scripts: a temporary store)."""
+    return replace(config, **changes)
