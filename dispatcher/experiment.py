@@ -21,6 +21,7 @@ from typing import Any, Optional, TypeVar
 
 from dispatcher.benchmark import Benchmark
 from dispatcher.compile import CompileError, CompileJob, CompileResult, CompileService
+from dispatcher.decisions import read_overrides
 from dispatcher.measure import Measured, MeasurementService, Pending
 from dispatcher.records import (BaselineEvent, Candidate, DecisionCounts, Experiment,
                                 FinishEvent, Pointer, RemeasureEvent, ResumeEvent, RunResult,
@@ -28,6 +29,7 @@ from dispatcher.records import (BaselineEvent, Candidate, DecisionCounts, Experi
 from dispatcher.rundir import Rundir
 from dispatcher.search import energy, metropolis, propose, temperature
 from dispatcher.stats import geomean, geomean_ci
+from dispatcher.store import Artifact
 from dispatcher.tree import Tree, count, to_overrides
 from dispatcher.worker import RunJob
 
@@ -264,11 +266,24 @@ class Chain:
         self.rundir.append(FinishEvent(reason="completed"))
         self.status.state = "finished"
 
+    def _incumbent_binary(self, incumbent: Pointer) -> Artifact:
+        """The incumbent's compiled artifact: from the store, or (a wiped or different store,
+        e.g. a rundir resumed elsewhere) compiled again from its dir's proposal."""
+        artifact = self.compiler.store.artifact(incumbent.artifact or "")
+        if artifact is not None:
+            return artifact
+        proposal = self.rundir.path / incumbent.dir / "overrides.sexp"
+        overrides = tuple(read_overrides(proposal)) if proposal.exists() else ()
+        compiled = self._wait(self.compiler.submit(CompileJob(self.benchmark, overrides)))
+        if incumbent.sha256 is not None and compiled.sha256 != incumbent.sha256:
+            raise RuntimeError(f"{incumbent.dir}: compiling its proposal again gave another "
+                               f"binary ({compiled.sha256[:12]}, not {incumbent.sha256[:12]}): "
+                               "was the compiler or the benchmark changed?")
+        return compiled.artifact
+
     def _remeasure(self, step: int, incumbent: Pointer, base: float) -> Pointer:
         """Measure the incumbent again (noise must not keep a lucky candidate forever)."""
-        artifact = self.compiler.store.artifact(incumbent.artifact or "")
-        if artifact is None:
-            raise RuntimeError(f"{incumbent.dir}: its compiled artifact left the store")
+        artifact = self._incumbent_binary(incumbent)
         size = self.benchmark.size(self.params.size)
         job = RunJob(sha256=artifact.sha256, binary=artifact.binary, args=size.args,
                      runs=self.params.runs, timeout=self.params.timeout,

@@ -90,7 +90,7 @@ class RunRecord(Record):
     exit_status: Optional[int] = None
     signal: Optional[int] = None
     output_ok: Optional[bool] = None
-    gc: dict[str, float] = Field(default_factory=dict)
+    gc: dict[str, Union[int, float]] = Field(default_factory=dict)  # OCaml GC stats at exit
     perf: Optional[dict[str, PerfCount]] = None
     failure: Optional[str] = None
     stderr_tail: str = ""

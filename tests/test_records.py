@@ -1,0 +1,208 @@
+"""The experiment record: golden rundirs (version 1 and 2) read, round-tripped and resumed;
+versions checked; docs/rundir-format.md in step with the types."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dispatcher import records
+from dispatcher.records import (BaselineEvent, FinishEvent, RecordError, RemeasureEvent,
+                                RunResult, StartEvent, StepEvent, read_experiment,
+                                results_from_json)
+from dispatcher.rundir import Rundir, RundirError, read_batch_log, read_journal
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = REPO / "tests" / "golden"
+V1, V2 = GOLDEN / "rundir-v1", GOLDEN / "rundir-v2"
+
+
+def journal_lines(rundir: Path) -> list[dict]:
+    return [json.loads(line) for line in (rundir / "journal.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("rundir", [V1, V2], ids=["v1", "v2"])
+def test_golden_journal_reads_as_typed_events(rundir):
+    events = read_journal(rundir / "journal.jsonl")
+    kinds = [type(e) for e in events]
+    assert kinds[0] is StartEvent and kinds[1] is BaselineEvent and kinds[-1] is FinishEvent
+    assert [e.step for e in events if isinstance(e, StepEvent)] == [1, 2, 3, 4]
+    assert any(isinstance(e, RemeasureEvent) for e in events)
+    for e in events:
+        if isinstance(e, StepEvent):
+            assert e.candidates and all(c.dir == records.candidate_dir(e.step, c.candidate)
+                                        for c in e.candidates)
+    baseline = next(e for e in events if isinstance(e, BaselineEvent))
+    assert baseline.dir == records.BASELINE_DIR
+    results = Rundir.read_measurements(rundir / baseline.dir)
+    assert sum(len(r.records) for r in results) == len(baseline.times) == 3
+
+
+def test_golden_v2_round_trips_exactly():
+    """Every record written by version 2 reads back and writes out to the same JSON."""
+    for line in journal_lines(V2):
+        event = records.event_from_json(line, "journal")
+        assert event.to_json() == line
+    experiment = json.loads((V2 / "experiment.json").read_text())
+    assert read_experiment(V2 / "experiment.json").to_json() == experiment
+    for path in sorted(V2.glob("steps/*/*/measurements.json")):
+        data = json.loads(path.read_text())
+        assert [r.to_json() for r in results_from_json(data, str(path))] == data, path
+    state = json.loads((V2 / "state.json").read_text())
+    assert records.SearchState.from_json(state).to_json() == state
+
+
+def test_golden_v2_keeps_everything_the_agent_measured():
+    (result,) = Rundir.read_measurements(V2 / records.BASELINE_DIR)
+    assert result.worker_class == "local" and result.cpu >= 0
+    for rec in result.records:
+        assert rec.cpus_allowed == str(result.cpu)  # the run was pinned where it says
+        assert rec.stdout_sha256 and len(rec.stdout_sha256) == 64 and rec.stdout_bytes
+        assert rec.gc and all(isinstance(v, int) for k, v in rec.gc.items()
+                              if k.endswith("collections"))
+    assert read_experiment(V2 / "experiment.json").worker_class == "local"
+
+
+def test_golden_v1_reads_with_defaults():
+    experiment = read_experiment(V1 / "experiment.json")
+    assert experiment.version == 1 and experiment.worker_class is None
+    (result,) = Rundir.read_measurements(V1 / records.BASELINE_DIR)
+    assert all(r.cpus_allowed is None and r.stdout_sha256 is None for r in result.records)
+    assert [e.version for e in read_batch_log(GOLDEN / "batch.log")] == [None, 2]
+
+
+def _write_experiment(tmp_path: Path, **changes) -> Path:
+    data = {**json.loads((V2 / "experiment.json").read_text()), **changes}
+    path = tmp_path / "experiment.json"
+    path.write_text(json.dumps({k: v for k, v in data.items() if v is not None}))
+    return path
+
+
+def test_an_unknown_version_or_a_damaged_record_is_one_line_naming_file_and_field(tmp_path):
+    path = _write_experiment(tmp_path, version=3)
+    with pytest.raises(RecordError, match=r"experiment.json: rundir format version 3 is not one "
+                                          r"this tool reads \(1, 2\)$"):
+        read_experiment(path)
+    path = _write_experiment(tmp_path, steps=None)
+    with pytest.raises(RecordError, match=r"experiment.json: steps: Field required$"):
+        read_experiment(path)
+    path = _write_experiment(tmp_path, algorithm="greedy")
+    with pytest.raises(RecordError, match=r"experiment.json: algorithm: Input should be 'sa' "
+                                          r"or 'random-walk'$"):
+        read_experiment(path)
+    path.write_text("{not json")
+    with pytest.raises(RecordError, match=r"experiment.json: unreadable"):
+        read_experiment(path)
+    journal = tmp_path / "journal.jsonl"
+    lines = (V2 / "journal.jsonl").read_text().splitlines()
+    bad = json.loads(lines[1])
+    bad["times"] = "fast"
+    journal.write_text("\n".join([lines[0], json.dumps(bad), lines[2]]) + "\n")
+    with pytest.raises(RundirError, match=r"journal.jsonl: event 2: baseline.times: Input should be a "
+                                          r"valid list$"):
+        read_journal(journal)
+
+
+def test_resume_refuses_a_rundir_of_another_version_with_one_line(tmp_path):
+    rundir = tmp_path / "r"
+    shutil.copytree(V2, rundir)
+    data = json.loads((rundir / "experiment.json").read_text())
+    (rundir / "experiment.json").write_text(json.dumps({**data, "version": 9}))
+    proc = subprocess.run([sys.executable, "-m", "commands", "run_training_experiments",
+                           "--resume", str(rundir)], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (f"Error: {rundir}/experiment.json: rundir format version 9 "
+                                   "is not one this tool reads (1, 2)")
+
+
+# --------------------------------------------------------------------------- the document
+
+def documented_fields() -> dict[str, list[str]]:
+    """``## Name`` sections of docs/rundir-format.md -> the backticked names of their table."""
+    sections: dict[str, list[str]] = {}
+    name = None
+    for line in (REPO / "docs" / "rundir-format.md").read_text().splitlines():
+        if line.startswith("## "):
+            name = line[3:].strip()
+            sections[name] = []
+        elif name and (m := re.match(r"\| `([a-z0-9_]+)` \|", line)):
+            sections[name].append(m.group(1))
+    return sections
+
+
+def test_the_format_document_lists_exactly_the_fields_of_each_record():
+    documented = documented_fields()
+    types = {name: getattr(records, name) for name in documented}
+    assert set(documented) == {"Experiment", "StartEvent", "BaselineEvent", "StepEvent",
+                               "Candidate", "Pointer", "DecisionCounts", "RemeasureEvent",
+                               "ResumeEvent", "FinishEvent", "SearchState", "RunResult",
+                               "RunRecord", "PerfCount", "BatchEntry"}
+    for name, fields in documented.items():
+        expected = list(types[name].model_fields)
+        if name == "StartEvent":  # documented as "every Experiment field" plus its own
+            expected = [f for f in expected if f not in records.Experiment.model_fields]
+        assert sorted(fields) == sorted(expected), name
+    assert set(records.EVENT_TYPES) <= {types[n] for n in documented}
+
+
+def test_the_format_document_names_the_current_version():
+    first = (REPO / "docs" / "rundir-format.md").read_text().splitlines()[0]
+    assert first == f"# Rundir format, version {records.FORMAT_VERSION}"
+
+
+# --------------------------------------------------------------------------- resume
+
+def relocated(golden: Path, tmp_path: Path, keep_steps: int) -> Path:
+    """A copy of a golden rundir cut back to just after step ``keep_steps`` (as a crash would
+    leave it), pointing at the golden benchmark in this checkout."""
+    rundir = tmp_path / golden.name
+    shutil.copytree(golden, rundir)
+    data = json.loads((rundir / "experiment.json").read_text())
+    data["benchmark"] = str(GOLDEN / "tinysum")
+    (rundir / "experiment.json").write_text(json.dumps(data))
+    kept = []
+    for line in (rundir / "journal.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] == "step" and event["step"] > keep_steps or event["event"] == "finish":
+            break
+        kept.append(line)
+    (rundir / "journal.jsonl").write_text("\n".join(kept) + "\n")
+    for d in (rundir / "steps").iterdir():
+        if int(d.name) > keep_steps:
+            shutil.rmtree(d)
+    return rundir
+
+
+@pytest.mark.parametrize("golden", [V1, V2], ids=["v1", "v2"])
+def test_a_golden_rundir_resumes_exactly_with_a_fresh_store(compiler, tmp_path, golden):
+    """Step 3 proposes what the original run proposed (state, RNG and trees come from the
+    rundir alone); the incumbent is re-measured at step 4 although the store is new (its binary
+    is compiled again from its proposal, and is the same)."""
+    rundir = relocated(golden, tmp_path, keep_steps=2)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"store": str(tmp_path / "store"),
+                                      "local": {"cpus": [max(os.sched_getaffinity(0))]},
+                                      "run": {"timeout": 60}}))
+    proc = subprocess.run([sys.executable, "-m", "commands", "run_training_experiments",
+                           "--config", str(config), "--resume", str(rundir)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    events = Rundir(rundir).events()
+    assert [e.step for e in events if isinstance(e, StepEvent)] == [1, 2, 3, 4]
+    assert isinstance(events[-1], FinishEvent) and events[-1].reason == "completed"
+    assert [e.step for e in events if isinstance(e, RemeasureEvent)][-1] == 4
+    for k in (0, 1):
+        d = records.candidate_dir(3, k)
+        assert (rundir / d / "overrides.sexp").read_text() == \
+            (golden / d / "overrides.sexp").read_text()
+    results = [r for p in sorted(rundir.glob("steps/00003/c*")) for r in
+               Rundir.read_measurements(p)]
+    assert all(isinstance(r, RunResult) and r.records[0].cpus_allowed for r in results)
