@@ -22,15 +22,15 @@ from dispatcher.store import Store
 
 class Session:
     def __init__(self, config: Config, compile_jobs: int | None = None,
-                 scheduler_config: Any = None):
-        """Raises CompilerNotFound if the patched compiler is not built."""
+                 compile_service: type[CompileService] = CompileService):
+        """Raises CompilerNotFound if the patched compiler is not built.  ``compile_service``:
+        a subclass to use (bench scripts instrument it)."""
         self.config = config
         self.spec: BackendSpec = backend_spec(config.backend)
         self.store = Store(config.store)
-        self.compiler = CompileService(self.store, locate_compiler(),
-                                       jobs=compile_jobs or config.compile_jobs,
-                                       cpus=self.master_cpus)
-        self._scheduler_config = scheduler_config or config.scheduler
+        self.compiler = compile_service(self.store, locate_compiler(),
+                                        jobs=compile_jobs or config.compile_jobs,
+                                        cpus=self.master_cpus)
         self._backend: Backend | None = None
         self._scheduler: Scheduler | None = None
         self._measurements: MeasurementService | None = None
@@ -56,7 +56,7 @@ class Session:
     @property
     def scheduler(self) -> Scheduler:
         if self._scheduler is None:
-            self._scheduler = Scheduler(self.backend.slots, self._scheduler_config)
+            self._scheduler = Scheduler(self.backend.slots, self.config.scheduler)
         return self._scheduler
 
     @property
