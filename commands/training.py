@@ -14,8 +14,8 @@ from rich.live import Live
 from rich.text import Text
 
 from commands.common import report_lost_workers, show_warnings
-from dispatcher.benchmark import ManifestError, bundled_benchmarks, load_benchmark, \
-    resolve_benchmark
+from dispatcher.benchmark import (Benchmark, ManifestError, bundled_benchmarks,
+                                  load_benchmark, resolve_benchmark)
 from dispatcher.compiler import CompilerNotFound
 from dispatcher.config import ConfigError, load_config
 from dispatcher.experiment import Chain, ChainStatus, new_experiment, params_of
@@ -64,7 +64,8 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
         s = config.search
         if resume:
             rundirs = [Rundir.open(p) for p in resume]
-            plans = [(load_benchmark(rd.experiment.benchmark), rd) for rd in rundirs]
+            plans: list[tuple[Benchmark, Rundir | None]] = [
+                (load_benchmark(rd.experiment.benchmark), rd) for rd in rundirs]
         else:
             benches = ([resolve_benchmark(t) for t in read_tasks(tasks_file)] if tasks_file
                        else bundled_benchmarks("training"))

@@ -18,7 +18,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol
+from collections.abc import Sequence
 
 from dispatcher.records import RunResult
 from dispatcher.worker import AgentError, RunJob, WorkerLost
@@ -50,7 +51,8 @@ class Slot(Protocol):
 
 
 class Backend(Protocol):
-    slots: Sequence[Slot]
+    @property
+    def slots(self) -> Sequence[Slot]: ...
 
     def close(self) -> None: ...
 

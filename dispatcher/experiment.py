@@ -17,13 +17,13 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional, TypeVar, cast
 
 from dispatcher.benchmark import Benchmark
 from dispatcher.compile import CompileError, CompileJob, CompileResult, CompileService
 from dispatcher.decisions import read_overrides
 from dispatcher.measure import Measured, MeasurementService, Pending
-from dispatcher.records import (BaselineEvent, Candidate, DecisionCounts, Experiment,
+from dispatcher.records import (Algorithm, BaselineEvent, Candidate, DecisionCounts, Experiment,
                                 FinishEvent, Pointer, RemeasureEvent, ResumeEvent, RunResult,
                                 StepEvent, candidate_dir, remeasure_dir)
 from dispatcher.rundir import Rundir
@@ -310,7 +310,8 @@ def new_experiment(bench: Benchmark, chain: int, config, slots: int, worker_clas
     s = config.search
     return Experiment(
         task=bench.name, benchmark=str(bench.directory),
-        algorithm=algorithm or s.algorithm, seed=(s.seed if seed is None else seed) + chain,
+        algorithm=cast(Algorithm, algorithm or s.algorithm),
+        seed=(s.seed if seed is None else seed) + chain,
         chain=chain, steps=steps or s.steps, size=size or config.run.size,
         runs=runs or config.run.runs, baseline_runs=s.baseline_runs,
         candidates_per_step=s.candidates_per_step or slots, t_start=s.t_start, t_end=s.t_end,

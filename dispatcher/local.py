@@ -73,7 +73,8 @@ class LocalSlot:
         self._cache_dir = cache_dir
         self._agent: LocalAgent | None = None
         self._lock = threading.Lock()
-        self._encoded = (None, b"")  # (job, its encoded request): the same job, encoded once
+        # (job, its encoded request): the same job is encoded once
+        self._encoded: tuple[RunJob | None, bytes] = (None, b"")
 
     def run(self, job: RunJob) -> RunResult:
         install_binary(self._cache_dir, job.sha256, job.binary)

@@ -21,7 +21,8 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, TypeVar
+from typing import TypeVar
+from collections.abc import Iterator
 
 import yaml
 

@@ -19,7 +19,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Sequence
+from collections.abc import Sequence
 
 from dispatcher.config import SchedulerConfig
 from dispatcher.backend import PermanentLoss, Slot, WorkerLost
@@ -42,11 +42,11 @@ class _Queued:
 
 
 class Scheduler:
-    def __init__(self, slots: Sequence[Slot], policy: SchedulerConfig = SchedulerConfig()):
+    def __init__(self, slots: Sequence[Slot], policy: SchedulerConfig | None = None):
         if not slots:
             raise ValueError("no worker slots")
         self.slots = list(slots)
-        self.policy = policy
+        self.policy = policy or SchedulerConfig()
         self._cond = threading.Condition()
         self._shared: collections.deque[_Queued] = collections.deque()
         self._pinned: dict[str, collections.deque[_Queued]] = {
@@ -275,7 +275,7 @@ class Scheduler:
             if slot.name not in self.quarantined:
                 slot.close()
 
-    def __enter__(self) -> "Scheduler":
+    def __enter__(self) -> Scheduler:
         return self
 
     def __exit__(self, *exc) -> None:

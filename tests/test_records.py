@@ -105,8 +105,8 @@ def test_an_unknown_version_or_a_damaged_record_is_one_line_naming_file_and_fiel
     bad = json.loads(lines[1])
     bad["times"] = "fast"
     journal.write_text("\n".join([lines[0], json.dumps(bad), lines[2]]) + "\n")
-    with pytest.raises(RundirError, match=r"journal.jsonl: event 2: baseline.times: Input should be a "
-                                          r"valid list$"):
+    with pytest.raises(RundirError, match=r"journal.jsonl: event 2: baseline.times: Input "
+                                          r"should be a valid list$"):
         read_journal(journal)
 
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.backend import AgentError, PermanentLoss, Slot, WorkerLost
 from dispatcher.config import SchedulerConfig
+from dispatcher.records import RunResult
 from dispatcher.scheduler import NoWorkers, Scheduler
-from dispatcher.ssh import HostError
-from dispatcher.worker import AgentError, RunJob, RunResult, WorkerLost
+from dispatcher.worker import RunJob
 
 JOB = RunJob("0" * 64, Path("/nonexistent"), ("x",), runs=1, timeout=1)
 FAST = SchedulerConfig(attempts=3, quarantine_after=2, backoff_s=0.01, backoff_max_s=0.02)
@@ -20,8 +21,10 @@ FAST = SchedulerConfig(attempts=3, quarantine_after=2, backoff_s=0.01, backoff_m
 class ScriptedSlot:
     """Fails with the scripted exceptions, one per job (or per probe), then succeeds."""
 
-    def __init__(self, name: str, failures=(), probe_failures=()):
-        self.name, self.worker_class, self.cpu = name, "test", 0
+    depth = 1
+
+    def __init__(self, name: str, failures=(), probe_failures=(), worker_class: str = "test"):
+        self.name, self.worker_class, self.cpu = name, worker_class, 0
         self.failures = list(failures)
         self.probe_failures = list(probe_failures)
         self.ran = []
@@ -40,7 +43,8 @@ class ScriptedSlot:
             self.ran.append(job)
             if self.failures:
                 raise self.failures.pop(0)
-        return RunResult(job.sha256, job.args, self.name, self.worker_class, self.cpu, ())
+        return RunResult(sha256=job.sha256, args=job.args, worker=self.name,
+                         worker_class=self.worker_class, cpu=self.cpu, records=())
 
     def close(self) -> None:
         self.closed = True
@@ -99,7 +103,7 @@ def test_a_slot_that_keeps_failing_is_quarantined_and_reported():
 
 def test_a_permanent_failure_quarantines_at_once_and_no_slot_left_fails_the_queue():
     untrusted = ScriptedSlot("untrusted",
-                             failures=[HostError("h: host key CHANGED", permanent=True)])
+                             failures=[PermanentLoss("h: host key CHANGED")])
     with Scheduler([untrusted], FAST) as scheduler:
         with pytest.raises(NoWorkers, match="no worker slot left in service .untrusted: h: "
                                             "host key CHANGED"):
@@ -116,3 +120,36 @@ def test_a_job_failing_on_its_own_merits_is_not_retried():
             scheduler.submit(JOB).result(timeout=10)
         assert scheduler.submit(JOB).result(timeout=10).worker == "s"
     assert scheduler.lost_jobs == 0 and not scheduler.quarantined
+
+
+def test_scripted_slots_satisfy_the_slot_protocol():
+    slot: Slot = ScriptedSlot("s")  # checked by mypy; and at run time, the attributes used
+    assert (slot.name, slot.worker_class, slot.cpu, slot.depth) == ("s", "test", 0, 1)
+
+
+def test_jobs_of_a_worker_class_run_only_on_its_slots():
+    fast = [ScriptedSlot(f"fast{i}", worker_class="fast") for i in range(2)]
+    slow = ScriptedSlot("slow", worker_class="slow")
+    with Scheduler([*fast, slow], FAST) as scheduler:
+        assert scheduler.worker_classes == ["fast", "slow"]
+        futures = [scheduler.submit(JOB, worker_class="slow") for _ in range(6)]
+        assert {f.result(timeout=10).worker for f in futures} == {"slow"}
+        futures = [scheduler.submit(JOB, worker_class="fast") for _ in range(6)]
+        assert {f.result(timeout=10).worker for f in futures} <= {"fast0", "fast1"}
+        with pytest.raises(KeyError, match="no worker slot of class 'medium'"):
+            scheduler.submit(JOB, worker_class="medium")
+
+
+def test_a_lost_class_fails_its_jobs_but_not_the_others():
+    """A slot of a class, lost, never hands its job to a slot of another class."""
+    gone = ScriptedSlot("gone", failures=[PermanentLoss("gone: host key CHANGED")],
+                        worker_class="a")
+    other = ScriptedSlot("other", worker_class="b")
+    with Scheduler([gone, other], FAST) as scheduler:
+        with pytest.raises(NoWorkers, match="no worker slot of class a left in service "
+                                            r"\(gone: gone: host key CHANGED\)"):
+            scheduler.submit(JOB, worker_class="a").result(timeout=10)
+        assert scheduler.submit(JOB, worker_class="b").result(timeout=10).worker == "other"
+        with pytest.raises(NoWorkers):  # at once, never hangs
+            scheduler.submit(JOB, worker_class="a").result(timeout=1)
+    assert len(other.ran) == 1
