@@ -30,9 +30,10 @@ import paramiko
 
 from dispatcher.config import SshConfig, SshHost
 from dispatcher.files import sha256_file
-from dispatcher.backend import BackendContext, BackendSpec
+from dispatcher.backend import BackendContext, BackendSpec, PermanentLoss
 from dispatcher.worker import (AGENT_PATH, AgentConnection, AgentError, RunJob, RunResult,
-                               WorkerLost, result_from_response)
+                               WorkerLost, agent_zipapp, result_from_response)
+from workers.agent.protocol import CHECKSUM_MISMATCH, NOT_IN_CACHE
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +45,17 @@ HOST_RETRY_S = 1.0  # after a failed connect, the host's other slots fail fast t
 
 
 class HostError(WorkerLost):
-    """A worker host cannot serve: unreachable, untrusted, refusing our key, no python3.
+    """A worker host cannot serve now (unreachable, dropped, an agent that would not start):
+    the scheduler backs off and probes it again."""
 
-    ``permanent``: trying again will not help (a wrong host key, a missing python3), so the
-    scheduler takes the slot out of service at once instead of backing off."""
 
-    def __init__(self, message: str, permanent: bool = False):
-        super().__init__(message)
-        self.permanent = permanent
+class UnusableHost(HostError, PermanentLoss):
+    """A worker host that trying again will not cure (a wrong host key, a refused key, a
+    missing python3): the scheduler takes its slots out of service at once."""
+
+
+def host_error(message: str, permanent: bool) -> HostError:
+    return UnusableHost(message) if permanent else HostError(message)
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -65,9 +69,9 @@ class _RefuseUnknownKey(paramiko.MissingHostKeyPolicy):
         self.host, self.known_hosts = host, known_hosts
 
     def missing_host_key(self, client, hostname, key):
-        raise HostError(f"{self.host.name}: unknown host key {key.get_name()} {fingerprint(key)} "
-                        f"for {hostname}: not in {self.known_hosts} (add it, or set "
-                        "ssh.trust_on_first_use to record it)", permanent=True)
+        raise UnusableHost(f"{self.host.name}: unknown host key {key.get_name()} "
+                           f"{fingerprint(key)} for {hostname}: not in {self.known_hosts} (add "
+                           "it, or set ssh.trust_on_first_use to record it)")
 
 
 _known_hosts_lock = threading.Lock()
@@ -110,12 +114,13 @@ class WorkerHost:
     Shared by the host's slots; every method is safe to call from their threads."""
 
     def __init__(self, host: SshHost, ssh: SshConfig, agent_path: Path = AGENT_PATH):
+        """``agent_path``: the agent's package (uploaded as its zipapp) or a zipapp file."""
         self.config = host
         self.name = host.name
         self._ssh = ssh
-        self._agent_source = agent_path
-        self.agent_sha256 = sha256_file(agent_path)
-        self.agent_remote = remote_path(host.rundir, f"agent-{self.agent_sha256[:16]}.py")
+        self._agent_source = agent_zipapp(agent_path) if agent_path.is_dir() else agent_path
+        self.agent_sha256 = sha256_file(self._agent_source)  # what its hello must report
+        self.agent_remote = remote_path(host.rundir, f"agent-{self.agent_sha256[:16]}.pyz")
         self.cache_dir = remote_path(host.rundir, "cache")
         self._lock = threading.RLock()
         self._client: paramiko.SSHClient | None = None
@@ -155,8 +160,8 @@ class WorkerHost:
             try:
                 client.load_host_keys(str(ssh.known_hosts))
             except (OSError, paramiko.SSHException) as exc:
-                raise HostError(f"{h.name}: cannot read known hosts {ssh.known_hosts}: {exc}",
-                                permanent=True) from None
+                raise UnusableHost(f"{h.name}: cannot read known hosts {ssh.known_hosts}: "
+                                   f"{exc}") from None
         policy = _TrustOnFirstUse if ssh.trust_on_first_use else _RefuseUnknownKey
         client.set_missing_host_key_policy(policy(h, ssh.known_hosts))
         t = ssh.connect_timeout
@@ -169,22 +174,21 @@ class WorkerHost:
             raise
         except paramiko.BadHostKeyException as exc:
             client.close()
-            raise HostError(
+            raise UnusableHost(
                 f"{h.name}: host key CHANGED for {exc.hostname}: the server offers "
                 f"{exc.key.get_name()} {fingerprint(exc.key)}, {ssh.known_hosts} has "
-                f"{fingerprint(exc.expected_key)}; refusing to connect", permanent=True) from None
+                f"{fingerprint(exc.expected_key)}; refusing to connect") from None
         except paramiko.PasswordRequiredException:
             client.close()
-            raise HostError(f"{h.name}: key file {h.key_file} is encrypted; use a key without "
-                            "a passphrase for benchmark workers", permanent=True) from None
+            raise UnusableHost(f"{h.name}: key file {h.key_file} is encrypted; use a key "
+                               "without a passphrase for benchmark workers") from None
         except paramiko.AuthenticationException as exc:
             client.close()
-            raise HostError(f"{h.name}: key authentication as {h.user} failed with "
-                            f"{h.key_file} ({exc})", permanent=True) from None
+            raise UnusableHost(f"{h.name}: key authentication as {h.user} failed with "
+                               f"{h.key_file} ({exc})") from None
         except FileNotFoundError:
             client.close()
-            raise HostError(f"{h.name}: key file {h.key_file} does not exist",
-                            permanent=True) from None
+            raise UnusableHost(f"{h.name}: key file {h.key_file} does not exist") from None
         except paramiko.ssh_exception.NoValidConnectionsError as exc:
             client.close()
             why = sorted({os.strerror(e.errno) if getattr(e, "errno", None) else str(e)
@@ -280,8 +284,8 @@ class WorkerHost:
                             "uploaded again")
         if cpu not in hello.get("cpus", []):
             channel.close()
-            raise HostError(f"{h.name}: CPU {cpu} is not available to the agent (it may use "
-                            f"{hello.get('cpus')})", permanent=True)
+            raise UnusableHost(f"{h.name}: CPU {cpu} is not available to the agent (it may "
+                               f"use {hello.get('cpus')})")
         return channel, connection
 
     def _start_failure(self, channel: paramiko.Channel) -> HostError:
@@ -300,15 +304,15 @@ class WorkerHost:
         lines = [ln for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()]
         detail = lines[-1].strip() if lines else "no message"
         if status == 127:
-            return HostError(f"{h.name}: cannot run python3 as {h.python!r} on the worker "
-                             f"({detail}); install python3 there or set its path as "
-                             "python in the config", permanent=True)
+            return UnusableHost(f"{h.name}: cannot run python3 as {h.python!r} on the worker "
+                                f"({detail}); install python3 there or set its path as "
+                                "python in the config")
         if status == 75:
             return HostError(f"{h.name}: {detail}")
         if status is None:
             return HostError(f"{h.name}: the agent did not answer ({detail})")
-        return HostError(f"{h.name}: the agent exited with status {status} before answering "
-                         f"({detail})", permanent=status in (1, 2))
+        return host_error(f"{h.name}: the agent exited with status {status} before answering "
+                          f"({detail})", permanent=status in (1, 2))
 
     # ------------------------------------------------------------------ binaries
 
@@ -423,7 +427,7 @@ class SshSlot:
                                      "agent is presumed hung") from None
                 raise
             except AgentError as exc:
-                if attempt == 1 and ("not in cache" in str(exc) or "checksum" in str(exc)):
+                if attempt == 1 and exc.code in (NOT_IN_CACHE, CHECKSUM_MISMATCH):
                     self.host.forget_binary(job.sha256)  # removed or damaged on the worker
                     continue
                 raise

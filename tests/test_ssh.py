@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dispatcher.backend import PermanentLoss
 from dispatcher.config import ConfigError, parse_config
 from dispatcher.files import sha256_file
 from dispatcher.rundir import Rundir
@@ -413,7 +414,7 @@ def test_unreachable_address_fails_fast_with_the_host_named(tmp_path):
     with pytest.raises(HostError) as err:
         host.transport()
     assert str(err.value).startswith("nowhere: cannot connect to 127.0.0.1 port 9")
-    assert not err.value.permanent  # may come back: re-probed with back-off
+    assert not isinstance(err.value, PermanentLoss)  # may come back: re-probed with back-off
 
 
 @needs_lab
