@@ -17,26 +17,25 @@ Best speedup: baseline geomean / geomean of the best candidate's times (the jour
 {step, candidate} -> that step event's candidate ``times``, or the baseline's when the best is
 still step 0, plus the new runs of every ``remeasure`` of the same dir or of the same binary).
 Its 95% confidence interval is a Welch t-interval for the
-difference of the mean log times (baseline minus candidate), exponentiated; the t quantile is
-computed exactly from the regularized incomplete beta function (no scipy needed), so the
-non-integer Welch degrees of freedom need no table.
+difference of the mean log times (baseline minus candidate), exponentiated
+(``dispatcher.stats.speedup_ci``; the t quantile for the fractional Welch degrees of freedom
+comes from scipy).
 """
 from __future__ import annotations
 
 import csv
-import math
 import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from statistics import NormalDist
 
 import click
 
 from analysis.export import experiment_info
 from dispatcher.rundir import RundirError, read_batch_log, read_journal
+from dispatcher.stats import speedup_ci
 
 STALE_AFTER_S = 3600.0
 
@@ -46,93 +45,6 @@ COLUMNS = ("task", "rundir", "algorithm", "steps_done", "steps_planned", "best_s
 
 class AnalysisError(RuntimeError):
     """A fatal problem with an input file; the message is one line and names the file."""
-
-
-# --------------------------------------------------------------------------- statistics
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny, eps = 1e-300, 1e-15
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 500):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < eps:
-            break
-    return h
-
-
-def betainc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                     + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_quantile_two_sided(df: float, level: float = 0.95) -> float:
-    """t such that P(|T| <= t) = level for Student's t with ``df`` (> 0, may be fractional).
-
-    P(|T| > t) = I_{df/(df+t^2)}(df/2, 1/2), increasing in x = df/(df+t^2): bisect on x.
-    """
-    if not df > 0:
-        raise ValueError("degrees of freedom must be positive")
-    alpha = 1.0 - level
-    if df > 1e7:
-        return NormalDist().inv_cdf(1.0 - alpha / 2)
-    lo, hi = 0.0, 1.0
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if betainc(df / 2, 0.5, mid) < alpha:
-            lo = mid
-        else:
-            hi = mid
-    x = (lo + hi) / 2
-    return math.sqrt(df * (1.0 - x) / x)
-
-
-def speedup_ci(baseline_times, candidate_times, level: float = 0.95):
-    """-> (speedup, low, high): baseline geomean / candidate geomean and its Welch interval.
-
-    low and high are None with fewer than two times on either side.  Times must be positive.
-    """
-    lb = [math.log(t) for t in baseline_times]
-    lc = [math.log(t) for t in candidate_times]
-    if not lb or not lc:
-        raise ValueError("no times")
-    mb, mc = sum(lb) / len(lb), sum(lc) / len(lc)
-    diff = mb - mc
-    speedup = math.exp(diff)
-    if len(lb) < 2 or len(lc) < 2:
-        return speedup, None, None
-    vb = sum((v - mb) ** 2 for v in lb) / (len(lb) - 1) / len(lb)
-    vc = sum((v - mc) ** 2 for v in lc) / (len(lc) - 1) / len(lc)
-    se2 = vb + vc
-    if se2 == 0.0:
-        return speedup, speedup, speedup
-    df = se2 ** 2 / (vb ** 2 / (len(lb) - 1) + vc ** 2 / (len(lc) - 1))
-    half = t_quantile_two_sided(df, level) * math.sqrt(se2)
-    return speedup, math.exp(diff - half), math.exp(diff + half)
 
 
 # --------------------------------------------------------------------------- batch log

@@ -1,23 +1,16 @@
 """Search rules as pure functions: temperature schedule, Metropolis acceptance, energies,
-proposals.  The driver (``dispatcher.experiment``) does the I/O around them.
+proposals.  The driver (``dispatcher.experiment``) does the I/O around them; the statistics
+(geometric means and their intervals) live in ``dispatcher.stats``.
 """
 from __future__ import annotations
 
 import math
 import random
-import statistics
-from typing import Sequence
+from collections.abc import Sequence
 
+from dispatcher.stats import geomean
+from dispatcher.stats import geomean_ci as geomean_ci95  # noqa: F401  (dispatcher.experiment's)
 from dispatcher.tree import Tree, backtrack, backtrackable, flip_leaves, flippable
-
-# Two-sided 95% quantiles of Student's t, by degrees of freedom (1..30); 1.96 beyond.
-_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-        2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
-
-
-def t95(df: int) -> float:
-    return _T95[df - 1] if 1 <= df <= len(_T95) else 1.96
 
 
 def temperature(step: int, steps: int, t_start: float, t_end: float) -> float:
@@ -38,20 +31,6 @@ def metropolis(current: float, proposed: float, temp: float, u: float) -> bool:
     if temp <= 0:
         return False
     return u < math.exp(-(proposed - current) / temp)
-
-
-def geomean(times: Sequence[float]) -> float:
-    return math.exp(statistics.fmean(math.log(t) for t in times))
-
-
-def geomean_ci95(times: Sequence[float]) -> tuple[float, float]:
-    """95% interval of the geometric mean: a t-interval on log times."""
-    logs = [math.log(t) for t in times]
-    if len(logs) < 2:
-        return (math.exp(logs[0]),) * 2 if logs else (math.nan, math.nan)
-    m = statistics.fmean(logs)
-    half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(m - half), math.exp(m + half)
 
 
 def energy(times: Sequence[float], baseline_geomean: float) -> float | None:

@@ -18,8 +18,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from analysis.batch_log import (best_times, main, speedup_ci, summaries, t_quantile_two_sided,
-                                load_batch_log)
+from analysis.batch_log import best_times, load_batch_log, main, summaries
 from analysis.export import PARQUET_MISSING, measurements_table
 from analysis.plots import plot_experiment
 from dispatcher.rundir import Rundir, append_batch_log
@@ -31,7 +30,8 @@ GC = {"minor_collections": 12, "major_collections": 3, "minor_words": 123456,
 PERF_EVENTS = ("cycles", "instructions", "task-clock")
 UNSUPPORTED = "cache-misses"
 
-# Baseline and best candidate log-times for the hand computation (see test_hand_computed_ci).
+# Baseline and best candidate log-times: the hand computation in tests/test_stats.py
+# (test_hand_computed_speedup_ci) gives their speedup and interval.
 BASE_LOGS = [0.0, 0.02, -0.02]
 BEST_LOGS = [-0.1, -0.08, -0.12]
 
@@ -184,33 +184,7 @@ def by_task(rows):
 
 
 # --------------------------------------------------------------------------- statistics
-
-@pytest.mark.parametrize("df, expected", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (5, 2.5706),
-                                          (10, 2.2281), (30, 2.0423), (100, 1.9840),
-                                          (1e9, 1.9600)])
-def test_t_quantile_matches_tables(df, expected):
-    assert t_quantile_two_sided(df) == pytest.approx(expected, abs=6e-5)
-
-
-def test_t_quantile_fractional_df_lies_between():
-    assert t_quantile_two_sided(4) > t_quantile_two_sided(4.5) > t_quantile_two_sided(5)
-
-
-def test_hand_computed_ci():
-    # log baseline: mean 0, sample variance (0 + .02^2 + .02^2) / 2 = 0.0004; n = 3
-    # log best:     mean -0.1, sample variance 0.0004; n = 3
-    # difference of means 0.1; se = sqrt(0.0004/3 + 0.0004/3) = 0.01632993
-    # Welch df = (2v/3)^2 / (2 (v/3)^2 / 2) = 4, t(0.975, 4) = 2.776445; half width 0.04533921
-    # speedup exp(0.1) = 1.105171, CI [exp(0.05466079), exp(0.14533921)] = [1.056182, 1.156431]
-    s, lo, hi = speedup_ci([math.exp(v) for v in BASE_LOGS], [math.exp(v) for v in BEST_LOGS])
-    assert s == pytest.approx(1.105171, abs=1e-6)
-    assert lo == pytest.approx(1.056182, abs=1e-6)
-    assert hi == pytest.approx(1.156431, abs=1e-6)
-
-
-def test_ci_needs_two_times_each_side():
-    assert speedup_ci([1.0, 1.1], [0.9]) == (pytest.approx(math.sqrt(1.1) / 0.9), None, None)
-
+# (the formulas themselves: tests/test_stats.py)
 
 def test_best_times_pool_remeasures_of_the_same_binary():
     events = [

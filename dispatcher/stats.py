@@ -1,0 +1,93 @@
+"""The project's statistics of run times, in one place: geometric means and their intervals.
+
+Run times are compared on the log scale: a geometric mean is the exponential of the mean log
+time, its confidence interval a Student t-interval on the log times, exponentiated, and a
+speedup (the ratio of two geometric means) gets a Welch t-interval on the difference of the mean
+log times, exponentiated.  One definition of speedup everywhere (docs/measurement.md).
+
+The t quantile comes from scipy (``scipy.special.stdtrit``), imported on first use only:
+importing this module (and so the CLI) stays cheap.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+
+def _logs(times: Iterable[float]) -> list[float]:
+    logs = []
+    for t in times:
+        if not t > 0 or math.isinf(t):
+            raise ValueError(f"times must be positive and finite, got {t!r}")
+        logs.append(math.log(t))
+    return logs
+
+
+def _mean_and_var(logs: list[float]) -> tuple[float, float]:
+    """Mean and sample variance (n - 1 in the denominator; needs two values or more)."""
+    m = math.fsum(logs) / len(logs)
+    return m, math.fsum((v - m) ** 2 for v in logs) / (len(logs) - 1)
+
+
+def t_quantile(df: float, level: float = 0.95) -> float:
+    """The two-sided Student t quantile: t such that P(|T| <= t) = ``level`` for T with ``df``
+    degrees of freedom (> 0, may be fractional as Welch's are, or infinite: the normal)."""
+    if not df > 0:
+        raise ValueError(f"degrees of freedom must be positive, got {df!r}")
+    if not 0 < level < 1:
+        raise ValueError(f"confidence level must lie strictly between 0 and 1, got {level!r}")
+    from scipy.special import stdtrit  # lazy: scipy costs ~0.1 s to import
+
+    return float(stdtrit(df, (1.0 + level) / 2.0))
+
+
+def geomean(times: Iterable[float]) -> float:
+    """The geometric mean of positive times; ValueError for none or a non-positive one."""
+    logs = _logs(times)
+    if not logs:
+        raise ValueError("geometric mean of no times")
+    return math.exp(math.fsum(logs) / len(logs))
+
+
+def geomean_ci(times: Iterable[float], level: float = 0.95) -> tuple[float, float]:
+    """(low, high): the ``level`` confidence interval of the geometric mean of ``times``, a
+    t-interval on the log times with n - 1 degrees of freedom, exponentiated.
+
+    One time: (t, t) (no spread to estimate); no times: (nan, nan).
+    """
+    logs = _logs(times)
+    if len(logs) < 2:
+        return (math.exp(logs[0]),) * 2 if logs else (math.nan, math.nan)
+    m, var = _mean_and_var(logs)
+    if var == 0.0:
+        return math.exp(m), math.exp(m)
+    half = t_quantile(len(logs) - 1, level) * math.sqrt(var / len(logs))
+    return math.exp(m - half), math.exp(m + half)
+
+
+def speedup_ci(baseline_times: Iterable[float], candidate_times: Iterable[float],
+               level: float = 0.95) -> tuple[float, float | None, float | None]:
+    """(speedup, low, high): geomean(baseline) / geomean(candidate), the ratio of geometric
+    means, and its ``level`` confidence interval.
+
+    The interval is Welch's t-interval for the difference of the mean log times (baseline
+    minus candidate; unequal variances, Welch-Satterthwaite degrees of freedom), exponentiated.
+    low and high are None with fewer than two times on either side; both equal the speedup
+    when neither side varies.  ValueError when a side has no times or a time is not positive.
+    """
+    lb, lc = _logs(baseline_times), _logs(candidate_times)
+    if not lb or not lc:
+        raise ValueError("no times")
+    mb, mc = math.fsum(lb) / len(lb), math.fsum(lc) / len(lc)
+    diff = mb - mc
+    speedup = math.exp(diff)
+    if len(lb) < 2 or len(lc) < 2:
+        return speedup, None, None
+    vb = _mean_and_var(lb)[1] / len(lb)  # squared standard errors of the two means
+    vc = _mean_and_var(lc)[1] / len(lc)
+    se2 = vb + vc
+    if se2 == 0.0:
+        return speedup, speedup, speedup
+    df = se2 ** 2 / (vb ** 2 / (len(lb) - 1) + vc ** 2 / (len(lc) - 1))
+    half = t_quantile(df, level) * math.sqrt(se2)
+    return speedup, math.exp(diff - half), math.exp(diff + half)
