@@ -16,16 +16,28 @@ exit_status, signal, failure, output_ok, then ``gc_<name>`` for every GC statist
 """
 from __future__ import annotations
 
-import json
 import math
-import os
-import tempfile
 import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Any
 
 import pandas as pd
 
+from dispatcher.files import atomic_output
+from dispatcher.records import (
+    BaselineEvent,
+    DecisionCounts,
+    Event,
+    PerfCount,
+    RecordError,
+    RunResult,
+    StartEvent,
+    StepEvent,
+    read_experiment,
+    read_results,
+)
 from dispatcher.rundir import read_journal
 
 BASE_COLUMNS = ("benchmark", "rundir", "step", "candidate", "dir", "mutation", "accepted",
@@ -44,100 +56,96 @@ class MeasurementWarning(UserWarning):
     """A candidate's measurements could not be read; its runs are left out."""
 
 
-def experiment_info(rundir: Path, events: list[dict]) -> dict:
-    """The experiment's fields: the journal's start event, else experiment.json, else {}."""
-    start = next((e for e in events if e.get("event") == "start"), None)
+def experiment_info(rundir: Path, events: Sequence[Event]) -> dict[str, Any]:
+    """The experiment's fields as JSON: the journal's start event, else ``experiment.json``,
+    else {} (an unreadable one included: the table still shows the rundir)."""
+    start = next((e for e in events if isinstance(e, StartEvent)), None)
     if start is not None:
-        return start
+        return start.to_json()
     try:
-        return json.loads((rundir / "experiment.json").read_text())
-    except (OSError, ValueError):
+        return read_experiment(rundir / "experiment.json").to_json()
+    except RecordError:
         return {}
 
 
-def _candidates(events: list[dict]) -> list[dict]:
-    """(step, candidate) entries of the baseline and every step, in order."""
+@dataclass(frozen=True)
+class _Entry:
+    """One (step, candidate) of the table: the baseline, or a proposal of a step."""
+
+    step: int
+    candidate: int
+    dir: str
+    mutation: str | None
+    accepted: bool
+    energy: float | None
+    decisions: DecisionCounts | None
+    expect_runs: bool  # measurements.json should exist: a missing one is worth a warning
+
+
+def _candidates(events: Sequence[Event]) -> list[_Entry]:
+    """The baseline and every step's candidates, in order."""
     out = []
-    baseline = next((e for e in events if e.get("event") == "baseline"), None)
+    baseline = next((e for e in events if isinstance(e, BaselineEvent)), None)
     if baseline is not None:
-        out.append({"step": 0, "candidate": 0, "dir": baseline.get("dir") or "steps/00000/c0",
-                    "mutation": None, "accepted": False, "energy": 1.0,
-                    "decisions": baseline.get("decisions"), "sha256": baseline.get("sha256"),
-                    "expect_runs": True})
-    steps: dict[int, dict] = {}
-    for e in events:  # a step journaled twice (should not happen) counts once: the last one
-        if e.get("event") == "step" and isinstance(e.get("step"), int):
-            steps[e["step"]] = e
+        out.append(_Entry(step=0, candidate=0, dir=baseline.dir, mutation=None, accepted=False,
+                          energy=1.0, decisions=baseline.decisions, expect_runs=True))
+    # A step journaled twice (should not happen) counts once: the last one.
+    steps = {e.step: e for e in events if isinstance(e, StepEvent)}
     for n in sorted(steps):
         e = steps[n]
-        for k, c in enumerate(e.get("candidates") or []):
-            k = c.get("candidate", k)
-            out.append({"step": n, "candidate": k,
-                        "dir": c.get("dir") or f"steps/{n:05d}/c{k}",
-                        "mutation": c.get("mutation"),
-                        "accepted": bool(e.get("accepted")) and e.get("chosen") == k,
-                        "energy": c.get("energy"), "decisions": c.get("decisions"),
-                        "sha256": c.get("sha256"),
-                        "expect_runs": c.get("sha256") is not None
-                        and bool(c.get("times") or c.get("failed"))})
+        for c in e.candidates:
+            out.append(_Entry(step=n, candidate=c.candidate, dir=c.dir, mutation=c.mutation,
+                              accepted=e.accepted and e.chosen == c.candidate, energy=c.energy,
+                              decisions=c.decisions,
+                              expect_runs=c.sha256 is not None and bool(c.times or c.failed)))
     return out
 
 
-def _read_measurements(path: Path, expect: bool) -> list[dict]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
+def _read_measurements(path: Path, expect: bool) -> list[RunResult]:
+    if not path.exists():
         if expect:
-            warnings.warn(f"{path}: missing, its runs are left out", MeasurementWarning)
+            warnings.warn(f"{path}: missing, its runs are left out", MeasurementWarning,
+                          stacklevel=2)
         return []
-    except (OSError, ValueError) as exc:
-        warnings.warn(f"{path}: unreadable ({exc}), its runs are left out", MeasurementWarning)
+    try:
+        return read_results(path)
+    except RecordError as exc:
+        warnings.warn(f"{exc}; its runs are left out", MeasurementWarning, stacklevel=2)
         return []
-    if isinstance(data, dict):
-        data = [data]
-    if not isinstance(data, list):
-        warnings.warn(f"{path}: not a list of run results, left out", MeasurementWarning)
-        return []
-    return [r for r in data if isinstance(r, dict)]
 
 
-def _perf_value(entry) -> float:
-    if isinstance(entry, dict) and isinstance(entry.get("value"), (int, float)) \
-            and not entry.get("unsupported") and not entry.get("not_counted"):
-        return float(entry["value"])
+def _perf_value(count: PerfCount) -> float:
+    if count.value is not None and not count.unsupported and not count.not_counted:
+        return float(count.value)
     return math.nan
 
 
-def rundir_rows(rundir: Path) -> list[dict]:
+def rundir_rows(rundir: Path) -> list[dict[str, Any]]:
     """The rows of one rundir (raises RundirError for a corrupt journal)."""
     rundir = Path(rundir)
     events = read_journal(rundir / "journal.jsonl")
     task = experiment_info(rundir, events).get("task")
     rows = []
     for c in _candidates(events):
-        decisions = c["decisions"] or {}
-        head = {"benchmark": task, "rundir": str(rundir), "step": c["step"],
-                "candidate": c["candidate"], "dir": c["dir"], "mutation": c["mutation"],
-                "accepted": c["accepted"], "energy": c["energy"],
-                "inlined": decisions.get("inlined"), "not_inlined": decisions.get("not_inlined"),
-                "prevented": decisions.get("prevented")}
+        d = c.decisions
+        head = {"benchmark": task, "rundir": str(rundir), "step": c.step,
+                "candidate": c.candidate, "dir": c.dir, "mutation": c.mutation,
+                "accepted": c.accepted, "energy": c.energy,
+                "inlined": d.inlined if d else None, "not_inlined": d.not_inlined if d else None,
+                "prevented": d.prevented if d else None}
         run = 0
-        for result in _read_measurements(rundir / c["dir"] / "measurements.json",
-                                         c["expect_runs"]):
-            for rec in result.get("records") or []:
-                row = {**head, "sha256": result.get("sha256", c["sha256"]),
-                       "worker": result.get("worker"), "worker_class": result.get("worker_class"),
-                       "cpu": result.get("cpu"), "run": run,
-                       "wall_s": rec["wall_ns"] / 1e9 if rec.get("wall_ns") is not None
-                       else math.nan,
-                       "user_s": rec.get("user_s"), "sys_s": rec.get("sys_s"),
-                       "maxrss_kb": rec.get("maxrss_kb"), "exit_status": rec.get("exit_status"),
-                       "signal": rec.get("signal"), "failure": rec.get("failure"),
-                       "output_ok": rec.get("output_ok")}
-                for name, value in (rec.get("gc") or {}).items():
+        for result in _read_measurements(rundir / c.dir / "measurements.json", c.expect_runs):
+            for rec in result.records:
+                row = {**head, "sha256": result.sha256, "worker": result.worker,
+                       "worker_class": result.worker_class, "cpu": result.cpu, "run": run,
+                       "wall_s": rec.wall_ns / 1e9 if rec.wall_ns is not None else math.nan,
+                       "user_s": rec.user_s, "sys_s": rec.sys_s, "maxrss_kb": rec.maxrss_kb,
+                       "exit_status": rec.exit_status, "signal": rec.signal,
+                       "failure": rec.failure, "output_ok": rec.output_ok}
+                for name, value in rec.gc.items():
                     row[f"gc_{name}"] = value
-                for event, entry in (rec.get("perf") or {}).items():
-                    row[f"perf_{event}"] = _perf_value(entry)
+                for event, count in (rec.perf or {}).items():
+                    row[f"perf_{event}"] = _perf_value(count)
                 rows.append(row)
                 run += 1
     return rows
@@ -187,15 +195,9 @@ def write_table(df: pd.DataFrame, out: Path) -> Path:
     directory = out.parent if str(out.parent) else Path(".")
     if not directory.is_dir():
         raise ExportError(f"{out}: directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:
+    with atomic_output(out, suffix=".tmp") as tmp:
         if fmt == "csv":
             df.to_csv(tmp, index=False)
         else:
             df.to_parquet(tmp, index=False, engine="pyarrow")
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return out

@@ -7,8 +7,6 @@ secondary axis.  Uses matplotlib's object API with the Agg canvas: no display, n
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -16,6 +14,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from analysis.export import experiment_info
+from dispatcher.files import atomic_output
+from dispatcher.records import RemeasureEvent, StepEvent
 from dispatcher.rundir import read_journal
 
 
@@ -24,34 +24,32 @@ def plot_experiment(rundir: Path) -> Path:
     rundir = Path(rundir)
     events = read_journal(rundir / "journal.jsonl")
     exp = experiment_info(rundir, events)
-    steps: dict[int, dict] = {}
-    for e in events:
-        if e.get("event") == "step" and isinstance(e.get("step"), int):
-            steps[e["step"]] = e
+    steps = {e.step: e for e in events if isinstance(e, StepEvent)}  # a step twice: the last
     order = sorted(steps)
 
     fig = Figure(figsize=(9, 5), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    px = [n for n in order for c in steps[n].get("candidates") or []
-          if c.get("energy") is not None]
-    py = [c["energy"] for n in order for c in steps[n].get("candidates") or []
-          if c.get("energy") is not None]
+    px: list[int] = []
+    py: list[float] = []
+    for n in order:
+        for c in steps[n].candidates:
+            if c.energy is not None:
+                px.append(n)
+                py.append(c.energy)
     ax.scatter(px, py, s=14, alpha=0.6, color="tab:gray", label="proposals", zorder=5)
-    rx = [e.get("step") for e in events
-          if e.get("event") == "remeasure" and e.get("energy") is not None]
-    ry = [e["energy"] for e in events
-          if e.get("event") == "remeasure" and e.get("energy") is not None]
+    remeasures = [e for e in events if isinstance(e, RemeasureEvent)]
+    rx = [e.step for e in remeasures]
+    ry = [e.energy for e in remeasures]
     if rx:
         ax.scatter(rx, ry, marker="x", s=30, color="tab:purple", label="remeasured incumbent",
                    zorder=6)
     for key, color, width in (("incumbent", "tab:blue", 2.8), ("best", "tab:green", 1.4)):
         xs, ys = [0], [1.0]
         for n in order:
-            energy = (steps[n].get(key) or {}).get("energy")
-            if energy is not None:
-                xs.append(n)
-                ys.append(energy)
+            pointer = steps[n].incumbent if key == "incumbent" else steps[n].best
+            xs.append(n)
+            ys.append(pointer.energy)
         ax.plot(xs, ys, drawstyle="steps-post", color=color, linewidth=width, label=key,
                 zorder=4)
     ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="baseline", zorder=1)
@@ -62,12 +60,17 @@ def plot_experiment(rundir: Path) -> Path:
     ax.grid(True, alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
 
-    temps = [(n, steps[n].get("temperature")) for n in order
-             if isinstance(steps[n].get("temperature"), (int, float))]
-    if temps:
+    tx: list[int] = []
+    ty: list[float] = []
+    for n in order:
+        t = steps[n].temperature
+        if t is not None:
+            tx.append(n)
+            ty.append(t)
+    if tx:
         ax2 = ax.twinx()
-        (line,) = ax2.plot([n for n, _ in temps], [t for _, t in temps], color="tab:orange",
-                           linewidth=1, alpha=0.8, label="temperature")
+        (line,) = ax2.plot(tx, ty, color="tab:orange", linewidth=1, alpha=0.8,
+                           label="temperature")
         ax2.set_ylabel("temperature")
         handles.append(line)
         labels.append("temperature")
@@ -81,12 +84,6 @@ def plot_experiment(rundir: Path) -> Path:
     fig.tight_layout()
 
     out = rundir / "plot.png"
-    fd, tmp = tempfile.mkstemp(prefix=".plot.", suffix=".png.tmp", dir=rundir)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png")
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_output(out, suffix=".png.tmp") as tmp:
+        fig.savefig(tmp, format="png")
     return out

@@ -10,7 +10,10 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 def sha256_file(path: Path | str) -> str:
@@ -36,8 +39,57 @@ def write_text_atomic(path: Path, text: str) -> Path:
     return path
 
 
-def write_json_atomic(path: Path, data) -> Path:
+def write_json_atomic(path: Path, data: Any) -> Path:
     return write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True))
+
+
+@contextmanager
+def atomic_output(path: Path | str, suffix: str | None = None) -> Iterator[Path]:
+    """A temporary path beside ``path`` for a library that writes by file name or file object
+    (pandas ``to_csv``/``to_parquet``, matplotlib ``savefig``); the file written there replaces
+    ``path`` atomically when the ``with`` block ends without an exception::
+
+        with atomic_output(out) as tmp:
+            df.to_csv(tmp, index=False)
+
+    The temporary file exists (empty) when the block starts, is named ``.<name>.<random><suffix>``
+    (``suffix`` defaults to ``path``'s own, so a library that picks the format from the extension
+    picks the right one) and gets the permissions a new file would (umask applied).  On success
+    it is fsynced and renamed over ``path``; on an exception (KeyboardInterrupt included) it is
+    removed and ``path`` keeps its old content.  ``path``'s directory must exist.
+    """
+    path = Path(path)
+    directory = path.parent
+    fd, name = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.",
+                                suffix=path.suffix if suffix is None else suffix)
+    tmp = Path(name)
+    try:
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())
+        finally:
+            os.close(fd)
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY)  # the library closed its own descriptor: sync by name
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (os.umask would, racing other threads)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def append_json_line(path: Path, event: dict) -> None:
