@@ -429,6 +429,33 @@ def test_plot_experiment_directly(batch):
     out = plot_experiment(paths["finished"])
     assert out == paths["finished"] / "plot.png"
     check_png(out)
-    first = out.stat().st_mtime_ns
-    plot_experiment(paths["finished"])  # rewriting replaces it
-    assert out.stat().st_mtime_ns >= first
+
+
+def test_plot_experiment_rewrites_the_plot(batch):
+    _, paths = batch
+    rundir = paths["running"]
+    out = plot_experiment(rundir)
+    before, inode = out.read_bytes(), out.stat().st_ino
+    # The same journal again: a new file (renamed over the old one), the same picture.
+    assert plot_experiment(rundir) == out
+    assert out.stat().st_ino != inode and out.read_bytes() == before
+    # One more step in the journal (the last step's record with a new number and a far worse
+    # proposal, appended as the experiment would): the plot changes.
+    journal = rundir / "journal.jsonl"
+    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    step = json.loads(json.dumps([e for e in events if e["event"] == "step"][-1]))
+    step["step"] += 1
+    step["time"] += 1
+    step["accepted"] = False
+    for c in step["candidates"]:
+        c["energy"] = 3.0
+    with open(journal, "a") as f:
+        f.write(json.dumps(step) + "\n")
+    plot_experiment(rundir)
+    check_png(out)
+    assert out.read_bytes() != before
+    # Removed, it comes back.
+    out.unlink()
+    plot_experiment(rundir)
+    check_png(out)
+    assert sorted(f.name for f in rundir.iterdir() if f.name.startswith(".")) == []
