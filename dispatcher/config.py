@@ -5,6 +5,7 @@ not a failed overnight run.  ``configs/local.yaml`` is the default.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -22,6 +23,74 @@ BACKENDS = ("local", "ssh", "ray")
 
 class ConfigError(ValueError):
     """A config file that cannot be used; the message is one line."""
+
+
+class _KeyPathError(Exception):
+    """A problem the YAML loader found at a key path (``run.timeout``, ``ssh.hosts[0].port``)."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that also refuses, at any depth, a key given twice in one mapping
+    (plain YAML keeps the last silently) and a number that is not finite (``.nan``, ``.inf``,
+    ``-.inf``, a float that overflows such as ``1.0e+999``), naming the key path.
+
+    The checks walk the composed node tree before anything is constructed, so the path of every
+    node is known.  A merge key (``<<: *anchor``) is not a duplicate of the keys it brings in.
+    """
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        self._check(node, "", set())
+        return super().construct_document(node)
+
+    def _check(self, node: yaml.Node, path: str, seen: set[int]) -> None:
+        if id(node) in seen:  # an alias of a node checked already (or a recursive one)
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: set[Any] = set()
+            for key_node, value_node in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    self._check(value_node, path, seen)
+                    continue
+                self._check(key_node, path, seen)
+                name = key_node.value if isinstance(key_node, yaml.ScalarNode) else "?"
+                where = f"{path}.{name}" if path else str(name)
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in keys
+                    keys.add(key)
+                except TypeError:  # unhashable: the constructor reports it
+                    duplicate = False
+                if duplicate:
+                    line = key_node.start_mark.line + 1
+                    raise _KeyPathError(where, f"duplicate key (line {line})")
+                self._check(value_node, where, seen)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self._check(item, f"{path}[{i}]", seen)
+        elif node.tag == "tag:yaml.org,2002:float" and isinstance(node, yaml.ScalarNode):
+            try:
+                finite = math.isfinite(self.construct_yaml_float(node))
+            except ValueError:  # an explicit !!float on something else
+                finite = False
+            if not finite:
+                raise _KeyPathError(path or "(top level)",
+                                    f"expected a finite number, got {node.value}")
+
+
+def _finite_number(v: Any) -> bool:
+    """An int or float (not a bool) that is finite as a float (a huge int is not)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -143,7 +212,7 @@ class _Reader:
 
     def positive_number(self, data: dict, key: str, name: str, default: float) -> float:
         v = data.get(key, default)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
+        if not _finite_number(v) or v <= 0:
             raise self.fail(name, "a positive number", v)
         return float(v)
 
@@ -193,7 +262,7 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
 
     run = r.section(data, "run", {"runs", "timeout", "perf", "size"})
     timeout = run.get("timeout", RunConfig.timeout)
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+    if not _finite_number(timeout) or timeout <= 0:
         raise r.fail("run.timeout", "a positive number of seconds", timeout)
     perf = run.get("perf", True)
     if not isinstance(perf, bool):
@@ -235,10 +304,10 @@ def _search_config(r: _Reader, data: dict, path: Path | None) -> SearchConfig:
     algorithm = d.get("algorithm", "sa")
     if algorithm not in ("sa", "random-walk"):
         raise r.fail("search.algorithm", "sa or random-walk", algorithm)
-    temps = {}
+    temps: dict[str, float] = {}
     for key in ("t_start", "t_end"):
         v = d.get(key, getattr(SearchConfig, key))
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
+        if not _finite_number(v) or v <= 0:
             raise r.fail(f"search.{key}", "a positive number", v)
         temps[key] = float(v)
     seed = d.get("seed", 0)
@@ -250,7 +319,7 @@ def _search_config(r: _Reader, data: dict, path: Path | None) -> SearchConfig:
     remeasure = d.get("remeasure_every", 10)
     if not isinstance(remeasure, int) or isinstance(remeasure, bool) or remeasure < 0:
         raise r.fail("search.remeasure_every", "a number of steps (0: never)", remeasure)
-    paths = {}
+    paths: dict[str, Path] = {}
     for key in ("rundirs", "batch_log"):
         v = d.get(key, str(getattr(SearchConfig, key)))
         if not isinstance(v, str) or not v:
@@ -263,7 +332,9 @@ def _search_config(r: _Reader, data: dict, path: Path | None) -> SearchConfig:
         chains=r.positive_int(d, "chains", "search.chains", 1),
         baseline_runs=r.positive_int(d, "baseline_runs", "search.baseline_runs", 10),
         remeasure_every=remeasure,
-        max_flips=r.positive_int(d, "max_flips", "search.max_flips", 2), **temps, **paths)
+        max_flips=r.positive_int(d, "max_flips", "search.max_flips", 2),
+        t_start=temps["t_start"], t_end=temps["t_end"], rundirs=paths["rundirs"],
+        batch_log=paths["batch_log"])
 
 
 # A host name or address: letters, digits and the punctuation of names, IPv4 and IPv6.
@@ -341,7 +412,9 @@ def load_config(path: Path | str | None = None) -> Config:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_StrictLoader)
+    except _KeyPathError as exc:
+        raise ConfigError(f"{path}: {exc.key}: {exc.message}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

@@ -82,6 +82,61 @@ def test_bad_config_is_one_clear_line(tmp_path, text, message):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("text, message", [
+    ("run:\n  timeout: .nan\n", "run.timeout: expected a finite number, got .nan"),
+    ("run:\n  timeout: .inf\n", "run.timeout: expected a finite number, got .inf"),
+    ("scheduler:\n  backoff_s: -.inf\n",
+     "scheduler.backoff_s: expected a finite number, got -.inf"),
+    ("run:\n  timeout: 1.0e+999\n", "run.timeout: expected a finite number, got 1.0e+999"),
+    ("run:\n  timeout: !!float 1e999\n", "run.timeout: expected a finite number, got 1e999"),
+    ("ssh:\n  hosts:\n    - host: a\n      port: .NaN\n",
+     "ssh.hosts[0].port: expected a finite number, got .NaN"),
+    ("colour: .inf\n", "colour: expected a finite number, got .inf"),  # before unknown keys
+    (".nan\n", "(top level): expected a finite number, got .nan"),
+    ("run:\n  runs: 3\nbackend: local\nrun:\n  runs: 4\n", "run: duplicate key (line 4)"),
+    ("run:\n  runs: 3\n  timeout: 5\n  runs: 4\n", "run.runs: duplicate key (line 4)"),
+    ("ssh:\n  hosts:\n    - host: a\n      host: b\n",
+     "ssh.hosts[0].host: duplicate key (line 4)"),
+    ("run: {runs: 3, runs: 3}\n", "run.runs: duplicate key (line 1)"),
+    ("run:\n  timeout: 1" + "0" * 400 + "\n", "run.timeout: expected a positive number of "
+     "seconds, got 1" + "0" * 400),  # an int too large for a float
+])
+def test_duplicate_keys_and_non_finite_numbers_are_one_exact_line(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}: {message}"
+
+
+def test_merge_keys_and_finite_floats_are_not_refused(tmp_path):
+    path = tmp_path / "ok.yaml"
+    path.write_text("run:\n  timeout: 1.5e+2\nssh:\n  user: u\n  hosts:\n"
+                    "    - &h {host: a, rundir: r, cpus: [1], cache_limit_mb: 64}\n"
+                    "    - <<: *h\n      host: b\n")
+    config = load_config(path)
+    assert config.run.timeout == 150.0
+    assert [(h.name, h.cache_limit_bytes) for h in config.ssh.hosts] == [("a", 64 << 20),
+                                                                          ("b", 64 << 20)]
+
+
+def test_bundled_configs_load_strictly():
+    for path in sorted((REPO / "configs").glob("*.yaml")):
+        assert load_config(path).path == path
+
+
+@pytest.mark.parametrize("text, message", [
+    ("run:\n  timeout: .nan\n", "run.timeout: expected a finite number, got .nan"),
+    ("backend: local\nrun:\n  runs: 3\nrun:\n  runs: 4\n", "run: duplicate key (line 4)"),
+])
+def test_cli_reports_a_strict_config_error_in_one_line(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    proc = run_cli("hamming", "--config", str(path))
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [f"Error: {path}: {message}"]
+
+
 # -- store and compile service
 
 def test_compile_cache_hit_and_override_miss(compiler, store):
