@@ -19,9 +19,10 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Protocol
 
 import yaml
 
@@ -104,7 +105,8 @@ class ExpectedOutput:
         return hashlib.sha256(stdout).hexdigest() == self.sha256
 
     def to_json(self) -> dict[str, str]:
-        """A plain dict (``{"text": ...}`` or ``{"sha256": ...}``) a stdlib-only worker can check."""
+        """A plain dict (``{"text": ...}`` or ``{"sha256": ...}``) a stdlib-only worker can
+        check."""
         if self.text is not None:
             return {"text": self.text}
         assert self.sha256 is not None
@@ -192,7 +194,8 @@ class Benchmark:
         except KeyError:
             known = ", ".join(self.sizes)
             raise ManifestError(
-                self.manifest_path, f"sizes.{name}", f"no such size in benchmark {self.name} (known: {known})"
+                self.manifest_path, f"sizes.{name}",
+                f"no such size in benchmark {self.name} (known: {known})"
             ) from None
 
     def binary_name(self) -> str:
@@ -207,7 +210,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that rejects duplicate mapping keys instead of keeping the last one."""
 
 
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode,
+                              deep: bool = False) -> dict:
     loader.flatten_mapping(node)
     seen: set[Any] = set()
     for key_node, _ in node.value:
@@ -218,21 +222,23 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, 
             break
         if duplicate:
             raise yaml.constructor.ConstructorError(
-                "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+                "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}",
+                key_node.start_mark
             )
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
 
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                                 _construct_unique_mapping)
 
 
 def _type_name(value: Any) -> str:
     if value is None:
         return "null"
-    return {bool: "bool", int: "int", float: "float", str: "string", list: "list", dict: "mapping"}.get(
-        type(value), type(value).__name__
-    )
+    names = {bool: "bool", int: "int", float: "float", str: "string", list: "list",
+             dict: "mapping"}
+    return names.get(type(value), type(value).__name__)
 
 
 class _Checker:
@@ -244,7 +250,8 @@ class _Checker:
     def fail(self, field_name: str, expected: str) -> ManifestError:
         return ManifestError(self.file, field_name, expected)
 
-    def mapping(self, value: Any, field_name: str, allowed: Sequence[str], required: Sequence[str]) -> dict:
+    def mapping(self, value: Any, field_name: str, allowed: Sequence[str],
+                required: Sequence[str]) -> dict:
         if not isinstance(value, dict):
             raise self.fail(field_name, f"expected a mapping, got {_type_name(value)}")
         prefix = f"{field_name}." if field_name != "(top level)" else ""
@@ -275,7 +282,8 @@ class _Checker:
         for i, item in enumerate(value):
             if not isinstance(item, str):
                 hint = ' (quote numbers: "64")' if isinstance(item, (int, float, bool)) else ""
-                raise self.fail(f"{field_name}[{i}]", f"expected a string{hint}, got {_type_name(item)}")
+                raise self.fail(f"{field_name}[{i}]",
+                                f"expected a string{hint}, got {_type_name(item)}")
             if "\0" in item:
                 raise self.fail(f"{field_name}[{i}]", "expected a string without NUL characters")
             out.append(item)
@@ -286,9 +294,11 @@ def _read_manifest(file: Path) -> Any:
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ManifestError(file, "manifest", "file not found (expected a benchmark directory containing benchmark.yaml)") from None
+        raise ManifestError(file, "manifest", "file not found (expected a benchmark directory "
+                            "containing benchmark.yaml)") from None
     except UnicodeDecodeError as e:
-        raise ManifestError(file, "manifest", f"expected UTF-8 text ({e.reason} at byte {e.start})") from None
+        raise ManifestError(file, "manifest",
+                            f"expected UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:
         raise ManifestError(file, "manifest", f"cannot read ({e.strerror or e})") from None
     try:
@@ -300,10 +310,12 @@ def _read_manifest(file: Path) -> Any:
         raise ManifestError(file, where, f"expected valid YAML ({problem})") from None
 
 
-def _check_source_name(c: _Checker, directory: Path, value: Any, field_name: str, *, main: bool) -> str:
+def _check_source_name(c: _Checker, directory: Path, value: Any, field_name: str, *,
+                       main: bool) -> str:
     name = c.string(value, field_name)
     if "/" in name or "\\" in name or name.startswith("."):
-        raise c.fail(field_name, f"expected a plain file name in the benchmark directory, got {name!r}")
+        raise c.fail(field_name,
+                     f"expected a plain file name in the benchmark directory, got {name!r}")
     if not SOURCE_RE.fullmatch(name):
         raise c.fail(field_name, f"expected a file name matching {SOURCE_RE.pattern}, got {name!r}")
     if main and not name.endswith(".ml"):
@@ -329,11 +341,13 @@ def _unit_name(file_name: str) -> str:
     return file_name.rsplit(".", 1)[0].lower()
 
 
-def _check_sources(c: _Checker, directory: Path, modules_raw: Any, main_raw: Any) -> tuple[tuple[str, ...], str]:
+def _check_sources(c: _Checker, directory: Path, modules_raw: Any,
+                   main_raw: Any) -> tuple[tuple[str, ...], str]:
     if not isinstance(modules_raw, list):
         raise c.fail("modules", f"expected a list of file names, got {_type_name(modules_raw)}")
     modules = tuple(
-        _check_source_name(c, directory, m, f"modules[{i}]", main=False) for i, m in enumerate(modules_raw)
+        _check_source_name(c, directory, m, f"modules[{i}]", main=False)
+        for i, m in enumerate(modules_raw)
     )
     main = _check_source_name(c, directory, main_raw, "main", main=True)
     seen_files: dict[str, str] = {}
@@ -345,13 +359,15 @@ def _check_sources(c: _Checker, directory: Path, modules_raw: Any, main_raw: Any
         seen_files[name] = fname
         key = (_unit_name(name), name.rsplit(".", 1)[1])
         if key in seen_units:
-            raise c.fail(fname, f"expected distinct module names, {name} and {seen_units[key]} name the same module")
+            raise c.fail(fname, f"expected distinct module names, {name} and "
+                         f"{seen_units[key]} name the same module")
         seen_units[key] = name
         if name.endswith(".ml"):
             mli = name + "i"
             if (directory / mli).exists() and mli not in seen_files:
                 where = "listed after it" if mli in (*modules, main) else "not listed"
-                raise c.fail(fname, f"expected {mli} to be listed in modules before {name} ({mli} exists but is {where})")
+                raise c.fail(fname, f"expected {mli} to be listed in modules before {name} "
+                             f"({mli} exists but is {where})")
     return modules, main
 
 
@@ -395,7 +411,8 @@ def load_benchmark(path: Path | str) -> Benchmark:
     elif p.exists():
         raise ManifestError(p, "manifest", f"expected a benchmark directory or its {MANIFEST_NAME}")
     else:
-        raise ManifestError(p, "manifest", "no such file or directory (expected a benchmark directory)")
+        raise ManifestError(p, "manifest",
+                            "no such file or directory (expected a benchmark directory)")
     c = _Checker(file)
     raw = _read_manifest(file)
     if raw is None:
@@ -416,7 +433,8 @@ def load_benchmark(path: Path | str) -> Benchmark:
         flags = c.string_list(d["flags"], "flags")
         for i, flag in enumerate(flags):
             if flag in RESERVED_FLAGS:
-                raise c.fail(f"flags[{i}]", f"expected a compiler flag other than {flag} (build_benchmark sets it)")
+                raise c.fail(f"flags[{i}]", f"expected a compiler flag other than {flag} "
+                             "(build_benchmark sets it)")
     else:
         flags = DEFAULT_FLAGS
     sizes = _check_sizes(c, d["sizes"])
@@ -461,7 +479,8 @@ def resolve_benchmark(name_or_path: str) -> Benchmark:
     raise ManifestError(
         BUNDLED_DIR,
         s,
-        f"unknown benchmark (known: {', '.join(names) or 'none'}; or give the path of a benchmark directory)",
+        f"unknown benchmark (known: {', '.join(names) or 'none'}; "
+        "or give the path of a benchmark directory)",
     )
 
 
@@ -615,17 +634,20 @@ def build_benchmark(
             )
         except subprocess.TimeoutExpired:
             output = "\n".join(log)
-            raise BuildError(f"{bench.name}: {what}: timed out (build budget {timeout:g} s)", output) from None
+            raise BuildError(f"{bench.name}: {what}: timed out (build budget {timeout:g} s)",
+                             output) from None
         except OSError as e:
             log.append(str(e))
-            raise BuildError(f"{bench.name}: {what}: cannot run {cmd[0]} ({e})", "\n".join(log)) from None
+            raise BuildError(f"{bench.name}: {what}: cannot run {cmd[0]} ({e})",
+                             "\n".join(log)) from None
         text = proc.stdout.decode("utf-8", errors="replace")
         if text:
             log.append(text.rstrip("\n"))
         if proc.returncode != 0:
             output = "\n".join(log)
             raise BuildError(
-                f"{bench.name}: {what} failed (exit {proc.returncode}): {_first_error_line(text)}", output
+                f"{bench.name}: {what} failed (exit {proc.returncode}): "
+                f"{_first_error_line(text)}", output
             )
 
     cmx: list[str] = []

@@ -127,7 +127,7 @@ class CompileService:
         return compile_key(self.compiler.identity, source_hash or job.benchmark.source_hash(),
                            job.effective_flags, overrides_text(job.overrides))
 
-    def submit(self, job: CompileJob) -> "Future[CompileResult]":
+    def submit(self, job: CompileJob) -> Future[CompileResult]:
         source_hash = job.benchmark.source_hash()  # reads every source file: once per job
         key = self.key(job, source_hash)
         with self._lock:

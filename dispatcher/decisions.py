@@ -7,9 +7,9 @@ file pins decisions by the same keys, so a tool copies a dump, flips actions, fe
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import sexpdata
 

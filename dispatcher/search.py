@@ -9,7 +9,6 @@ import random
 from collections.abc import Sequence
 
 from dispatcher.stats import geomean
-from dispatcher.stats import geomean_ci as geomean_ci95  # noqa: F401  (dispatcher.experiment's)
 from dispatcher.tree import Tree, backtrack, backtrackable, flip_leaves, flippable
 
 

@@ -13,8 +13,8 @@ A compile key hashes (compiler identity, benchmark sources, flags, canonical ove
 whole candidate.  Beneath it, a unit key hashes (compiler identity, one unit's compile inputs as
 ``build_benchmark`` names them: command with flags and its own overrides' content, its source,
 the .cmi/.cmx of the units before it), so candidates that differ in one unit's overrides share
-the others' compiles.  A measurement key hashes (binary sha256, arguments, worker class), so two decision files that give
-the same binary share their measurements.
+the others' compiles.  A measurement key hashes (binary sha256, arguments, worker class), so two
+decision files that give the same binary share their measurements.
 """
 from __future__ import annotations
 

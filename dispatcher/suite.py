@@ -15,8 +15,15 @@ from pathlib import Path
 
 import click
 
-from dispatcher.benchmark import (Benchmark, BuildError, ManifestError, build_benchmark,
-                                  bundled_benchmarks, check_output, resolve_benchmark)
+from dispatcher.benchmark import (
+    Benchmark,
+    BuildError,
+    ManifestError,
+    build_benchmark,
+    bundled_benchmarks,
+    check_output,
+    resolve_benchmark,
+)
 from dispatcher.compiler import CompilerNotFound, locate_compiler
 from dispatcher.decisions import read_dumps
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 import functools
 import random
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable, Iterator, NamedTuple
+from typing import NamedTuple
 
 from dispatcher.decisions import Decision, DecisionDump, Override, dump_files, read_dumps
 
@@ -264,10 +265,12 @@ def _round_tree(dump: DecisionDump) -> RoundTree:
     roots: dict[str, _Builder] = {}
     made: dict[str, _Builder] = {}
 
-    def get(container: dict[str, _Builder], key: str, make) -> _Builder:
+    def get(container: dict[str, _Builder], kind: str, key: str, name: str,
+            decision: Decision | None) -> _Builder:
+        """The node of ``key``, made (and put in ``container``) the first time."""
         b = made.get(key)
         if b is None:
-            b = made[key] = make()
+            b = made[key] = _Builder(kind, key, name, decision)
             container[key] = b
         return b
 
@@ -282,7 +285,7 @@ def _round_tree(dump: DecisionDump) -> RoundTree:
                 raise TreeError(f"{where}: {d.key}: {frame} frame not after a C(..) frame")
             kind, name = _frame_name(frame, f"{where}: {d.key}")
             if kind == "D":
-                b = get(container, prefix, lambda: _Builder(DECL, prefix, name, None))
+                b = get(container, DECL, prefix, name, None)
                 i += 1
             else:
                 step = frames[i + 1]
@@ -297,12 +300,12 @@ def _round_tree(dump: DecisionDump) -> RoundTree:
                 if parent.action != want:
                     raise TreeError(f"{where}: {d.key}: its parent call {prefix} was "
                                     f"{parent.action}, not {want}")
-                b = get(container, prefix, lambda: _Builder(CALL, prefix, parent.callee, parent))
+                b = get(container, CALL, prefix, parent.callee, parent)
                 i += 2
             container = b.children
         if i != len(frames) - 1 or _frame_name(frames[-1], f"{where}: {d.key}")[0] != "C":
             raise TreeError(f"{where}: {d.key}: a decision's key must end with a C(..) frame")
-        get(container, d.key, lambda: _Builder(CALL, d.key, d.callee, d))
+        get(container, CALL, d.key, d.callee, d)
     return RoundTree(dump.unit, dump.round, tuple(b.freeze() for b in roots.values()))
 
 
@@ -315,7 +318,8 @@ def _node_decisions(unit: str, round_: int, node: Node) -> Iterator[Decision]:
     for n in node.walk():
         if n.kind == CALL:
             yield Decision(unit=unit, round=round_, key=n.key, callee=n.name, action=n.decided,
-                           reason=n.reason or "", guard=n.guard, detail=n.detail, override=n.override)
+                           reason=n.reason or "", guard=n.guard, detail=n.detail,
+                           override=n.override)
 
 
 def to_dumps(tree: Tree) -> list[DecisionDump]:
