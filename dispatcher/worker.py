@@ -1,8 +1,9 @@
 """The worker contract: typed run requests and results, and a connection to one agent.
 
-The agent (``workers/agent.py``) speaks JSON lines; this module is the master's side of that
-protocol.  Every backend hands the scheduler ``Slot`` objects (one per worker CPU) built on an
-``AgentConnection``: over a local pipe, an SSH channel or inside a Ray actor.
+The agent (``workers/agent/``, shipped as one zipapp) speaks JSON lines; this module is the
+master's side of that protocol.  Every backend hands the scheduler ``Slot`` objects (one per
+worker CPU) built on an ``AgentConnection``: over a local pipe, an SSH channel or inside a Ray
+actor.
 """
 from __future__ import annotations
 
@@ -12,18 +13,50 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 from dispatcher.records import RunRecord, RunResult
 
-AGENT_PATH = Path(__file__).resolve().parent.parent / "workers" / "agent.py"
+# The agent's package; what runs is its zipapp (``agent_zipapp``).
+AGENT_PATH = Path(__file__).resolve().parent.parent / "workers" / "agent"
+# Where the master builds the zipapp (content-addressed: masters of any version share it).
+AGENT_BUILD_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) \
+    / "inlining-orchestrator" / "agent"
+
+_zipapps: dict[Path, Path] = {}  # package directory -> its zipapp, built by this process
+_zipapps_lock = threading.Lock()
+
+
+def agent_zipapp(source: Path = AGENT_PATH) -> Path:
+    """The zipapp of the agent package ``source`` (``agent-<sha256[:16]>.pyz``, its sha256
+    the agent's version), built once per master process into AGENT_BUILD_DIR (a private
+    temporary directory if that cannot be written), and again only if the file went away."""
+    from workers.zipapp import build_agent_zipapp
+    with _zipapps_lock:
+        built = _zipapps.get(source)
+        if built is None or not built.is_file():
+            try:
+                built = build_agent_zipapp(AGENT_BUILD_DIR, source)
+            except OSError:
+                built = build_agent_zipapp(tempfile.mkdtemp(prefix="inlining-agent-"), source)
+            _zipapps[source] = built
+        return built
 
 
 class AgentError(RuntimeError):
-    """The agent refused a request, or the connection to it broke."""
+    """The agent refused a request, or the connection to it broke.
+
+    ``code``: the agent's machine-readable reason for a refusal (``not_in_cache``,
+    ``checksum_mismatch``, ...: ``workers/agent/protocol.py``); None for a broken connection.
+    """
+
+    def __init__(self, message: str, code: str | None = None):
+        super().__init__(message)
+        self.code = code
 
 
 class WorkerLost(AgentError):
@@ -97,8 +130,8 @@ class AgentConnection:
                 self._stdin.write(line)
                 self._stdin.flush()
             except (OSError, ValueError) as exc:
-                self._break(f"{self.name}: connection to the agent lost ({exc})")
-                raise WorkerLost(self._broken) from None
+                why = self._break(f"{self.name}: connection to the agent lost ({exc})")
+                raise WorkerLost(why) from None
             return rid
 
     def receive(self, rid: int) -> dict:
@@ -121,7 +154,8 @@ class AgentConnection:
                     self._break(f"{self.name}: unreadable reply {reply[:100]!r}")
                     continue
                 expected = self._outstanding[0] if self._outstanding else None
-                if not isinstance(response, dict) or response.get("id") != expected:
+                if (expected is None or not isinstance(response, dict)
+                        or response.get("id") != expected):
                     got = response.get("id") if isinstance(response, dict) else response
                     self._break(f"{self.name}: reply to request {got}, expected {expected}")
                     continue
@@ -129,33 +163,38 @@ class AgentConnection:
                 self._replies[expected] = response
             response = self._replies.pop(rid)
         if not response.get("ok"):
-            raise AgentError(f"{self.name}: {response.get('error', 'request refused')}")
+            raise AgentError(f"{self.name}: {response.get('error', 'request refused')}",
+                             code=response.get("code"))
         return response
 
-    def _break(self, why: str) -> None:
+    def _break(self, why: str) -> str:
+        """Mark the stream broken (the first reason sticks) -> the reason."""
         if not self._broken:
             self._broken = why
+        return self._broken
 
 
 class LocalAgent:
-    """The agent as a subprocess of the master."""
+    """The agent as a subprocess of the master, run from its zipapp as on a remote worker."""
 
     def __init__(self, name: str, cache_dir: Path, worker_class: str,
                  cpus: frozenset[int] | None = None):
         """``cpus``: the agent's CPU mask (default: this thread's).  The master may keep its
         own threads off the worker CPUs; the agent must still be allowed to pin runs there."""
+        zipapp = agent_zipapp()
         saved = os.sched_getaffinity(0)
         if cpus:
             os.sched_setaffinity(0, cpus)  # this thread only; the agent inherits it
         try:
             self.process = subprocess.Popen(
-                [sys.executable, str(AGENT_PATH), "--cache-dir", str(cache_dir),
+                [sys.executable, str(zipapp), "--cache-dir", str(cache_dir),
                  "--worker-class", worker_class],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 start_new_session=True)  # Ctrl-C is for the master, which stops cleanly
         finally:
             if cpus:
                 os.sched_setaffinity(0, saved)
+        assert self.process.stdin is not None and self.process.stdout is not None
         self.connection = AgentConnection(name, self.process.stdin, self.process.stdout)
 
     def close(self) -> None:

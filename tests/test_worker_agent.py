@@ -1,12 +1,13 @@
-"""Tests of workers/agent.py with real OCaml binaries built by the real compiler.
+"""Tests of the worker agent (workers/agent/) with real OCaml binaries built by the real
+compiler.
 
-The agent runs as a real subprocess speaking JSON lines, exactly as the master uses it.
+The agent runs as a real subprocess from its zipapp, speaking JSON lines, exactly as the master
+uses it (a few tests drive it in-process through the package).
 """
 from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.util
 import json
 import os
 import selectors
@@ -14,14 +15,25 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
 
-AGENT = Path(__file__).resolve().parent.parent / "workers" / "agent.py"
-# The agent must run on worker hosts with only python3 >= 3.7: point this at another
-# interpreter (e.g. a python3.7) to run the whole suite against it.
+from workers.zipapp import build_agent_zipapp
+
+PACKAGE = Path(__file__).resolve().parent.parent / "workers" / "agent"
+AGENT = Path("/nonexistent")  # the zipapp under test, built once per session (below)
+# The agent must run on worker hosts with only python3 >= 3.9: point this at another
+# interpreter (e.g. a python3.9) to run the whole suite against it.
 AGENT_PYTHON = os.environ.get("WORKER_AGENT_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def agent_pyz(tmp_path_factory) -> Path:
+    global AGENT
+    AGENT = build_agent_zipapp(tmp_path_factory.mktemp("agent-pyz"))
+    return AGENT
 
 PROGRAMS = {
     # allocates a list of argv[1] ints and prints their sum
@@ -147,9 +159,9 @@ def put(cache_dir: Path, binary: Path) -> str:
 
 
 class AgentProc:
-    def __init__(self, cache_dir: Path, *extra: str, env=None):
+    def __init__(self, cache_dir: Path, *extra: str, env=None, agent: Path | None = None):
         self.proc = subprocess.Popen(
-            [AGENT_PYTHON, str(AGENT), "--cache-dir", str(cache_dir), *extra],
+            [AGENT_PYTHON, str(agent or AGENT), "--cache-dir", str(cache_dir), *extra],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.proc.stdout, selectors.EVENT_READ)
@@ -212,19 +224,58 @@ def perf_usable(hello_info) -> bool:
     return bool(hello_info["perf"]["available"])
 
 
-def test_agent_imports_only_stdlib():
-    tree = ast.parse(AGENT.read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "relative import"
-            names = [node.module]
-        else:
-            continue
-        for name in names:
-            top = name.split(".")[0]
-            assert top in sys.stdlib_module_names, f"non-stdlib import {name}"
+def test_agent_imports_only_stdlib_and_parses_as_python_3_9():
+    modules = {p.stem for p in PACKAGE.glob("*.py")}
+    for path in sorted(PACKAGE.glob("*.py")):
+        source = path.read_text()
+        tree = ast.parse(source, filename=str(path), feature_version=(3, 9))
+        # annotations stay strings on 3.9 (``X | None`` would fail there at run time)
+        assert len(tree.body) == 1 or "from __future__ import annotations" in source, path.name
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:  # within the package, nothing beyond it
+                    assert node.level == 1 and (node.module is None or node.module in modules), \
+                        (path.name, node.module)
+                    continue
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                assert top in sys.stdlib_module_names, f"{path.name}: non-stdlib import {name}"
+
+
+def test_zipapp_is_deterministic_and_its_sha256_is_the_version(tmp_path):
+    a = build_agent_zipapp(tmp_path / "a")
+    b = build_agent_zipapp(tmp_path / "b")
+    assert a.read_bytes() == b.read_bytes() == AGENT.read_bytes()
+    sha = sha256_of(a)
+    assert a.name == f"agent-{sha[:16]}.pyz"
+    with zipfile.ZipFile(a) as zf:
+        infos = zf.infolist()
+    names = [i.filename for i in infos]
+    assert names == sorted(names) and "__main__.py" in names
+    assert sorted(n for n in names if n != "__main__.py") == sorted(
+        f"agent/{p.name}" for p in PACKAGE.glob("*.py"))
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    for info in infos:
+        assert info.date_time == (1980, 1, 1, 0, 0, 0)
+        assert info.external_attr >> 16 == 0o100644
+    # a build over a damaged file of the same name repairs it
+    a.write_bytes(b"junk")
+    assert build_agent_zipapp(tmp_path / "a") == a and sha256_of(a) == sha
+    # runnable as python3 FILE, and its hello's version is its sha256
+    cache = tmp_path / "cache"
+    p = AgentProc(cache, agent=a)
+    try:
+        assert p.request(op="hello")["agent_version"] == sha
+    finally:
+        p.close()
+    # run from the sources in-process, the version is the one the sources pack into
+    from workers.agent.version import agent_version
+    assert agent_version() == sha
 
 
 def test_hello(agent, cache_dir):
@@ -250,11 +301,10 @@ def test_hello(agent, cache_dir):
 
 
 def test_importable_in_process(cache_dir, binaries):
-    spec = importlib.util.spec_from_file_location("agent_under_test", AGENT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    assert callable(mod.main)
-    a = mod.Agent(cache_dir)
+    from workers.agent.__main__ import main
+    from workers.agent.service import Agent
+    assert callable(main)
+    a = Agent(str(cache_dir))
     try:
         sha = put(cache_dir, binaries["echo"])
         r = a.handle({"id": 7, "op": "run", "sha256": sha, "args": ["hi"], "runs": 1,
@@ -263,10 +313,12 @@ def test_importable_in_process(cache_dir, binaries):
         assert r["id"] == 7 and r["ok"] is True and r["failed"] == 0, r
         assert r["runs"][0]["output_ok"] is True
         # the binary's cwd was a fresh temp dir, removed afterwards
-        assert not [p for p in os.listdir(a._scratch) if p.startswith("run-")]
-        assert a.handle({"op": "bogus"})["ok"] is False
+        assert not [p for p in os.listdir(a.runner.scratch) if p.startswith("run-")]
+        assert a.handle({"op": "bogus"}) == {
+            "id": None, "ok": False, "code": "unknown_op", "error": 'unknown op "bogus"'}
         assert a.handle(["not", "a", "dict"]) == {
-            "id": None, "ok": False, "error": "request must be a JSON object"}
+            "id": None, "ok": False, "code": "bad_request",
+            "error": "request must be a JSON object"}
     finally:
         a.close()
 
@@ -408,9 +460,11 @@ def test_checksum_mismatch_is_refused_and_removed(agent, cache_dir, binaries):
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
     r = agent.request(op="run", sha256=sha, args=["a"], runs=1, cpu=0, timeout=10, perf=False)
     assert r["ok"] is False and "checksum mismatch" in r["error"]
+    assert r["code"] == "checksum_mismatch"
     assert not path.exists()
     r = agent.request(op="run", sha256=sha, args=["a"], runs=1, cpu=0, timeout=10)
-    assert r == {"id": agent.next_id, "ok": False, "error": f"binary {sha} not in cache"}
+    assert r == {"id": agent.next_id, "ok": False, "code": "not_in_cache",
+                 "error": f"binary {sha} not in cache"}
     assert agent.request(op="has", sha256=sha)["present"] is False
 
     # has verifies too
@@ -427,6 +481,7 @@ def test_bad_sha256_rejected(agent, bad):
     for op in ("has", "run"):
         r = agent.request(op=op, sha256=bad, runs=1, cpu=0, timeout=1)
         assert r["ok"] is False and "invalid sha256" in r["error"]
+        assert r["code"] == "bad_request"
 
 
 def test_bad_requests_get_errors(agent, cache_dir, binaries):
@@ -441,10 +496,12 @@ def test_bad_requests_get_errors(agent, cache_dir, binaries):
     for fields in bad_fields:
         r = agent.request(**{**base, **fields})
         assert r["ok"] is False and "\n" not in r["error"] and r["error"], fields
+        assert r["code"] == "bad_request", (fields, r)
 
     agent.send_raw(b"{not json\n")
     r = agent.recv()
     assert r["id"] is None and r["ok"] is False and r["error"].startswith("malformed request")
+    assert r["code"] == "bad_request"
     agent.send_raw(b'{"op": "hello"\n')
     r = agent.recv()
     assert r["id"] is None and r["ok"] is False and r["error"].startswith("malformed request")
@@ -454,6 +511,7 @@ def test_bad_requests_get_errors(agent, cache_dir, binaries):
     agent.send_raw(b"[1, 2]\n")
     assert agent.recv()["ok"] is False
     assert agent.request(op="frobnicate") == {"id": agent.next_id, "ok": False,
+                                              "code": "unknown_op",
                                               "error": 'unknown op "frobnicate"'}
     assert agent.request(op="hello")["ok"] is True
 
@@ -911,7 +969,6 @@ def _scratch_of(agent_pid: int) -> str:
 def test_pipelined_jobs_survive_an_agent_death(binaries, tmp_path):
     """Two jobs in flight on a local slot (one running, one queued in the agent) when the
     agent is killed: both are lost with it, run again on a fresh agent, and complete."""
-    sys.path.insert(0, str(AGENT.parent.parent))
     from dispatcher.config import SchedulerConfig
     from dispatcher.local import LocalBackend
     from dispatcher.scheduler import Scheduler
@@ -936,3 +993,97 @@ def test_pipelined_jobs_survive_an_agent_death(binaries, tmp_path):
         assert slot._agent.process is not first_agent
         # and the slot's busy time counts overlapping jobs once
         assert scheduler.busy_s[slot.name] < 60
+
+
+# --------------------------------------------------------------------------- the master's side
+
+def test_local_agent_runs_the_zipapp_and_refusals_carry_their_code(cache_dir, binaries):
+    """The local backend starts the same zipapp the SSH backend uploads; a refusal reaches
+    the master as an AgentError whose ``code`` is the agent's."""
+    from dispatcher.worker import AgentError, LocalAgent, WorkerLost, agent_zipapp
+    pyz = agent_zipapp()
+    assert pyz.read_bytes() == AGENT.read_bytes()
+    agent = LocalAgent("local/test", cache_dir, "local")
+    try:
+        assert agent.process.args[1] == str(pyz)
+        assert agent.connection.request({"op": "hello"})["agent_version"] == sha256_of(pyz)
+        sha = sha256_of(binaries["echo"])
+        with pytest.raises(AgentError) as err:
+            agent.connection.request({"op": "run", "sha256": sha, "cpu": 0})
+        assert err.value.code == "not_in_cache" and "not in cache" in str(err.value)
+        with pytest.raises(AgentError) as err:
+            agent.connection.request({"op": "run", "sha256": put(cache_dir, binaries["echo"]),
+                                      "cpu": 0, "runs": 0})
+        assert err.value.code == "bad_request"
+        with pytest.raises(AgentError) as err:
+            agent.connection.request({"op": "nope"})
+        assert err.value.code == "unknown_op"
+    finally:
+        agent.close()
+    assert WorkerLost("gone").code is None
+
+
+def test_ssh_slot_uploads_again_by_code_not_by_message(tmp_path):
+    """SshSlot.run re-uploads a binary the agent reports missing or damaged (by code), once;
+    other refusals, whatever their wording, are the job's error.  (Against real sshd:
+    tests/test_ssh.py, a tampered binary.)"""
+    from dispatcher.ssh import SshSlot
+    from dispatcher.worker import AgentError, RunJob
+
+    class Host:
+        name = "h"
+
+        class config:
+            worker_class = "c"
+
+        def __init__(self, replies):
+            self.calls, self.replies = [], list(replies)
+
+        def start_agent(self, slot_name, cpu):
+            return Channel(), Connection(self)
+
+        def acquire_binary(self, sha, local):
+            self.calls.append("acquire")
+
+        def release_binary(self, sha):
+            self.calls.append("release")
+
+        def forget_binary(self, sha):
+            self.calls.append("forget")
+
+    class Channel:
+        closed = False
+
+        def exit_status_ready(self):
+            return False
+
+        def settimeout(self, t):
+            pass
+
+        def close(self):
+            pass
+
+    class Connection:
+        def __init__(self, host):
+            self.host = host
+
+        def request(self, message):
+            reply = self.host.replies.pop(0)
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
+
+    ok = {"ok": True, "cpu": 3, "runs": []}
+    job = RunJob("0" * 64, tmp_path / "b", (), runs=1, timeout=1)
+    for code in ("not_in_cache", "checksum_mismatch"):
+        host = Host([AgentError("h: whatever it says", code=code), ok])
+        assert SshSlot(host, 3).run(job).cpu == 3
+        assert host.calls == ["acquire", "forget", "release", "acquire", "release"]
+    # the message alone decides nothing; and a second refusal is not retried again
+    host = Host([AgentError("h: binary x not in cache; checksum", code="bad_request"), ok])
+    with pytest.raises(AgentError):
+        SshSlot(host, 3).run(job)
+    assert "forget" not in host.calls
+    host = Host([AgentError("h: a", code="not_in_cache"), AgentError("h: b", code="not_in_cache")])
+    with pytest.raises(AgentError, match="h: b"):
+        SshSlot(host, 3).run(job)

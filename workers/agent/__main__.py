@@ -1,0 +1,120 @@
+"""Entry point: ``python3 agent.pyz --cache-dir DIR [--lock FILE] ...`` (or ``-m workers.agent``).
+
+Takes the slot's lock, moves the protocol onto a private copy of stdout, and serves requests
+from stdin until EOF or ``shutdown``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from typing import IO, Any
+
+from .protocol import decode_request, encode_response
+from .service import SPAWN_METHODS, Agent
+
+
+def hold_slot_lock(path: str, wait: float) -> int:
+    """Take the lock of a worker slot for this process's life, or exit with status 75.
+
+    A kernel ``flock``: it dies with the process, so a master that crashed leaves nothing
+    behind that blocks the next one (its agent exits on EOF once the connection is gone; a
+    run in progress finishes first, hence ``wait``).  Two live masters never share a slot.
+    """
+    import fcntl
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                try:
+                    holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+                except OSError:
+                    holder = ""
+                sys.stderr.write("agent: slot lock %s is held by another live agent%s\n"
+                                 % (path, " (%s)" % holder if holder else ""))
+                sys.exit(75)
+            time.sleep(0.2)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, ("pid %d since %s\n" % (os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%S"))
+                   ).encode(), 0)
+    return fd
+
+
+def serve(agent: Agent, infile: Any, outfile: IO[bytes]) -> None:
+    """Answer JSON-line requests from ``infile`` (binary) on ``outfile`` (binary) until EOF.
+
+    With a real file descriptor to read from, runs are pipelined (``Agent.serve_fd``);
+    otherwise one request is read, answered, then the next."""
+    try:
+        fd = infile.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = None
+
+    def emit(response: dict) -> None:
+        outfile.write(encode_response(response))
+        outfile.flush()
+
+    if fd is not None:  # nothing may have been read through ``infile`` yet
+        agent.serve_fd(fd, emit)
+        return
+    while not agent.closed:
+        line = infile.readline()
+        if not line:
+            break
+        if not line.strip():
+            continue
+        kind, value = decode_request(line)
+        emit(agent.handle(value) if kind == "req" else value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="agent", description="Worker agent: runs cached benchmark binaries pinned to one "
+        "CPU and reports timings, speaking JSON lines on stdin/stdout.")
+    parser.add_argument("--cache-dir", required=True, help="directory of binaries named by sha256")
+    parser.add_argument("--worker-class", default=None, help="label reported by hello")
+    parser.add_argument("--spawn", choices=SPAWN_METHODS, default="auto",
+                        help="how binaries are started (default: through the fork server if "
+                             "possible, else gated through sh, else direct)")
+    parser.add_argument("--lock", default=None,
+                        help="lock file of this worker slot, held while the agent lives")
+    parser.add_argument("--lock-wait", type=float, default=30.0,
+                        help="seconds to wait for a slot lock held by an exiting agent")
+    opts = parser.parse_args(argv)
+    if opts.lock:
+        hold_slot_lock(opts.lock, opts.lock_wait)
+
+    # The protocol gets a private copy of stdout; fd 1 then points at stderr, so nothing a
+    # library (or a bug) prints can corrupt the response stream.
+    proto_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise SystemExit(0)  # unwinds the runner, which kills the running binary
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGHUP, on_term)
+
+    agent = Agent(opts.cache_dir, worker_class=opts.worker_class, spawn=opts.spawn)
+    try:
+        serve(agent, sys.stdin.buffer, proto_out)
+    except BrokenPipeError:
+        pass
+    finally:
+        agent.close()
+        try:
+            proto_out.close()
+        except OSError:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""The agent's protocol: JSON lines, decoded and checked here, answered in request order.
+
+Each line on stdin is one request object; each request gets exactly one response object on
+one line of stdout, flushed at once.  Nothing else is ever written to stdout (the protocol
+uses a private duplicate of fd 1; fd 1 itself is pointed at stderr so a stray print cannot
+corrupt the stream).  A request may carry ``"id"``, which is echoed.  Requests may be sent
+before earlier ones are answered; responses come in request order.  Bad requests, unknown
+ops and failing binaries never kill the agent.  EOF on stdin ends the agent with status 0.
+
+Ops:
+
+``hello``
+    agent_version (the sha256 of the zipapp the agent runs from; see ``version``), python,
+    hostname, cpus (this process's affinity), perf (availability and per-event support,
+    probed once), spawn (method: "forkserver", "gated" or "direct"; maxrss_exact),
+    worker_class.
+``has``  (``sha256``)
+    present: the binary ``<cache-dir>/<sha256>`` exists and its content hash was verified.
+``run``  (``sha256``, ``args``, ``runs``, ``cpu``, ``timeout``, ``expected_output``,
+``env``, ``perf``)
+    Runs the binary ``runs`` times in sequence, each pinned to ``cpu``, and returns
+    ``{"ok": true, "sha256", "cpu", "spawn", "runs": [record, ...], "failed": n}`` (the
+    record's fields: ``runner.new_record``).  Failed runs are records, never errors.
+``shutdown``
+    ``{"ok": true}``, then the agent exits 0.
+
+A refused request gets ``{"id": ..., "ok": false, "code": CODE, "error": "<one line>"}``.
+The ``error`` is for people; the master decides on ``code``, one of:
+
+``bad_request``
+    the line is not JSON, not an object, or a field is missing, mistyped or out of range
+    (including a malformed sha256).  Sending it again will not help.
+``unknown_op``
+    ``op`` names no operation of this agent.
+``not_in_cache``
+    no usable binary under that sha256 in the cache (missing, or not a regular file):
+    upload it and ask again.
+``checksum_mismatch``
+    the cached file's content does not hash to its name; the agent removed it: upload it
+    and ask again.
+``spawn_unavailable``
+    the spawn method the agent was started with (``--spawn``) cannot work on this host.
+``internal``
+    a bug in the agent (the request may be fine); details on the agent's stderr.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import select
+from typing import Any
+
+BAD_REQUEST = "bad_request"
+UNKNOWN_OP = "unknown_op"
+NOT_IN_CACHE = "not_in_cache"
+CHECKSUM_MISMATCH = "checksum_mismatch"
+SPAWN_UNAVAILABLE = "spawn_unavailable"
+INTERNAL = "internal"
+ERROR_CODES = frozenset((BAD_REQUEST, UNKNOWN_OP, NOT_IN_CACHE, CHECKSUM_MISMATCH,
+                         SPAWN_UNAVAILABLE, INTERNAL))
+
+SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z")
+MAX_RUNS = 10000
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+DEFAULT_TIMEOUT_S = 600.0
+
+
+class RequestError(Exception):
+    """A request the agent refuses: ``code`` for the master, the message for people."""
+
+    def __init__(self, message: str, code: str = BAD_REQUEST):
+        super().__init__(message)
+        self.code = code
+
+
+def one_line(text: object) -> str:
+    return " ".join(str(text).split()) or "error"
+
+
+def error_response(code: str, message: object) -> dict:
+    """The body of a refusal (the id is added by whoever answers)."""
+    return {"ok": False, "code": code, "error": one_line(message)}
+
+
+def internal_error(e: BaseException) -> dict:
+    return error_response(INTERNAL, "internal error: %s: %s" % (type(e).__name__, e))
+
+
+def decode_request(line: bytes) -> tuple[str, Any]:
+    """-> ("req", decoded value) or ("bad", the complete response to send)."""
+    try:
+        return ("req", json.loads(line.decode("utf-8")))
+    except ValueError as e:  # includes UnicodeDecodeError
+        return ("bad", dict({"id": None}, **error_response(BAD_REQUEST,
+                                                           "malformed request: %s" % e)))
+
+
+def encode_response(response: dict) -> bytes:
+    try:
+        data = json.dumps(response, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        req_id = response.get("id")
+        data = json.dumps(dict(
+            {"id": req_id if isinstance(req_id, (str, int, float, type(None))) else None},
+            **error_response(INTERNAL, "unencodable response: %s" % e)))
+    return data.encode("utf-8") + b"\n"
+
+
+class Requests:
+    """Request lines read from a file descriptor as they come, decoded, in order.
+
+    ``items`` holds ("req", value) for a decoded line and ("bad", response) for a malformed
+    one; ``eof`` is set once the stream has ended."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.items: collections.deque[tuple[str, Any]] = collections.deque()
+        self.eof = False
+        self._buf = b""
+
+    def fill(self, timeout: float | None) -> None:
+        """Read what is available (waiting up to ``timeout`` s, None: until something is)."""
+        if self.eof or (timeout is not None and not select.select([self.fd], [], [], timeout)[0]):
+            return
+        data = os.read(self.fd, 1 << 16)
+        if not data:
+            self.eof = True
+            data = b"\n"  # a last line without its newline still counts
+        lines = (self._buf + data).split(b"\n")
+        self._buf = lines.pop()
+        for line in lines:
+            if line.strip():
+                self.items.append(decode_request(line))
+
+
+def check_sha(sha: object) -> str:
+    if not isinstance(sha, str) or not SHA256_RE.match(sha):
+        raise RequestError("invalid sha256 %s: need 64 lowercase hex digits"
+                           % json.dumps(sha)[:80])
+    return sha
+
+
+class RunRequest:
+    """The fields of a ``run`` request, checked (``parse_run``)."""
+    __slots__ = ("sha", "args", "runs", "cpu", "timeout", "expected", "env", "perf")
+
+    def __init__(self, sha: str, args: list[str], runs: int, cpu: int, timeout: float,
+                 expected: dict | None, env: dict[str, str], perf: bool):
+        self.sha, self.args, self.runs, self.cpu = sha, args, runs, cpu
+        self.timeout, self.expected, self.env, self.perf = timeout, expected, env, perf
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_run(request: dict, cpus: frozenset[int]) -> RunRequest:
+    """Check a run request's fields (``cpus``: those the agent may pin to) -> RunRequest;
+    RequestError (bad_request) naming the first bad field.  ``expected_output.text`` comes
+    back as UTF-8 bytes."""
+    sha = check_sha(request.get("sha256"))
+    args = request.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise RequestError("args must be a list of strings")
+    if any("\0" in a for a in args):
+        raise RequestError("args must not contain NUL characters")
+    runs = request.get("runs", 1)
+    if not _is_int(runs) or not 1 <= runs <= MAX_RUNS:
+        raise RequestError("runs must be an integer in 1..%d" % MAX_RUNS)
+    cpu = request.get("cpu")
+    if not _is_int(cpu) or cpu not in cpus:
+        raise RequestError("cpu must be one of this agent's CPUs %s, got %s"
+                           % (sorted(cpus), json.dumps(cpu)))
+    timeout = request.get("timeout", DEFAULT_TIMEOUT_S)
+    if (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
+            or not 0 < timeout <= MAX_TIMEOUT_S):
+        raise RequestError("timeout must be a number of seconds in (0, %g]" % MAX_TIMEOUT_S)
+    expected = request.get("expected_output")
+    bad_expected = 'expected_output must be null, {"sha256": hex} or {"text": str}'
+    if expected is not None:
+        if not isinstance(expected, dict) or len(expected) != 1:
+            raise RequestError(bad_expected)
+        if "sha256" in expected:
+            if not isinstance(expected["sha256"], str) or not SHA256_RE.match(
+                    expected["sha256"]):
+                raise RequestError("expected_output.sha256 must be 64 lowercase hex digits")
+        elif "text" in expected:
+            if not isinstance(expected["text"], str):
+                raise RequestError("expected_output.text must be a string")
+            expected = {"text": expected["text"].encode("utf-8")}
+        else:
+            raise RequestError(bad_expected)
+    env = request.get("env") or {}
+    if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and k and "=" not in k
+            and "\0" not in k + v for k, v in env.items()):
+        raise RequestError("env must be an object of string names (no '=') to strings")
+    try:
+        for text in args + list(env) + list(env.values()):
+            os.fsencode(text)
+    except UnicodeEncodeError:
+        raise RequestError("args and env must be encodable file-system strings") from None
+    perf = request.get("perf", True)
+    if not isinstance(perf, bool):
+        raise RequestError("perf must be true or false")
+    return RunRequest(sha, args, runs, cpu, float(timeout), expected, env, perf)
