@@ -170,6 +170,11 @@ class Config:
     ssh: SshConfig | None = None
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
+    @property
+    def backend_settings(self):
+        """The chosen backend's own section, as its module parsed it."""
+        return self.local if self.backend == "local" else self.ssh
+
 
 def default_cpus() -> tuple[int, ...]:
     """Every CPU this process may use but one (the master's), at least one."""

@@ -310,7 +310,7 @@ def test_scheduler_runs_jobs_on_local_agents(compiler, store, tmp_path):
 # -- run-benchmark end to end
 
 def run_cli(*args, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "dispatcher", "run-benchmark", *args],
+    return subprocess.run([sys.executable, "-m", "commands", "run-benchmark", *args],
                           cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
