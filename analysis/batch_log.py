@@ -27,6 +27,7 @@ import csv
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -34,6 +35,8 @@ from pathlib import Path
 import click
 
 from analysis.export import experiment_info
+from dispatcher.records import (BaselineEvent, BatchEntry, Event, FinishEvent, Pointer,
+                                RemeasureEvent, StepEvent)
 from dispatcher.rundir import RundirError, read_batch_log, read_journal
 from dispatcher.stats import speedup_ci
 
@@ -49,7 +52,7 @@ class AnalysisError(RuntimeError):
 
 # --------------------------------------------------------------------------- batch log
 
-def load_batch_log(path: Path) -> list[dict]:
+def load_batch_log(path: Path) -> list[BatchEntry]:
     """The batch log's entries, one per rundir (a rundir listed twice keeps its first line)."""
     if not path.is_file():
         raise AnalysisError(f"{path}: batch log not found")
@@ -61,9 +64,9 @@ def load_batch_log(path: Path) -> list[dict]:
         raise AnalysisError(f"{path}: cannot read the batch log: {exc.strerror}") from None
     seen, out = set(), []
     for i, entry in enumerate(entries):
-        if not isinstance(entry, dict) or not entry.get("rundir"):
+        if not entry.rundir:
             raise AnalysisError(f"{path}: entry {i + 1} has no rundir")
-        key = str(resolve_rundir(path, entry["rundir"]))
+        key = str(resolve_rundir(path, entry.rundir))
         if key not in seen:
             seen.add(key)
             out.append(entry)
@@ -106,71 +109,62 @@ class Summary:
         return d
 
 
-def best_times(events: list[dict], best: dict) -> list[float] | None:
+def best_times(events: Sequence[Event], best: Pointer) -> list[float] | None:
     """The best candidate's times: its step event's (the baseline's for step 0), plus the times
     of every ``remeasure`` of the same candidate dir or of another dir with the same binary.
 
-    A remeasure's ``times`` are its new runs only (dispatcher/experiment.py), and the energy it
-    reports is over all runs of the binary, so pooling them is what "its energy is then the one
-    over all its runs" means.  None if the journal does not have the best candidate's step.
+    A remeasure's ``times`` are its new runs only, and the energy it reports is over all runs
+    of the binary, so pooling them is what "its energy is then the one over all its runs"
+    means.  None if the journal does not have the best candidate's step.
     """
     sha_of: dict[str, str] = {}
     times = None
-    target_dir, target_sha = best.get("dir"), best.get("sha256")
+    target_dir, target_sha = best.dir, best.sha256
     for e in events:
-        if e.get("event") == "baseline":
-            base_dir = e.get("dir") or "steps/00000/c0"
-            if e.get("sha256"):
-                sha_of[base_dir] = e["sha256"]
-            if best.get("step") == 0 and best.get("candidate", 0) == 0:
-                times = list(e.get("times") or [])
-                target_dir = target_dir or base_dir
-                target_sha = target_sha or e.get("sha256")
-        elif e.get("event") == "step":
-            for k, c in enumerate(e.get("candidates") or []):
-                if c.get("dir") and c.get("sha256"):
-                    sha_of[c["dir"]] = c["sha256"]
-                if e.get("step") == best.get("step") and c.get("candidate", k) == \
-                        best.get("candidate"):
-                    times = list(c.get("times") or [])
-                    target_dir = target_dir or c.get("dir")
-                    target_sha = target_sha or c.get("sha256")
+        if isinstance(e, BaselineEvent):
+            sha_of[e.dir] = e.sha256
+            if best.step == 0 and best.candidate == 0:
+                times = list(e.times)
+                target_sha = target_sha or e.sha256
+        elif isinstance(e, StepEvent):
+            for c in e.candidates:
+                if c.sha256:
+                    sha_of[c.dir] = c.sha256
+                if e.step == best.step and c.candidate == best.candidate:
+                    times = list(c.times)
+                    target_sha = target_sha or c.sha256
     if times is None:
         return None
     for e in events:
-        if e.get("event") != "remeasure":
-            continue
-        d = e.get("dir")
-        if (target_dir is not None and d == target_dir) or \
-                (target_sha is not None and sha_of.get(d) == target_sha):
-            times += list(e.get("times") or [])
+        if isinstance(e, RemeasureEvent) and (
+                e.dir == target_dir or (target_sha is not None and sha_of.get(e.dir) == target_sha)):
+            times += e.times
     return times
 
 
-def status_of(events: list[dict], now: float, stale_after: float = STALE_AFTER_S) -> str:
-    if events and events[-1].get("event") == "finish":
-        reason = str(events[-1].get("reason") or "")
-        if reason == "completed":
+def status_of(events: Sequence[Event], now: float, stale_after: float = STALE_AFTER_S) -> str:
+    last = events[-1] if events else None
+    if isinstance(last, FinishEvent):
+        if last.reason == "completed":
             return "finished"
-        if reason == "interrupted":
+        if last.reason == "interrupted":
             return "interrupted"
-        if reason.startswith("failed"):
+        if last.reason.startswith("failed"):
             return "failed"
-        return reason or "finished"
-    last = events[-1].get("time") if events else None
-    if isinstance(last, (int, float)) and now - last > stale_after:
+        return last.reason or "finished"
+    if last is not None and last.time is not None and now - last.time > stale_after:
         return "stale"
     return "running"
 
 
-def summarize(rundir: Path, entry: dict | None = None, now: float | None = None,
+def summarize(rundir: Path, entry: BatchEntry | None = None, now: float | None = None,
               stale_after: float = STALE_AFTER_S, label: str | None = None) -> Summary:
     """One experiment's line of the table; never raises for a missing or corrupt rundir."""
-    entry = entry or {}
     now = time.time() if now is None else now
-    label = label or str(entry.get("rundir") or rundir)
-    summary = Summary(task=entry.get("task"), rundir=label, algorithm=entry.get("algorithm"),
-                      steps_done=None, steps_planned=entry.get("steps"), best_speedup=None,
+    label = label or (entry.rundir if entry else str(rundir))
+    summary = Summary(task=entry.task if entry else None, rundir=label,
+                      algorithm=entry.algorithm if entry else None, steps_done=None,
+                      steps_planned=entry.steps if entry else None, best_speedup=None,
                       ci_low=None, ci_high=None, last_update=None, status="missing")
     if not rundir.is_dir():
         return summary
@@ -184,46 +178,50 @@ def summarize(rundir: Path, entry: dict | None = None, now: float | None = None,
         summary.error = f"{rundir / 'journal.jsonl'}: {exc.strerror}"
         return summary
     experiment = experiment_info(rundir, events)
-    summary.task = summary.task or experiment.get("task")
-    summary.algorithm = summary.algorithm or experiment.get("algorithm")
-    if experiment.get("steps") is not None:
-        summary.steps_planned = experiment["steps"]
-    steps = [e for e in events if e.get("event") == "step"]
-    summary.steps_done = max((e.get("step") or 0 for e in steps), default=0)
+    if experiment is not None:
+        summary.task = summary.task or experiment.task
+        summary.algorithm = summary.algorithm or experiment.algorithm
+        summary.steps_planned = experiment.steps
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    summary.steps_done = max((e.step for e in steps), default=0)
     if events:
-        summary.last_update = events[-1].get("time")
-    elif isinstance(entry.get("time"), (int, float)):
-        summary.last_update = entry["time"]
+        summary.last_update = events[-1].time
+    elif entry is not None and entry.time is not None:
+        summary.last_update = entry.time
     summary.status = status_of(events, now, stale_after) if events else (
         "stale" if summary.last_update is not None and now - summary.last_update > stale_after
         else "running")
-    baseline = next((e for e in events if e.get("event") == "baseline"), None)
-    best = steps[-1].get("best") if steps else None
-    if best:
-        summary.best_step = best.get("step")
+    baseline = next((e for e in events if isinstance(e, BaselineEvent)), None)
+    best = steps[-1].best if steps else None
+    if best is not None:
+        summary.best_step = best.step
         times = best_times(events, best)
-        base_times = (baseline or {}).get("times") or []
-        if best.get("step") == 0:  # nothing beat the baseline yet
+        base_times = baseline.times if baseline else []
+        if best.step == 0:  # nothing beat the baseline yet
             summary.best_speedup = 1.0
         elif times and base_times:
             s, lo, hi = speedup_ci(base_times, times)
             summary.best_speedup, summary.ci_low, summary.ci_high = s, lo, hi
-        elif best.get("energy"):
-            summary.best_speedup = 1.0 / best["energy"]
+        elif best.energy:
+            summary.best_speedup = 1.0 / best.energy
     return summary
 
 
-def summaries(batch_log: Path | None, entries: list[dict], rundirs: list[Path] | None = None,
-              now: float | None = None, stale_after: float = STALE_AFTER_S) -> list[Summary]:
+def summaries(batch_log: Path | None, entries: list[BatchEntry],
+              rundirs: list[Path] | None = None, now: float | None = None,
+              stale_after: float = STALE_AFTER_S) -> list[Summary]:
     """Summaries of the batch log's experiments, or of ``rundirs`` only if given."""
     now = time.time() if now is None else now
-    by_path = {resolve_rundir(batch_log, e["rundir"]).resolve(): e for e in entries}
+    by_path = {resolve_rundir(batch_log, e.rundir).resolve(): e for e in entries}
     if rundirs is None:
-        return [summarize(resolve_rundir(batch_log, e["rundir"]), e, now, stale_after)
+        return [summarize(resolve_rundir(batch_log, e.rundir), e, now, stale_after)
                 for e in entries]
-    return [summarize(r, by_path.get(r.resolve()), now, stale_after,
-                      label=str(by_path.get(r.resolve(), {}).get("rundir") or r))
-            for r in rundirs]
+    out = []
+    for r in rundirs:
+        entry = by_path.get(r.resolve())
+        out.append(summarize(r, entry, now, stale_after,
+                             label=entry.rundir if entry else str(r)))
+    return out
 
 
 # --------------------------------------------------------------------------- output
@@ -302,7 +300,7 @@ def main(batch_log, as_csv, plot, export_path, rundirs, stale_after):
     95% confidence interval, last update and status; optionally plot or export them."""
     explicit_log = batch_log is not None
     batch_log = batch_log if explicit_log else Path("batch.log")
-    entries: list[dict] = []
+    entries: list[BatchEntry] = []
     try:
         if explicit_log or not rundirs or batch_log.is_file():
             entries = load_batch_log(batch_log)
@@ -331,7 +329,7 @@ def _selected_paths(batch_log, entries, selected) -> list[tuple[Path, bool]]:
     """(path, explicitly asked for) of every selected rundir."""
     if selected is not None:
         return [(p, True) for p in selected]
-    return [(resolve_rundir(batch_log, e["rundir"]), False) for e in entries]
+    return [(resolve_rundir(batch_log, e.rundir), False) for e in entries]
 
 
 def _plot(batch_log, entries, selected, rows) -> None:

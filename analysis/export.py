@@ -5,17 +5,19 @@ with its ``records``; docs/rundir-format.md) joined with the journal's ``baselin
 events.  The baseline is step 0, candidate 0, energy 1.0, accepted False.  A candidate whose
 compile failed (``sha256`` null) has no runs and so no rows; a candidate that should have
 measurements but whose file is missing or unreadable is skipped with a ``MeasurementWarning``.
-``energy`` is the step event's (a later ``remeasure`` does not change it); a remeasure's runs
-appear only if the experiment wrote them into the candidate's ``measurements.json``.
+``energy`` is the step event's (a later ``remeasure`` does not change it).  A re-measurement's
+runs are rows of the candidate it re-measured, with ``remeasured_at`` set to the step it was
+done at (null for the candidate's own runs).
 
 Columns: benchmark, rundir, step, candidate, dir, mutation, accepted, energy, inlined,
-not_inlined, prevented, sha256, worker, worker_class, cpu, run (index of the record within the
-candidate's measurements.json, over all its results), wall_s, user_s, sys_s, maxrss_kb,
+not_inlined, prevented, remeasured_at, sha256, worker, worker_class, cpu, run (index of the
+record within its measurements.json, over all its results), wall_s, user_s, sys_s, maxrss_kb,
 exit_status, signal, failure, output_ok, then ``gc_<name>`` for every GC statistic and
 ``perf_<event>`` for every perf counter seen (NaN when absent, unsupported or not counted).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Iterable, Sequence
@@ -30,8 +32,10 @@ from dispatcher.records import (
     BaselineEvent,
     DecisionCounts,
     Event,
+    Experiment,
     PerfCount,
     RecordError,
+    RemeasureEvent,
     RunResult,
     StartEvent,
     StepEvent,
@@ -41,7 +45,8 @@ from dispatcher.records import (
 from dispatcher.rundir import read_journal
 
 BASE_COLUMNS = ("benchmark", "rundir", "step", "candidate", "dir", "mutation", "accepted",
-                "energy", "inlined", "not_inlined", "prevented", "sha256", "worker",
+                "energy", "inlined", "not_inlined", "prevented", "remeasured_at", "sha256",
+                "worker",
                 "worker_class", "cpu", "run", "wall_s", "user_s", "sys_s", "maxrss_kb",
                 "exit_status", "signal", "failure", "output_ok")
 
@@ -56,16 +61,16 @@ class MeasurementWarning(UserWarning):
     """A candidate's measurements could not be read; its runs are left out."""
 
 
-def experiment_info(rundir: Path, events: Sequence[Event]) -> dict[str, Any]:
-    """The experiment's fields as JSON: the journal's start event, else ``experiment.json``,
-    else {} (an unreadable one included: the table still shows the rundir)."""
+def experiment_info(rundir: Path, events: Sequence[Event]) -> Experiment | None:
+    """The experiment: the journal's start event, else ``experiment.json``, else None (an
+    unreadable one included: the table still shows the rundir)."""
     start = next((e for e in events if isinstance(e, StartEvent)), None)
     if start is not None:
-        return start.to_json()
+        return start
     try:
-        return read_experiment(rundir / "experiment.json").to_json()
+        return read_experiment(rundir / "experiment.json")
     except RecordError:
-        return {}
+        return None
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,8 @@ class _Entry:
     energy: float | None
     decisions: DecisionCounts | None
     expect_runs: bool  # measurements.json should exist: a missing one is worth a warning
+    measurements: str = ""  # rundir-relative; default: the dir's measurements.json
+    remeasured_at: int | None = None  # the step of a re-measurement of this candidate
 
 
 def _candidates(events: Sequence[Event]) -> list[_Entry]:
@@ -98,6 +105,12 @@ def _candidates(events: Sequence[Event]) -> list[_Entry]:
                               accepted=e.accepted and e.chosen == c.candidate, energy=c.energy,
                               decisions=c.decisions,
                               expect_runs=c.sha256 is not None and bool(c.times or c.failed)))
+    # Re-measurements: the incumbent's new runs, under its own (step, candidate).
+    where = {entry.dir: entry for entry in out}
+    for e in events:
+        if isinstance(e, RemeasureEvent) and e.dir in where:
+            out.append(dataclasses.replace(where[e.dir], measurements=e.measurements,
+                                           remeasured_at=e.step, expect_runs=True))
     return out
 
 
@@ -124,7 +137,8 @@ def rundir_rows(rundir: Path) -> list[dict[str, Any]]:
     """The rows of one rundir (raises RundirError for a corrupt journal)."""
     rundir = Path(rundir)
     events = read_journal(rundir / "journal.jsonl")
-    task = experiment_info(rundir, events).get("task")
+    experiment = experiment_info(rundir, events)
+    task = experiment.task if experiment else None
     rows = []
     for c in _candidates(events):
         d = c.decisions
@@ -132,9 +146,10 @@ def rundir_rows(rundir: Path) -> list[dict[str, Any]]:
                 "candidate": c.candidate, "dir": c.dir, "mutation": c.mutation,
                 "accepted": c.accepted, "energy": c.energy,
                 "inlined": d.inlined if d else None, "not_inlined": d.not_inlined if d else None,
-                "prevented": d.prevented if d else None}
+                "prevented": d.prevented if d else None, "remeasured_at": c.remeasured_at}
         run = 0
-        for result in _read_measurements(rundir / c.dir / "measurements.json", c.expect_runs):
+        path = rundir / (c.measurements or f"{c.dir}/measurements.json")
+        for result in _read_measurements(path, c.expect_runs):
             for rec in result.records:
                 row = {**head, "sha256": result.sha256, "worker": result.worker,
                        "worker_class": result.worker_class, "cpu": result.cpu, "run": run,
@@ -163,7 +178,8 @@ def measurements_table(rundirs: Iterable[Path]) -> pd.DataFrame:
     for col in ("energy", "wall_s", "user_s", "sys_s"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
     # Counts stay integers (nullable: no 3.0 in the CSV because one row lacks the value).
-    for col in ("step", "candidate", "inlined", "not_inlined", "prevented", "cpu", "run",
+    for col in ("step", "candidate", "inlined", "not_inlined", "prevented", "remeasured_at",
+                "cpu", "run",
                 "maxrss_kb", "exit_status", "signal", *(c for c in extra if c.startswith("gc_"))):
         values = pd.to_numeric(df[col], errors="coerce")
         present = values.dropna()

@@ -76,8 +76,9 @@ def plot_experiment(rundir: Path) -> Path:
         labels.append("temperature")
     ax.legend(handles, labels, loc="best", fontsize="small")
 
-    title = f"{exp.get('task', '?')} — {exp.get('algorithm', '?')}, seed {exp.get('seed', '?')}"
-    done, planned = (order[-1] if order else 0), exp.get("steps")
+    title = (f"{exp.task} — {exp.algorithm}, seed {exp.seed}" if exp is not None
+             else f"{rundir.name} (no experiment record)")
+    done, planned = (order[-1] if order else 0), exp.steps if exp is not None else None
     if planned is not None:
         title += f" ({done}/{planned} steps)"
     ax.set_title(title)

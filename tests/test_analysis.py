@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import math
+import shutil
 import sys
 import time
 from datetime import datetime
@@ -21,8 +22,10 @@ from click.testing import CliRunner
 from analysis.batch_log import best_times, load_batch_log, main, summaries
 from analysis.export import PARQUET_MISSING, measurements_table
 from analysis.plots import plot_experiment
+from dispatcher.records import (BaselineEvent, BatchEntry, Candidate, Experiment, Pointer,
+                                RemeasureEvent, StepEvent, event_from_json)
 from dispatcher.rundir import Rundir, append_batch_log
-from dispatcher.worker import RunRecord, RunResult
+from dispatcher.records import RunRecord, RunResult
 
 NOW = time.time()
 GC = {"minor_collections": 12, "major_collections": 3, "minor_words": 123456,
@@ -56,6 +59,11 @@ def write_measurements(d: Path, sha: str, times: list[float], failed: int = 0) -
     (d / "measurements.json").write_text(json.dumps([result.to_json()]))
 
 
+def event(data: dict):
+    """A journal event from its JSON, checked as the experiment's would be."""
+    return event_from_json(data, "test")
+
+
 def geo(times: list[float]) -> float:
     return math.exp(sum(math.log(t) for t in times) / len(times))
 
@@ -73,19 +81,19 @@ def build(root: Path, name: str, *, algorithm: str = "sa", planned: int, steps: 
            "seed": seed, "steps": planned, "chain": 0, "size": "quick", "runs": 3,
            "baseline_runs": 3, "candidates_per_step": 2, "t_start": 0.04, "t_end": 0.001,
            "remeasure_every": 4, "rundir": str(path)}
-    rd = Rundir.create(path, exp, {"store": "/nowhere"})
+    rd = Rundir.create(path, Experiment(**exp, max_flips=2), {"store": "/nowhere"})
     if batch_log is not None:
-        append_batch_log(batch_log, {"task": exp["task"], "rundir": str(path),
-                                     "algorithm": algorithm, "steps": planned})
+        append_batch_log(batch_log, BatchEntry(task=exp["task"], rundir=str(path),
+                                               algorithm=algorithm, steps=planned))
     t = t0
     if baseline:
         base_times = [math.exp(v) for v in BASE_LOGS]
         write_measurements(path / "steps/00000/c0", "sha-base", base_times)
         t += 1
-        rd.append({"event": "baseline", "time": t, "sha256": "sha-base", "dir": "steps/00000/c0",
+        rd.append(event({"event": "baseline", "time": t, "sha256": "sha-base", "dir": "steps/00000/c0",
                    "times": base_times, "geomean": geo(base_times),
                    "median": sorted(base_times)[1], "ci95": [0.95, 1.05],
-                   "decisions": {"inlined": 10, "not_inlined": 5, "prevented": 1}})
+                   "decisions": {"inlined": 10, "not_inlined": 5, "prevented": 1}}))
         base = geo(base_times)
     incumbent = {"step": 0, "candidate": 0, "dir": "steps/00000/c0", "energy": 1.0}
     best = dict(incumbent)
@@ -125,18 +133,20 @@ def build(root: Path, name: str, *, algorithm: str = "sa", planned: int, steps: 
             all_times[incumbent["dir"]] = all_times[incumbent["dir"]] + extra
             energy = geo(all_times[incumbent["dir"]]) / base
             t += 1
-            rd.append({"event": "remeasure", "time": t, "step": n, "dir": incumbent["dir"],
-                       "times": extra, "energy": energy})
+            write_measurements(path / f"steps/{n:05d}/remeasure", "sha-remeasure", extra)
+            rd.append(event({"event": "remeasure", "time": t, "step": n,
+                             "dir": incumbent["dir"], "times": extra, "energy": energy,
+                             "measurements": f"steps/{n:05d}/remeasure/measurements.json"}))
             incumbent = {**incumbent, "energy": energy}
         t += 1
-        rd.append({"event": "step", "time": t, "step": n,
+        rd.append(event({"event": "step", "time": t, "step": n,
                    "temperature": 0.04 / n if algorithm == "sa" else None,
                    "candidates": cands, "chosen": chosen["candidate"] if chosen else None,
                    "accepted": accepted, "incumbent": incumbent, "best": best,
-                   "rng": [3, [1, 2, 3], None], "busy_s": 2.0 * n, "elapsed_s": 1.5 * n})
+                   "rng": [3, [1, 2, 3], None], "busy_s": 2.0 * n, "elapsed_s": 1.5 * n}))
     if finish is not None:
         t += 1
-        rd.append({"event": "finish", "time": t, "reason": finish})
+        rd.append(event({"event": "finish", "time": t, "reason": finish}))
     return path
 
 
@@ -166,8 +176,8 @@ def batch(tmp_path):
                         finish="failed: delta: baseline: timeout", batch_log=log),
     }
     gone = tmp_path / "rundirs" / "epsilon-sa"
-    append_batch_log(log, {"task": "epsilon", "rundir": str(gone), "algorithm": "sa",
-                           "steps": 7})
+    append_batch_log(log, BatchEntry(task="epsilon", rundir=str(gone), algorithm="sa",
+                                     steps=7))
     paths["missing"] = gone
     paths["stale"] = build(tmp_path, "zeta-rw", algorithm="random-walk", planned=6,
                            steps=[{"cands": [[0.0, 0.01, -0.01]]}], t0=NOW - 7200,
@@ -187,20 +197,29 @@ def by_task(rows):
 # (the formulas themselves: tests/test_stats.py)
 
 def test_best_times_pool_remeasures_of_the_same_binary():
+    def step(n: int, sha: str, times: list[float]) -> StepEvent:
+        cand = Candidate(candidate=0, dir=f"steps/{n:05d}/c0", mutation="flip 1", sha256=sha,
+                         times=times)
+        pointer = Pointer(step=n, candidate=0, dir=cand.dir, energy=1.0)
+        return StepEvent(step=n, temperature=None, candidates=[cand], chosen=0, accepted=True,
+                         incumbent=pointer, best=pointer, rng=[])
+
+    def remeasure(d: str, times: list[float]) -> RemeasureEvent:
+        return RemeasureEvent(step=2, dir=d, measurements="m", times=times, energy=1.0)
+
     events = [
-        {"event": "baseline", "dir": "steps/00000/c0", "sha256": "b", "times": [1.0, 1.0]},
-        {"event": "step", "step": 1, "candidates": [
-            {"candidate": 0, "dir": "steps/00001/c0", "sha256": "x", "times": [0.9, 0.91]}]},
-        {"event": "step", "step": 2, "candidates": [
-            {"candidate": 0, "dir": "steps/00002/c0", "sha256": "x", "times": [0.92]}]},
-        {"event": "remeasure", "step": 2, "dir": "steps/00002/c0", "times": [0.93]},
-        {"event": "remeasure", "step": 2, "dir": "steps/00001/c0", "times": [0.94]},
-        {"event": "remeasure", "step": 2, "dir": "steps/00009/c0", "times": [5.0]},
+        BaselineEvent(sha256="b", times=[1.0, 1.0], geomean=1.0, median=1.0, ci95=(1.0, 1.0)),
+        step(1, "x", [0.9, 0.91]),
+        step(2, "x", [0.92]),
+        remeasure("steps/00002/c0", [0.93]),
+        remeasure("steps/00001/c0", [0.94]),
+        remeasure("steps/00009/c0", [5.0]),
     ]
-    best = {"step": 1, "candidate": 0, "dir": "steps/00001/c0", "energy": 0.905}
+    best = Pointer(step=1, candidate=0, dir="steps/00001/c0", energy=0.905)
     # its own runs, then remeasures of its dir and of another dir with the same binary
     assert best_times(events, best) == [0.9, 0.91, 0.93, 0.94]
-    assert best_times(events, {"step": 3, "candidate": 0}) is None
+    assert best_times(events, Pointer(step=3, candidate=0, dir="steps/00003/c0",
+                                      energy=1.0)) is None
 
 
 # --------------------------------------------------------------------------- the table
@@ -323,9 +342,15 @@ def test_export_csv(batch):
     assert f"{paths['missing']}: rundir missing, skipped" in result.stderr
     df = pd.read_csv(out)
     # alpha: baseline 3 + step1 6 + step2 6 + step3 3 (+ compile failure: none) + step4 3 + 3
-    # failed; beta 3 + 3 + 3; gamma 3 + 6; delta 0; zeta 3 + 3
-    assert (df["benchmark"] == "alpha").sum() == 3 + 6 + 6 + 3 + 6
-    assert len(df) == 24 + 9 + 9 + 0 + 6
+    # failed + the incumbent re-measured at step 4: 3; beta 3 + 3 + 3; gamma 3 + 6; delta 0;
+    # zeta 3 + 3
+    assert (df["benchmark"] == "alpha").sum() == 3 + 6 + 6 + 3 + 6 + 3
+    assert len(df) == 27 + 9 + 9 + 0 + 6
+    again = df[df["remeasured_at"].notna()]
+    assert len(again) == 3 and (again["remeasured_at"] == 4).all()
+    assert (again["step"] == 3).all() and (again["candidate"] == 0).all()  # the incumbent
+    assert sorted(again["wall_s"].round(6)) == sorted(round(math.exp(v), 6)
+                                                      for v in A_STEPS[3]["remeasure"])
     assert set(df["benchmark"]) == {"alpha", "beta", "gamma", "zeta"}
     gc_cols = {f"gc_{k}" for k in GC}
     perf_cols = {f"perf_{e}" for e in PERF_EVENTS + (UNSUPPORTED,)}
@@ -389,7 +414,7 @@ def test_export_parquet(batch):
     result = run_cli(str(log), "--export", str(out))
     assert result.exit_code == 0, result.output
     df = pd.read_parquet(out)
-    assert len(df) == 48 and df[f"perf_{UNSUPPORTED}"].isna().all()
+    assert len(df) == 51 and df[f"perf_{UNSUPPORTED}"].isna().all()
 
 
 def test_export_unknown_extension(batch):
@@ -459,3 +484,34 @@ def test_plot_experiment_rewrites_the_plot(batch):
     plot_experiment(rundir)
     check_png(out)
     assert sorted(f.name for f in rundir.iterdir() if f.name.startswith(".")) == []
+
+
+# --------------------------------------------------------------------------- golden rundirs
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def test_golden_rundirs_of_both_versions_summarize_export_and_plot(tmp_path):
+    """Real rundirs, written by format version 1 and 2 (tests/golden), read by every analysis
+    path: the table, the export (re-measurements included) and the plot."""
+    log = GOLDEN / "batch.log"
+    rows = summaries(log, load_batch_log(log))
+    assert [(s.rundir, s.status, s.steps_done, s.steps_planned) for s in rows] == [
+        ("rundir-v1", "finished", 4, 4), ("rundir-v2", "finished", 4, 4)]
+    for s in rows:
+        assert s.task == "tinysum" and s.algorithm == "sa" and s.best_speedup is not None
+        if s.best_step:  # a candidate beat the baseline: its interval is there
+            assert s.ci_low is not None and s.ci_low <= s.best_speedup <= s.ci_high
+    out = tmp_path / "runs.csv"
+    result = run_cli(str(log), "--export", str(out))
+    assert result.exit_code == 0, result.output
+    df = pd.read_csv(out)
+    for name in ("rundir-v1", "rundir-v2"):
+        runs = df[df["rundir"] == str(GOLDEN / name)]
+        assert (runs[runs["step"] == 0]["run"].count()) == 3  # the baseline's runs
+        assert runs["remeasured_at"].notna().sum() > 0
+        assert runs["failure"].isna().all() and (runs["wall_s"] > 0).all()
+    for name in ("rundir-v1", "rundir-v2"):
+        rundir = tmp_path / name
+        shutil.copytree(GOLDEN / name, rundir)
+        assert plot_experiment(rundir).stat().st_size > 10_000
