@@ -258,10 +258,11 @@ def print_table(rows: list[Summary]) -> None:
     console = Console(file=out, width=None if tty else 10_000, highlight=False,
                       force_terminal=tty, color_system="auto" if tty else None)
     table = Table(box=box.SIMPLE_HEAD, expand=False, show_edge=False)
-    for name, justify in (("task", "left"), ("rundir", "left"), ("algorithm", "left"),
-                          ("steps", "right"), ("best speedup [95% CI]", "right"),
-                          ("last update", "left"), ("status", "left")):
-        table.add_column(name, justify=justify, no_wrap=not tty, overflow="fold")
+    right = {"steps", "best speedup [95% CI]"}
+    for name in ("task", "rundir", "algorithm", "steps", "best speedup [95% CI]",
+                 "last update", "status"):
+        table.add_column(name, justify="right" if name in right else "left", no_wrap=not tty,
+                         overflow="fold")
     for s in rows:
         table.add_row(s.task or "-", s.rundir, s.algorithm or "-", _steps(s), format_speedup(s),
                       format_time(s.last_update), s.status)

@@ -107,10 +107,10 @@ def _candidates(events: Sequence[Event]) -> list[_Entry]:
                               expect_runs=c.sha256 is not None and bool(c.times or c.failed)))
     # Re-measurements: the incumbent's new runs, under its own (step, candidate).
     where = {entry.dir: entry for entry in out}
-    for e in events:
-        if isinstance(e, RemeasureEvent) and e.dir in where:
-            out.append(dataclasses.replace(where[e.dir], measurements=e.measurements,
-                                           remeasured_at=e.step, expect_runs=True))
+    for again in events:
+        if isinstance(again, RemeasureEvent) and again.dir in where:
+            out.append(dataclasses.replace(where[again.dir], measurements=again.measurements,
+                                           remeasured_at=again.step, expect_runs=True))
     return out
 
 
