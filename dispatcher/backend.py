@@ -18,11 +18,14 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from dispatcher.records import RunResult
 from dispatcher.worker import AgentError, RunJob, WorkerLost
+
+if TYPE_CHECKING:
+    from dispatcher.config import ConfigReader
 
 __all__ = ["AgentError", "Backend", "BackendSpec", "MODULES", "PermanentLoss", "Slot",
            "WorkerLost", "backend_spec", "register"]
@@ -69,8 +72,9 @@ class BackendContext:
 class BackendSpec:
     """How a backend is configured and started.
 
-    ``parse(section, fail)``: its config section (a mapping, maybe empty) -> its settings;
-    ``fail(key, expected, got)`` makes the one-line ConfigError naming file and key.
+    ``parse(section, reader)``: its config section (a mapping, maybe empty) -> its settings;
+    ``reader`` (a ``dispatcher.config.ConfigReader``) makes the one-line errors naming the
+    file and key, and checks common values.
     ``worker_classes(settings)``: the classes its slots will have, without starting it.
     ``master_cpus(settings)``: the CPUs of this machine left to the master (its compiles),
     or None when the backend takes none of them.
@@ -78,7 +82,7 @@ class BackendSpec:
     """
 
     name: str
-    parse: Callable[[dict, Callable[..., Exception]], Any]
+    parse: Callable[[dict, ConfigReader], Any]
     worker_classes: Callable[[Any], list[str]]
     master_cpus: Callable[[Any], frozenset[int] | None]
     start: Callable[[Any, BackendContext], Backend]

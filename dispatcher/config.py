@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from dispatcher.backend import MODULES, backend_spec
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "local.yaml"
 DEFAULT_STORE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) \
     / "inlining-orchestrator" / "store"
-BACKENDS = ("local", "ssh", "ray")
 
 
 class ConfigError(ValueError):
@@ -94,12 +94,6 @@ def _finite_number(v: Any) -> bool:
 
 
 @dataclass(frozen=True)
-class LocalConfig:
-    cpus: tuple[int, ...]  # one worker slot per CPU
-    worker_class: str = "local"
-
-
-@dataclass(frozen=True)
 class RunConfig:
     runs: int = 5
     timeout: float = 120.0
@@ -134,62 +128,28 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True)
-class SshHost:
-    """One benchmark machine reached over SSH: one worker slot per CPU listed."""
-
-    name: str  # label in slot names and messages (default host, or host:port)
-    host: str
-    port: int
-    user: str
-    key_file: Path
-    rundir: str  # on the worker; relative paths are relative to the user's home
-    cpus: tuple[int, ...]
-    python: str = "python3"
-    cache_limit_bytes: int = 2 << 30
-    worker_class: str = "ssh"
-
-
-@dataclass(frozen=True)
-class SshConfig:
-    known_hosts: Path
-    trust_on_first_use: bool
-    connect_timeout: float
-    hosts: tuple[SshHost, ...]
-
-
-@dataclass(frozen=True)
 class Config:
     path: Path | None
     backend: str
     store: Path
-    local: LocalConfig
     run: RunConfig = field(default_factory=RunConfig)
     compile_jobs: int = 1
     search: SearchConfig = field(default_factory=SearchConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
-    ssh: SshConfig | None = None
+    # Each backend section present (and the chosen backend's), as its module parsed it.
+    backends: dict[str, Any] = field(default_factory=dict)
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
-    def backend_settings(self):
-        """The chosen backend's own section, as its module parsed it."""
-        return self.local if self.backend == "local" else self.ssh
+    def backend_settings(self) -> Any:
+        """The chosen backend's own settings (``dispatcher.local.LocalConfig``, ...)."""
+        return self.backends[self.backend]
 
 
-def default_cpus() -> tuple[int, ...]:
-    """Every CPU this process may use but one (the master's), at least one."""
-    cpus = sorted(os.sched_getaffinity(0))
-    return tuple(cpus[1:] if len(cpus) > 1 else cpus)
+class ConfigReader:
+    """What parsers of config sections use: one-line errors naming the file and key, and
+    the common value checks.  Backends get one for their own section."""
 
-
-def master_cpus(worker_cpus: tuple[int, ...]) -> frozenset[int] | None:
-    """The CPUs left to the master (its compiles) when local workers take ``worker_cpus``;
-    None when workers take them all (then nothing can be kept apart)."""
-    rest = frozenset(os.sched_getaffinity(0)) - set(worker_cpus)
-    return rest or None
-
-
-class _Reader:
     def __init__(self, path: Path | None):
         self.path = path
 
@@ -230,40 +190,30 @@ class _Reader:
 
 
 def parse_config(data: Any, path: Path | None = None) -> Config:
-    r = _Reader(path)
+    r = ConfigReader(path)
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise r.fail("(top level)", "a mapping", type(data).__name__)
-    top = {"backend", "store", "local", "run", "compile", "search", "scheduler", "ssh", "ray"}
+    top = {"backend", "store", "run", "compile", "search", "scheduler", *MODULES}
     unknown = sorted(set(data) - top)
     if unknown:
         raise r.fail(unknown[0], f"a known key ({', '.join(sorted(top))})")
     backend = data.get("backend", "local")
-    if backend not in BACKENDS:
-        raise r.fail("backend", " or ".join(BACKENDS), backend)
+    if backend not in MODULES:
+        raise r.fail("backend", " or ".join(MODULES), backend)
     store_raw = data.get("store")
     store = DEFAULT_STORE if store_raw is None else \
         r.local_path(store_raw, "store", "a directory path")
-
-    local = r.section(data, "local", {"cpus", "worker_class"})
-    cpus_raw = local.get("cpus", "auto")
-    allowed = set(os.sched_getaffinity(0))
-    if cpus_raw == "auto":
-        cpus = default_cpus()
-    elif (isinstance(cpus_raw, list) and cpus_raw
-          and all(isinstance(c, int) and not isinstance(c, bool) for c in cpus_raw)):
-        missing = sorted(set(cpus_raw) - allowed)
-        if missing:
-            raise r.fail("local.cpus", f"CPUs of this machine ({sorted(allowed)})", missing)
-        if len(set(cpus_raw)) != len(cpus_raw):
-            raise r.fail("local.cpus", "distinct CPU numbers", cpus_raw)
-        cpus = tuple(cpus_raw)
-    else:
-        raise r.fail("local.cpus", "auto or a list of CPU numbers", cpus_raw)
-    worker_class = local.get("worker_class", "local")
-    if not isinstance(worker_class, str) or not worker_class:
-        raise r.fail("local.worker_class", "a non-empty string", worker_class)
+    backends = {}
+    for name in MODULES:  # every section present is checked, the chosen one always parsed
+        if name == backend or data.get(name) is not None:
+            raw = data.get(name)
+            if raw is None:
+                raw = {}
+            if not isinstance(raw, dict):
+                raise r.fail(name, "a mapping", raw)
+            backends[name] = backend_spec(name).parse(raw, r)
 
     run = r.section(data, "run", {"runs", "timeout", "perf", "size"})
     timeout = run.get("timeout", RunConfig.timeout)
@@ -278,7 +228,7 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
 
     compile_ = r.section(data, "compile", {"jobs"})
     jobs_raw = compile_.get("jobs", "auto")
-    master = master_cpus(cpus) if backend == "local" else None
+    master = backend_spec(backend).master_cpus(backends[backend])
     jobs = (len(master) if master else (os.cpu_count() or 1)) if jobs_raw == "auto" else \
         r.positive_int(compile_, "jobs", "compile.jobs", 1)
 
@@ -291,18 +241,14 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
                                         5),
         backoff_s=r.positive_number(sched, "backoff_s", "scheduler.backoff_s", 1.0),
         backoff_max_s=r.positive_number(sched, "backoff_max_s", "scheduler.backoff_max_s", 60.0))
-    ssh = _ssh_config(r, data) if backend == "ssh" or data.get("ssh") is not None else None
-    if backend == "ssh" and ssh is None:
-        raise r.fail("ssh", "a mapping with hosts (backend is ssh)")
     return Config(path=path, backend=backend, store=store, search=search, scheduler=scheduler,
-                  ssh=ssh,
-                  local=LocalConfig(cpus=cpus, worker_class=worker_class),
+                  backends=backends,
                   run=RunConfig(runs=r.positive_int(run, "runs", "run.runs", RunConfig.runs),
                                 timeout=float(timeout), perf=perf, size=size),
                   compile_jobs=jobs, raw=data)
 
 
-def _search_config(r: _Reader, data: dict, path: Path | None) -> SearchConfig:
+def _search_config(r: ConfigReader, data: dict, path: Path | None) -> SearchConfig:
     d = r.section(data, "search", {"algorithm", "steps", "chains", "seed", "baseline_runs",
                                    "candidates_per_step", "t_start", "t_end", "remeasure_every",
                                    "max_flips", "rundirs", "batch_log"})
@@ -340,73 +286,6 @@ def _search_config(r: _Reader, data: dict, path: Path | None) -> SearchConfig:
         max_flips=r.positive_int(d, "max_flips", "search.max_flips", 2),
         t_start=temps["t_start"], t_end=temps["t_end"], rundirs=paths["rundirs"],
         batch_log=paths["batch_log"])
-
-
-# A host name or address: letters, digits and the punctuation of names, IPv4 and IPv6.
-_HOST_RE = re.compile(r"^[A-Za-z0-9._:%\[\]-]+$")
-
-
-def _ssh_config(r: _Reader, data: dict) -> SshConfig:
-    d = r.section(data, "ssh", {"known_hosts", "trust_on_first_use", "key_file", "user",
-                                "connect_timeout", "hosts"})
-    known_hosts = r.local_path(d.get("known_hosts", "~/.ssh/known_hosts"), "ssh.known_hosts")
-    tofu = d.get("trust_on_first_use", False)
-    if not isinstance(tofu, bool):
-        raise r.fail("ssh.trust_on_first_use", "true or false", tofu)
-    timeout = r.positive_number(d, "connect_timeout", "ssh.connect_timeout", 10.0)
-    hosts_raw = d.get("hosts")
-    if not isinstance(hosts_raw, list) or not hosts_raw:
-        raise r.fail("ssh.hosts", "a non-empty list of hosts", hosts_raw)
-    hosts, names = [], set()
-    for i, h in enumerate(hosts_raw):
-        where = f"ssh.hosts[{i}]"
-        if not isinstance(h, dict):
-            raise r.fail(where, "a mapping with host, user, rundir and cpus", h)
-        allowed = {"name", "host", "port", "user", "key_file", "rundir", "cpus", "python",
-                   "cache_limit_mb", "worker_class"}
-        unknown = sorted(set(h) - allowed)
-        if unknown:
-            raise r.fail(f"{where}.{unknown[0]}", f"one of {', '.join(sorted(allowed))}")
-        host = h.get("host")
-        if not isinstance(host, str) or not _HOST_RE.match(host):
-            raise r.fail(f"{where}.host", "a host name or address", host)
-        port = h.get("port", 22)
-        if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
-            raise r.fail(f"{where}.port", "a TCP port number", port)
-        name = h.get("name", host if port == 22 else f"{host}:{port}")
-        if not isinstance(name, str) or not _HOST_RE.match(name):
-            raise r.fail(f"{where}.name", "a label of letters, digits, '.', '_', ':' or '-'",
-                         name)
-        if name in names:
-            raise r.fail(f"{where}.name", "a name no other host has", name)
-        names.add(name)
-        user = h.get("user", d.get("user"))
-        if not isinstance(user, str) or not user or any(c in user for c in "\0\n@"):
-            raise r.fail(f"{where}.user", "a user name (here or as ssh.user)", user)
-        key_file = r.local_path(h.get("key_file", d.get("key_file", "~/.ssh/id_ed25519")),
-                                f"{where}.key_file")
-        rundir = h.get("rundir")
-        if (not isinstance(rundir, str) or not rundir.strip() or any(c in rundir for c in "\0\n")
-                or ".." in rundir.split("/")):
-            raise r.fail(f"{where}.rundir", "a directory on the worker (absolute, or relative "
-                         "to the user's home; no '..')", rundir)
-        cpus = h.get("cpus")
-        if (not isinstance(cpus, list) or not cpus or len(set(cpus)) != len(cpus)
-                or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
-                           for c in cpus)):
-            raise r.fail(f"{where}.cpus", "a list of distinct CPU numbers", cpus)
-        python = h.get("python", "python3")
-        if not isinstance(python, str) or not python or any(c in python for c in "\0\n"):
-            raise r.fail(f"{where}.python", "the worker's python3 (a command or path)", python)
-        limit_mb = r.positive_int(h, "cache_limit_mb", f"{where}.cache_limit_mb", 2048)
-        worker_class = h.get("worker_class", "ssh")
-        if not isinstance(worker_class, str) or not worker_class or "\0" in worker_class:
-            raise r.fail(f"{where}.worker_class", "a non-empty string", worker_class)
-        hosts.append(SshHost(name=name, host=host, port=port, user=user, key_file=key_file,
-                             rundir=rundir, cpus=tuple(cpus), python=python,
-                             cache_limit_bytes=limit_mb << 20, worker_class=worker_class))
-    return SshConfig(known_hosts=known_hosts, trust_on_first_use=tofu, connect_timeout=timeout,
-                     hosts=tuple(hosts))
 
 
 def load_config(path: Path | str | None = None) -> Config:

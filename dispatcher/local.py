@@ -11,12 +11,15 @@ import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING
 
 from dispatcher.backend import BackendContext, BackendSpec
 from dispatcher.records import RunResult
 from dispatcher.worker import (LocalAgent, RunJob, WorkerLost, encode_request,
                                result_from_response)
+
+if TYPE_CHECKING:
+    from dispatcher.config import ConfigReader
 
 
 # The agents may use every CPU this process started with, even after the master has
@@ -146,7 +149,9 @@ def master_cpus(worker_cpus: tuple[int, ...]) -> frozenset[int] | None:
     return rest or None
 
 
-def parse_config(section: dict, fail: Callable[..., Exception]) -> LocalConfig:
+def parse_config(section: dict, r: ConfigReader) -> LocalConfig:
+    """The ``local:`` section."""
+    fail = r.fail
     unknown = sorted(set(section) - {"cpus", "worker_class"})
     if unknown:
         raise fail(f"local.{unknown[0]}", "one of cpus, worker_class")

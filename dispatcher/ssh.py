@@ -24,11 +24,12 @@ import threading
 import time
 import uuid
 from collections import Counter, OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
 
-from dispatcher.config import SshConfig, SshHost
+from dispatcher.config import ConfigReader
 from dispatcher.files import sha256_file
 from dispatcher.backend import BackendContext, BackendSpec, PermanentLoss
 from dispatcher.worker import (AGENT_PATH, AgentConnection, AgentError, RunJob, RunResult,
@@ -42,6 +43,30 @@ LOCK_WAIT_S = 30.0  # how long a new agent waits for the lock of an agent that i
 JOB_SLACK_S = 30.0  # beyond 1.5 x the runs' own timeouts, before a silent agent is presumed hung
 STALE_UPLOAD_S = 3600.0  # partial uploads older than this are removed on connect
 HOST_RETRY_S = 1.0  # after a failed connect, the host's other slots fail fast this long
+
+
+@dataclass(frozen=True)
+class SshHost:
+    """One benchmark machine reached over SSH: one worker slot per CPU listed."""
+
+    name: str  # label in slot names and messages (default host, or host:port)
+    host: str
+    port: int
+    user: str
+    key_file: Path
+    rundir: str  # on the worker; relative paths are relative to the user's home
+    cpus: tuple[int, ...]
+    python: str = "python3"
+    cache_limit_bytes: int = 2 << 30
+    worker_class: str = "ssh"
+
+
+@dataclass(frozen=True)
+class SshConfig:
+    known_hosts: Path
+    trust_on_first_use: bool
+    connect_timeout: float
+    hosts: tuple[SshHost, ...]
 
 
 class HostError(WorkerLost):
@@ -468,11 +493,81 @@ class SshBackend:
             host.close()
 
 
+# --------------------------------------------------------------------------- configuration
+
+# A host name or address: letters, digits and the punctuation of names, IPv4 and IPv6.
+_HOST_RE = re.compile(r"^[A-Za-z0-9._:%\[\]-]+$")
+
+
+def parse_config(section: dict, r: ConfigReader) -> SshConfig:
+    """The ``ssh:`` section."""
+    d = r.section({"ssh": section}, "ssh", {"known_hosts", "trust_on_first_use", "key_file", "user",
+                                "connect_timeout", "hosts"})
+    known_hosts = r.local_path(d.get("known_hosts", "~/.ssh/known_hosts"), "ssh.known_hosts")
+    tofu = d.get("trust_on_first_use", False)
+    if not isinstance(tofu, bool):
+        raise r.fail("ssh.trust_on_first_use", "true or false", tofu)
+    timeout = r.positive_number(d, "connect_timeout", "ssh.connect_timeout", 10.0)
+    hosts_raw = d.get("hosts")
+    if not isinstance(hosts_raw, list) or not hosts_raw:
+        raise r.fail("ssh.hosts", "a non-empty list of hosts", hosts_raw)
+    hosts, names = [], set()
+    for i, h in enumerate(hosts_raw):
+        where = f"ssh.hosts[{i}]"
+        if not isinstance(h, dict):
+            raise r.fail(where, "a mapping with host, user, rundir and cpus", h)
+        allowed = {"name", "host", "port", "user", "key_file", "rundir", "cpus", "python",
+                   "cache_limit_mb", "worker_class"}
+        unknown = sorted(set(h) - allowed)
+        if unknown:
+            raise r.fail(f"{where}.{unknown[0]}", f"one of {', '.join(sorted(allowed))}")
+        host = h.get("host")
+        if not isinstance(host, str) or not _HOST_RE.match(host):
+            raise r.fail(f"{where}.host", "a host name or address", host)
+        port = h.get("port", 22)
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+            raise r.fail(f"{where}.port", "a TCP port number", port)
+        name = h.get("name", host if port == 22 else f"{host}:{port}")
+        if not isinstance(name, str) or not _HOST_RE.match(name):
+            raise r.fail(f"{where}.name", "a label of letters, digits, '.', '_', ':' or '-'",
+                         name)
+        if name in names:
+            raise r.fail(f"{where}.name", "a name no other host has", name)
+        names.add(name)
+        user = h.get("user", d.get("user"))
+        if not isinstance(user, str) or not user or any(c in user for c in "\0\n@"):
+            raise r.fail(f"{where}.user", "a user name (here or as ssh.user)", user)
+        key_file = r.local_path(h.get("key_file", d.get("key_file", "~/.ssh/id_ed25519")),
+                                f"{where}.key_file")
+        rundir = h.get("rundir")
+        if (not isinstance(rundir, str) or not rundir.strip() or any(c in rundir for c in "\0\n")
+                or ".." in rundir.split("/")):
+            raise r.fail(f"{where}.rundir", "a directory on the worker (absolute, or relative "
+                         "to the user's home; no '..')", rundir)
+        cpus = h.get("cpus")
+        if (not isinstance(cpus, list) or not cpus or len(set(cpus)) != len(cpus)
+                or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+                           for c in cpus)):
+            raise r.fail(f"{where}.cpus", "a list of distinct CPU numbers", cpus)
+        python = h.get("python", "python3")
+        if not isinstance(python, str) or not python or any(c in python for c in "\0\n"):
+            raise r.fail(f"{where}.python", "the worker's python3 (a command or path)", python)
+        limit_mb = r.positive_int(h, "cache_limit_mb", f"{where}.cache_limit_mb", 2048)
+        worker_class = h.get("worker_class", "ssh")
+        if not isinstance(worker_class, str) or not worker_class or "\0" in worker_class:
+            raise r.fail(f"{where}.worker_class", "a non-empty string", worker_class)
+        hosts.append(SshHost(name=name, host=host, port=port, user=user, key_file=key_file,
+                             rundir=rundir, cpus=tuple(cpus), python=python,
+                             cache_limit_bytes=limit_mb << 20, worker_class=worker_class))
+    return SshConfig(known_hosts=known_hosts, trust_on_first_use=tofu, connect_timeout=timeout,
+                     hosts=tuple(hosts))
+
+
 def _start(config: SshConfig, context: BackendContext) -> SshBackend:
     return SshBackend(config)
 
 
 BACKEND = BackendSpec(
-    name="ssh", parse=None,  # type: ignore[arg-type]
+    name="ssh", parse=parse_config,
     worker_classes=lambda c: list(dict.fromkeys(h.worker_class for h in c.hosts)),
     master_cpus=lambda c: None, start=_start)

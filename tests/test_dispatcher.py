@@ -58,12 +58,14 @@ def write_config(tmp_path: Path, **extra) -> Path:
 
 def test_default_config_loads():
     config = load_config()
-    assert config.backend == "local" and config.local.cpus
-    assert set(config.local.cpus) <= os.sched_getaffinity(0)
+    assert config.backend == "local" and config.backend_settings.cpus
+    assert set(config.backend_settings.cpus) <= os.sched_getaffinity(0)
 
 
 @pytest.mark.parametrize("text, message", [
-    ("backend: carrier-pigeon\n", "backend: expected local or ssh or ray"),
+    ("backend: carrier-pigeon\n", "backend: expected local or ssh"),
+    ("backend: ray\n", "backend: expected local or ssh, got 'ray'"),
+    ("ssh: [a, b]\n", "ssh: expected a mapping"),
     ("run:\n  runs: 0\n", "run.runs: expected a positive integer"),
     ("run:\n  timeout: soon\n", "run.timeout: expected a positive number"),
     ("local:\n  cpus: [99999]\n", "local.cpus: expected CPUs of this machine"),
@@ -116,7 +118,7 @@ def test_merge_keys_and_finite_floats_are_not_refused(tmp_path):
                     "    - <<: *h\n      host: b\n")
     config = load_config(path)
     assert config.run.timeout == 150.0
-    assert [(h.name, h.cache_limit_bytes) for h in config.ssh.hosts] == [("a", 64 << 20),
+    assert [(h.name, h.cache_limit_bytes) for h in config.backends["ssh"].hosts] == [("a", 64 << 20),
                                                                           ("b", 64 << 20)]
 
 

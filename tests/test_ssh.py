@@ -103,8 +103,8 @@ def test_bad_ssh_config_is_one_clear_line(ssh, message):
 def test_example_ssh_config_is_valid():
     from dispatcher.config import load_config
     config = load_config(REPO / "configs" / "example-ssh.yaml")
-    assert config.backend == "ssh" and len(config.ssh.hosts) >= 2
-    assert not config.ssh.trust_on_first_use
+    assert config.backend == "ssh" and len(config.backends["ssh"].hosts) >= 2
+    assert not config.backends["ssh"].trust_on_first_use
 
 
 def test_remote_paths_stay_in_the_rundir():
@@ -208,7 +208,7 @@ def test_run_past_its_deadline_is_retried_on_another_slot(lab, compiler, tmp_pat
     import dispatcher.ssh as ssh_module
     monkeypatch.setattr(ssh_module, "JOB_SLACK_S", 1.0)
     config = parse_config(lab.config(cpus=[CPU]), tmp_path / "c.yaml")
-    backend = SshBackend(config.ssh)
+    backend = SshBackend(config.backends["ssh"])
     binary = Path("/bin/sleep")
     job = RunJob(sha256_file(binary), binary, ("0.2",), runs=1, timeout=0.5, perf=False)
     h0_slot = backend.slots[0]
@@ -323,7 +323,7 @@ def test_names_full_of_shell_metacharacters_stay_names(lab, tmp_path):
     data["ssh"]["hosts"][0]["rundir"] = str(rundir)
     data["ssh"]["hosts"][0]["worker_class"] = "c; touch PWNED3 #"
     config = parse_config(data, tmp_path / "c.yaml")
-    backend = SshBackend(config.ssh)
+    backend = SshBackend(config.backends["ssh"])
     binary = Path("/bin/echo")
     job = RunJob(sha256_file(binary), binary, ("$(touch PWNED4)", "; touch PWNED5"), runs=1,
                  timeout=10, perf=False, expected_output={"text": "$(touch PWNED4) ; touch "
@@ -346,7 +346,7 @@ def test_binary_cache_is_bounded_and_checked(lab, tmp_path):
     data = lab.config(cpus=[CPU], hosts=[lab.hosts[0]])
     data["ssh"]["hosts"][0]["cache_limit_mb"] = 1
     config = parse_config(data, tmp_path / "c.yaml")
-    host = WorkerHost(config.ssh.hosts[0], config.ssh)
+    host = WorkerHost(config.backends["ssh"].hosts[0], config.backends["ssh"])
     binaries = []
     for i in range(3):  # 600 KB each: two do not fit in 1 MB
         b = tmp_path / f"b{i}"
@@ -368,7 +368,7 @@ def test_binary_cache_is_bounded_and_checked(lab, tmp_path):
         host.close()
     # A binary damaged on the worker is refused by the agent, uploaded again, and runs.
     config = parse_config(lab.config(cpus=[CPU], hosts=[lab.hosts[0]]), tmp_path / "c.yaml")
-    backend = SshBackend(config.ssh)
+    backend = SshBackend(config.backends["ssh"])
     true = Path("/bin/true")
     job = RunJob(sha256_file(true), true, (), runs=1, timeout=10, perf=False)
     try:
@@ -410,7 +410,7 @@ def test_unreachable_address_fails_fast_with_the_host_named(tmp_path):
         "hosts": [{"name": "nowhere", "host": "127.0.0.1", "port": 9, "user": "u",
                    "rundir": "w", "cpus": [0]}]}}
     config = parse_config(data, tmp_path / "c.yaml")
-    host = WorkerHost(config.ssh.hosts[0], config.ssh)
+    host = WorkerHost(config.backends["ssh"].hosts[0], config.backends["ssh"])
     with pytest.raises(HostError) as err:
         host.transport()
     assert str(err.value).startswith("nowhere: cannot connect to 127.0.0.1 port 9")
@@ -424,7 +424,7 @@ def test_dead_agent_and_rebooted_host_come_back_into_service(lab, tmp_path):
     data = lab.config(cpus=[CPU])
     data["scheduler"]["quarantine_after"] = 50
     config = parse_config(data, tmp_path / "c.yaml")
-    backend = SshBackend(config.ssh)
+    backend = SshBackend(config.backends["ssh"])
     binary = Path("/bin/true")
     job = RunJob(sha256_file(binary), binary, (), runs=1, timeout=10, perf=False)
     h0, h1 = backend.slots
