@@ -422,6 +422,8 @@ def _sftp_remove(sftp: paramiko.SFTPClient, path: str) -> None:
 class SshSlot:
     """One CPU of one worker host: an agent in its own channel, started on first use."""
 
+    depth = 1  # one request at a time (the network round trip is ~3 ms against runs of seconds)
+
     def __init__(self, host: WorkerHost, cpu: int):
         self.host = host
         self.cpu = cpu
