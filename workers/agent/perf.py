@@ -177,7 +177,8 @@ class PerfEvents:
             fd = self._open(pid, name, self.exclude_kernel)
             out.append(((name,), (fd if fd >= 0 else None,), False))
         if group:  # a member stays in the group while its fd is open
-            out.append((tuple(n for n, _ in group), tuple(fd for _, fd in group), True))
+            group_names, group_fds = zip(*group)
+            out.append((group_names, group_fds, True))
         return out
 
     @staticmethod

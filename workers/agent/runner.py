@@ -366,6 +366,7 @@ class Runner:
                 self._watchdog.disarm()
                 self.abort(run)
             else:
+                run.pid = run.pgid = None  # reaped: nothing of it may be killed any more
                 self._live.pop(pid, None)
                 self._strays.remember(pgid)
             if run.pidfd is not None:
@@ -373,24 +374,26 @@ class Runner:
                 run.pidfd = None
 
     def abort(self, run: Run) -> None:
-        """Kill and reap a child that will not (or did not) run to its end."""
+        """Kill and reap a child that will not (or did not) run to its end; once only (its
+        pid is forgotten, so a recycled pid is never killed)."""
         if run.gate is not None:
             os.close(run.gate)
             run.gate = None
-        if run.pgid is not None:
-            killpg_quietly(run.pgid)
-            self._strays.remember(run.pgid)
-        if run.pid is None:
-            return
-        try:
-            os.kill(run.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            os.waitpid(run.pid, 0)
-        except OSError:
-            pass
-        self._live.pop(run.pid, None)
+        pid, pgid = run.pid, run.pgid
+        run.pid = run.pgid = None
+        if pgid is not None:
+            killpg_quietly(pgid)
+            self._strays.remember(pgid)
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+            self._live.pop(pid, None)
         if run.pidfd is not None:
             os.close(run.pidfd)
             run.pidfd = None
