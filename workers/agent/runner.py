@@ -91,11 +91,14 @@ def parse_gc_stats(stderr: bytes) -> tuple[dict, bytes]:
     kept = []
     for line in stderr.splitlines(True):
         m = GC_LINE_RE.match(line)
-        if m and m.group(1).decode() in GC_KEYS:
-            value = float(m.group(2).decode())
-            gc[m.group(1).decode()] = int(value) if value.is_integer() else value
-        else:
-            kept.append(line)
+        if m is not None:
+            name, number = m.groups()
+            key = name.decode()
+            if key in GC_KEYS:
+                value = float(number)
+                gc[key] = int(value) if value.is_integer() else value
+                continue
+        kept.append(line)
     return gc, b"".join(kept)
 
 
