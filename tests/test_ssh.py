@@ -19,10 +19,11 @@ import yaml
 from dispatcher.backend import PermanentLoss
 from dispatcher.config import ConfigError, parse_config
 from dispatcher.files import sha256_file
+from dispatcher.records import BaselineEvent, FinishEvent, StepEvent
 from dispatcher.rundir import Rundir
 from dispatcher.scheduler import Scheduler
 from dispatcher.ssh import HostError, SshBackend, WorkerHost, fingerprint, remote_path
-from dispatcher.worker import RunJob
+from dispatcher.worker import RunJob, agent_zipapp
 from tests.sshhosts import LabUnavailable, SshLab, lab_unavailable_reason
 
 REPO = Path(__file__).resolve().parent.parent
@@ -128,9 +129,9 @@ def test_run_benchmark_over_ssh_uploads_once_and_measures_on_every_host(lab, com
     assert all(line[1] == "heuristic" and len(line) == 4 for line in lines)
     assert all(float(t) > 0 for line in lines for t in line[2:])
     for host in lab.hosts:
-        agents = list(host.rundir.glob("agent-*.py"))
+        agents = list(host.rundir.glob("agent-*.pyz"))
         assert len(agents) == 1 and agents[0].read_bytes() == \
-            (REPO / "workers" / "agent.py").read_bytes()
+            agent_zipapp().read_bytes()
         (binary,) = (host.rundir / "cache").iterdir()
         assert binary.name == sha256_file(binary)
     mtime = binary.stat().st_mtime_ns
@@ -149,12 +150,39 @@ def test_short_annealing_run_over_ssh(lab, compiler, tmp_path):
                str(tmp_path / "tasks"), "--steps", "3", "--algorithm", "sa")
     assert proc.returncode == 0, proc.stderr
     (rundir,) = (tmp_path / "rundirs").iterdir()
-    steps = [e["step"] for e in Rundir(rundir).events_of("step")]
+    steps = [e.step for e in Rundir(rundir).events_of(StepEvent)]
     assert steps == [1, 2, 3]
     measured = [r for p in rundir.rglob("measurements.json") for r in json.loads(p.read_text())]
     assert measured and {r["worker"] for r in measured} <= {f"ssh/h0/cpu{CPU}",
                                                              f"ssh/h1/cpu{CPU}"}
     assert all(rec["failure"] is None for r in measured for rec in r["records"])
+
+
+@needs_lab
+def test_each_chain_keeps_to_its_worker_class(lab, compiler, tmp_path):
+    """Hosts of two classes: each chain's baseline and candidates are all timed on its own
+    class (before, every chain was given the first slot's class, and a job could run on any
+    host and be stored under the wrong class)."""
+    data = lab.config(cpus=[CPU])
+    for host, cls in zip(data["ssh"]["hosts"], ("fast", "slow")):
+        host["worker_class"] = cls
+    cfg = write_config(tmp_path / "c.yaml", data, search={
+        "baseline_runs": 2, "remeasure_every": 2, "rundirs": str(tmp_path / "rundirs"),
+        "batch_log": str(tmp_path / "batch.log")})
+    (tmp_path / "tasks").write_text("kahan\n")
+    proc = cli("run_training_experiments", "--config", str(cfg), "--tasks",
+               str(tmp_path / "tasks"), "--steps", "2", "--chains", "2", "--size", "quick")
+    assert proc.returncode == 0, proc.stderr
+    rundirs = sorted((tmp_path / "rundirs").iterdir())
+    classes = {Rundir(r).experiment.worker_class: r for r in rundirs}
+    assert set(classes) == {"fast", "slow"}
+    host_of = {"fast": "h0", "slow": "h1"}
+    for cls, rundir in classes.items():
+        results = [r for p in sorted(rundir.rglob("measurements.json"))
+                   for r in Rundir.read_measurements(p.parent)]
+        assert results
+        assert {r.worker_class for r in results} == {cls}
+        assert {r.worker for r in results} == {f"ssh/{host_of[cls]}/cpu{CPU}"}
 
 
 def running_benchmark(host) -> bool:
@@ -189,9 +217,9 @@ def test_host_dying_mid_job_the_experiment_goes_on(lab, compiler, tmp_path):
     assert proc.returncode == 0, err
     (rundir,) = (tmp_path / "rundirs").iterdir()
     events = Rundir(rundir).events()
-    assert [e["step"] for e in events if e["event"] == "step"] == [1, 2, 3, 4]
-    assert sum(e["event"] == "baseline" for e in events) == 1
-    assert events[-1]["event"] == "finish" and events[-1]["reason"] == "completed"
+    assert [e.step for e in events if isinstance(e, StepEvent)] == [1, 2, 3, 4]
+    assert sum(isinstance(e, BaselineEvent) for e in events) == 1
+    assert isinstance(events[-1], FinishEvent) and events[-1].reason == "completed"
     assert "h0" in err and "runs again elsewhere" in err, err
     # The retry is recorded with the measurement it produced, in the rundir.
     measured = [r for p in rundir.rglob("measurements.json") for r in json.loads(p.read_text())]
