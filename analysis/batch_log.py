@@ -35,8 +35,15 @@ from pathlib import Path
 import click
 
 from analysis.export import experiment_info
-from dispatcher.records import (BaselineEvent, BatchEntry, Event, FinishEvent, Pointer,
-                                RemeasureEvent, StepEvent)
+from dispatcher.records import (
+    BaselineEvent,
+    BatchEntry,
+    Event,
+    FinishEvent,
+    Pointer,
+    RemeasureEvent,
+    StepEvent,
+)
 from dispatcher.rundir import RundirError, read_batch_log, read_journal
 from dispatcher.stats import speedup_ci
 
@@ -136,8 +143,9 @@ def best_times(events: Sequence[Event], best: Pointer) -> list[float] | None:
     if times is None:
         return None
     for e in events:
-        if isinstance(e, RemeasureEvent) and (
-                e.dir == target_dir or (target_sha is not None and sha_of.get(e.dir) == target_sha)):
+        if not isinstance(e, RemeasureEvent):
+            continue
+        if e.dir == target_dir or (target_sha is not None and sha_of.get(e.dir) == target_sha):
             times += e.times
     return times
 
@@ -352,8 +360,13 @@ def _plot(batch_log, entries, selected, rows) -> None:
 
 
 def _export(batch_log, entries, selected, out: Path) -> None:
-    from analysis.export import (ExportError, MeasurementWarning, export_format,
-                                 measurements_table, write_table)
+    from analysis.export import (
+        ExportError,
+        MeasurementWarning,
+        export_format,
+        measurements_table,
+        write_table,
+    )
 
     try:
         export_format(out)  # before reading everything: e.g. pyarrow missing

@@ -14,12 +14,17 @@ from rich.live import Live
 from rich.text import Text
 
 from commands.common import report_lost_workers, show_warnings
-from dispatcher.benchmark import (Benchmark, ManifestError, bundled_benchmarks,
-                                  load_benchmark, resolve_benchmark)
+from dispatcher.benchmark import (
+    Benchmark,
+    ManifestError,
+    bundled_benchmarks,
+    load_benchmark,
+    resolve_benchmark,
+)
 from dispatcher.compiler import CompilerNotFound
 from dispatcher.config import ConfigError, load_config
 from dispatcher.experiment import Chain, ChainStatus, new_experiment, params_of
-from dispatcher.records import BatchEntry, FORMAT_VERSION
+from dispatcher.records import FORMAT_VERSION, BatchEntry
 from dispatcher.rundir import Rundir, RundirError, append_batch_log
 from dispatcher.session import Session
 

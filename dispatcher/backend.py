@@ -16,9 +16,9 @@ its own merits (run it again elsewhere), ``PermanentLoss`` that retrying this sl
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from dispatcher.records import RunResult

@@ -23,9 +23,21 @@ from dispatcher.benchmark import Benchmark
 from dispatcher.compile import CompileError, CompileJob, CompileResult, CompileService
 from dispatcher.decisions import read_overrides
 from dispatcher.measure import Measured, MeasurementService, Pending
-from dispatcher.records import (Algorithm, BaselineEvent, Candidate, DecisionCounts, Experiment,
-                                FinishEvent, Pointer, RemeasureEvent, ResumeEvent, RunResult,
-                                StepEvent, candidate_dir, remeasure_dir)
+from dispatcher.records import (
+    Algorithm,
+    BaselineEvent,
+    Candidate,
+    DecisionCounts,
+    Experiment,
+    FinishEvent,
+    Pointer,
+    RemeasureEvent,
+    ResumeEvent,
+    RunResult,
+    StepEvent,
+    candidate_dir,
+    remeasure_dir,
+)
 from dispatcher.rundir import Rundir
 from dispatcher.search import energy, metropolis, propose, temperature
 from dispatcher.stats import geomean, geomean_ci

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 
 from dispatcher.backend import BackendContext, BackendSpec
 from dispatcher.records import RunResult
-from dispatcher.worker import (LocalAgent, RunJob, WorkerLost, encode_request,
-                               result_from_response)
+from dispatcher.worker import LocalAgent, RunJob, WorkerLost, encode_request, result_from_response
 
 if TYPE_CHECKING:
     from dispatcher.config import ConfigReader

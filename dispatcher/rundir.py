@@ -19,18 +19,30 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
-from collections.abc import Iterator
 
 import yaml
 
 from dispatcher.files import append_json_line, write_json_atomic
-from dispatcher.records import (BaselineEvent, BatchEntry, Event, Experiment, RecordError,
-                                RunResult, SearchState, StartEvent, StepEvent, candidate_dir,
-                                event_from_json, read_experiment, read_results,
-                                results_to_json)
+from dispatcher.records import (
+    BaselineEvent,
+    BatchEntry,
+    Event,
+    Experiment,
+    RecordError,
+    RunResult,
+    SearchState,
+    StartEvent,
+    StepEvent,
+    candidate_dir,
+    event_from_json,
+    read_experiment,
+    read_results,
+    results_to_json,
+)
 
 JOURNAL = "journal.jsonl"
 EXPERIMENT = "experiment.json"

@@ -17,12 +17,12 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from collections.abc import Sequence
 
-from dispatcher.config import SchedulerConfig
 from dispatcher.backend import PermanentLoss, Slot, WorkerLost
+from dispatcher.config import SchedulerConfig
 from dispatcher.records import RunResult
 from dispatcher.worker import RunJob
 

@@ -29,11 +29,19 @@ from pathlib import Path
 
 import paramiko
 
+from dispatcher.backend import BackendContext, BackendSpec, PermanentLoss
 from dispatcher.config import ConfigReader
 from dispatcher.files import sha256_file
-from dispatcher.backend import BackendContext, BackendSpec, PermanentLoss
-from dispatcher.worker import (AGENT_PATH, AgentConnection, AgentError, RunJob, RunResult,
-                               WorkerLost, agent_zipapp, result_from_response)
+from dispatcher.worker import (
+    AGENT_PATH,
+    AgentConnection,
+    AgentError,
+    RunJob,
+    RunResult,
+    WorkerLost,
+    agent_zipapp,
+    result_from_response,
+)
 from workers.agent.protocol import CHECKSUM_MISMATCH, NOT_IN_CACHE
 
 log = logging.getLogger(__name__)
@@ -176,6 +184,7 @@ class WorkerHost:
                 self._down_until = time.monotonic() + HOST_RETRY_S
                 raise
             self._down_error = None
+            assert self._client is not None  # _connect made it
             return self._client.get_transport()
 
     def _connect(self) -> None:
@@ -440,13 +449,15 @@ class SshSlot:
 
     def run(self, job: RunJob) -> RunResult:
         self.probe()
+        channel, connection = self._channel, self._connection
+        assert channel is not None and connection is not None  # probe started the agent
         for attempt in (1, 2):
             self.host.acquire_binary(job.sha256, job.binary)
             deadline = job.runs * job.timeout * 1.5 + JOB_SLACK_S
             t0 = time.monotonic()
             try:
-                self._channel.settimeout(deadline)
-                response = self._connection.request(job.request(self.cpu))
+                channel.settimeout(deadline)
+                response = connection.request(job.request(self.cpu))
             except WorkerLost:
                 self._drop()  # hung or gone: a fresh agent (or another slot) takes over
                 if time.monotonic() - t0 >= deadline:

@@ -93,7 +93,7 @@ class SshLab:
 
     # ------------------------------------------------------------------ life cycle
 
-    def __enter__(self) -> "SshLab":
+    def __enter__(self) -> SshLab:
         try:
             self.start()
         except BaseException:
@@ -162,7 +162,8 @@ class SshLab:
             except OSError:
                 if time.monotonic() > deadline:
                     raise LabUnavailable(f"sshd of {host.name} did not start: "
-                                         f"{(host.root / 'sshd.log').read_text()[-300:]}")
+                                         f"{(host.root / 'sshd.log').read_text()[-300:]}"
+                                         ) from None
                 time.sleep(0.05)
 
     def kill(self, host: LabHost) -> None:

@@ -22,10 +22,19 @@ from click.testing import CliRunner
 from analysis.batch_log import best_times, load_batch_log, main, summaries
 from analysis.export import PARQUET_MISSING, measurements_table
 from analysis.plots import plot_experiment
-from dispatcher.records import (BaselineEvent, BatchEntry, Candidate, Experiment, Pointer,
-                                RemeasureEvent, StepEvent, event_from_json)
+from dispatcher.records import (
+    BaselineEvent,
+    BatchEntry,
+    Candidate,
+    Experiment,
+    Pointer,
+    RemeasureEvent,
+    RunRecord,
+    RunResult,
+    StepEvent,
+    event_from_json,
+)
 from dispatcher.rundir import Rundir, append_batch_log
-from dispatcher.records import RunRecord, RunResult
 
 NOW = time.time()
 GC = {"minor_collections": 12, "major_collections": 3, "minor_words": 123456,
@@ -90,7 +99,8 @@ def build(root: Path, name: str, *, algorithm: str = "sa", planned: int, steps: 
         base_times = [math.exp(v) for v in BASE_LOGS]
         write_measurements(path / "steps/00000/c0", "sha-base", base_times)
         t += 1
-        rd.append(event({"event": "baseline", "time": t, "sha256": "sha-base", "dir": "steps/00000/c0",
+        rd.append(event({"event": "baseline", "time": t, "sha256": "sha-base",
+                         "dir": "steps/00000/c0",
                    "times": base_times, "geomean": geo(base_times),
                    "median": sorted(base_times)[1], "ci95": [0.95, 1.05],
                    "decisions": {"inlined": 10, "not_inlined": 5, "prevented": 1}}))

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import sexpdata
 
-from dispatcher.decisions import read_sexp
 from dispatcher.benchmark import (
     BUNDLED_DIR,
     Benchmark,
@@ -29,13 +28,14 @@ from dispatcher.benchmark import (
     load_benchmark,
     resolve_benchmark,
 )
+from dispatcher.decisions import read_sexp
 
 BUNDLED = bundled_benchmarks()
 RUN_TIMEOUT = 60
 MIN_DECISIONS = 20
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _supports_decision_dump(ocamlopt: Path) -> bool:
     proc = subprocess.run([str(ocamlopt), "-help"], capture_output=True, text=True, timeout=60)
     return "-dump-inlining-decisions" in proc.stdout + proc.stderr

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.benchmark import bundled_benchmarks, build_benchmark
+from dispatcher.benchmark import build_benchmark, bundled_benchmarks
 from dispatcher.decisions import Decision, Override, dump_files, read_dumps, write_overrides
 from tests.test_compiler import assert_subtrees_consistent, split_key
 

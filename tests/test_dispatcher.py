@@ -118,8 +118,8 @@ def test_merge_keys_and_finite_floats_are_not_refused(tmp_path):
                     "    - <<: *h\n      host: b\n")
     config = load_config(path)
     assert config.run.timeout == 150.0
-    assert [(h.name, h.cache_limit_bytes) for h in config.backends["ssh"].hosts] == [("a", 64 << 20),
-                                                                          ("b", 64 << 20)]
+    hosts = config.backends["ssh"].hosts
+    assert [(h.name, h.cache_limit_bytes) for h in hosts] == [("a", 64 << 20), ("b", 64 << 20)]
 
 
 def test_bundled_configs_load_strictly():

@@ -14,9 +14,17 @@ import pytest
 import yaml
 
 from dispatcher import records
-from dispatcher.records import (BaselineEvent, FinishEvent, RecordError, RemeasureEvent,
-                                RunResult, StartEvent, StepEvent, read_experiment,
-                                results_from_json)
+from dispatcher.records import (
+    BaselineEvent,
+    FinishEvent,
+    RecordError,
+    RemeasureEvent,
+    RunResult,
+    StartEvent,
+    StepEvent,
+    read_experiment,
+    results_from_json,
+)
 from dispatcher.rundir import Rundir, RundirError, read_batch_log, read_journal
 
 REPO = Path(__file__).resolve().parent.parent

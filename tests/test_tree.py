@@ -15,11 +15,35 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dispatcher.benchmark import build_benchmark, resolve_benchmark
-from dispatcher.decisions import (Decision, DecisionDump, Override, dump_files, parse_dump,
-                                  read_dumps, write_overrides)
-from dispatcher.tree import (CALL, DECL, Node, RoundTree, Site, Tree, TreeError, backtrack,
-                             backtrackable, count, diff, flip_leaves, flippable, from_dumps,
-                             leaves, split_key, to_dumps, to_overrides)
+from dispatcher.decisions import (
+    Decision,
+    DecisionDump,
+    Override,
+    dump_files,
+    parse_dump,
+    read_dumps,
+    write_overrides,
+)
+from dispatcher.tree import (
+    CALL,
+    DECL,
+    Node,
+    RoundTree,
+    Site,
+    Tree,
+    TreeError,
+    backtrack,
+    backtrackable,
+    count,
+    diff,
+    flip_leaves,
+    flippable,
+    from_dumps,
+    leaves,
+    split_key,
+    to_dumps,
+    to_overrides,
+)
 
 # --------------------------------------------------------------------------- hand-written dumps
 
