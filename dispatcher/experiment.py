@@ -14,6 +14,7 @@ import random
 import shutil
 import threading
 import time
+from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,10 +126,12 @@ class Chain:
         while True:
             try:
                 return future.result(timeout=0.2)
-            except TimeoutError:
+            except futures.TimeoutError:  # not the builtin before Python 3.11
                 self._check_stop()
 
-    def _measure(self, compiled: CompileResult, runs: int, reuse: bool = True) -> Pending:
+    def _measure(self, compiled: CompileResult | Artifact, runs: int,
+                 reuse: bool = True) -> Pending:
+        """Runs of a binary on this chain's worker class."""
         size = self.benchmark.size(self.params.size)
         job = RunJob(sha256=compiled.sha256, binary=compiled.binary, args=size.args,
                      runs=runs, timeout=self.params.timeout,
@@ -188,11 +191,11 @@ class Chain:
         p = self.params
         n = p.candidates_per_step if p.algorithm == "sa" else 1
         proposals = [propose(origin, rng, p.max_flips) for _ in range(n)]
-        futures = [self.compiler.submit(CompileJob(self.benchmark, tuple(to_overrides(t))))
-                   for t, _ in proposals]
+        compiles = [self.compiler.submit(CompileJob(self.benchmark, tuple(to_overrides(t))))
+                    for t, _ in proposals]
         compiled: list[CompileResult | None] = []
         errors: list[str | None] = []
-        for future in futures:
+        for future in compiles:
             try:
                 compiled.append(self._wait(future))
                 errors.append(None)
@@ -296,11 +299,8 @@ class Chain:
     def _remeasure(self, step: int, incumbent: Pointer, base: float) -> Pointer:
         """Measure the incumbent again (noise must not keep a lucky candidate forever)."""
         artifact = self._incumbent_binary(incumbent)
+        fresh = self._collect(self._measure(artifact, self.params.runs, reuse=False))
         size = self.benchmark.size(self.params.size)
-        job = RunJob(sha256=artifact.sha256, binary=artifact.binary, args=size.args,
-                     runs=self.params.runs, timeout=self.params.timeout,
-                     expected_output=size.expected.to_json(), perf=self.params.perf)
-        fresh = self._collect(self.measurements.submit(job, self.worker_class, reuse=False))
         every = self.measurements.store.measurements_for(artifact.sha256, size.args,
                                                          self.worker_class)
         times = [t for r in every for t in r.times]
