@@ -109,6 +109,10 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
                 experiment = rd.experiment
                 # Version 1 rundirs did not record their class: the first one, as then.
                 worker_class = experiment.worker_class or classes[0]
+                if worker_class not in classes:
+                    raise RundirError(f"{rd.path}: its runs were timed on worker class "
+                                      f"{worker_class!r}, which this config does not have "
+                                      f"({', '.join(classes)})")
                 chains.append(Chain(rd, bench, params_of(experiment, config), session.compiler,
                                     measurements, worker_class, stop))
                 rd = None

@@ -214,3 +214,20 @@ def test_a_golden_rundir_resumes_exactly_with_a_fresh_store(compiler, tmp_path, 
     results = [r for p in sorted(rundir.glob("steps/00003/c*")) for r in
                Rundir.read_measurements(p)]
     assert all(isinstance(r, RunResult) and r.records[0].cpus_allowed for r in results)
+
+
+def test_resume_refuses_a_rundir_timed_on_a_worker_class_the_config_lacks(tmp_path):
+    """Its candidates would be compared with a baseline timed on other machines."""
+    rundir = relocated(V2, tmp_path, keep_steps=2)
+    journal = (rundir / "journal.jsonl").read_bytes()
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"store": str(tmp_path / "store"),
+                                      "local": {"cpus": [max(os.sched_getaffinity(0))],
+                                                "worker_class": "elsewhere"}}))
+    proc = subprocess.run([sys.executable, "-m", "commands", "run_training_experiments",
+                           "--config", str(config), "--resume", str(rundir)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (f"Error: {rundir}: its runs were timed on worker class "
+                                   "'local', which this config does not have (elsewhere)")
+    assert (rundir / "journal.jsonl").read_bytes() == journal  # nothing appended
