@@ -42,6 +42,16 @@ def summary_lines(results: list[RunResult], dumps: list[DecisionDump]) -> list[s
     return lines
 
 
+def cached_results(session: Session, job: RunJob) -> list[RunResult]:
+    """Per worker, the latest stored result of exactly ``job`` with at least ``job.runs`` runs,
+    cut to its first ``job.runs`` runs: what a fresh job of that many runs would have measured
+    there (the first runs of a job, after the binary arrived), so ``--runs N`` shows N."""
+    latest = {r.worker: r for cls in session.worker_classes
+              for r in session.store.job_measurements(job, cls)
+              if len(r.records) >= job.runs}
+    return [r.model_copy(update={"records": r.records[:job.runs]}) for r in latest.values()]
+
+
 @click.command()
 @click.argument("benchmark")
 @click.argument("decisions", required=False, type=click.Path(path_type=Path))
@@ -71,20 +81,20 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
     show_warnings()
     errors: list[str] = []
     results: list[RunResult] = []
+    cached = False
     try:
         try:
             compiled = session.compiler.compile(CompileJob(bench, overrides))
         except CompileError as exc:
             raise click.ClickException(f"{bench.name}: compile failed: {exc}") from None
-        args = bench_size.args
-        if not remeasure:  # the latest result of each worker
-            results = list({r.worker: r for cls in session.worker_classes
-                            for r in session.store.measurements_for(compiled.sha256, args, cls)
-                            if len(r.records) >= runs}.values())
+        job = RunJob(sha256=compiled.sha256, binary=compiled.binary, args=bench_size.args,
+                     runs=runs, timeout=config.run.timeout,
+                     expected_output=bench_size.expected.to_json(), perf=config.run.perf)
+        if not remeasure:
+            results = cached_results(session, job)
+            if results:
+                cached = True
         if not results:
-            job = RunJob(sha256=compiled.sha256, binary=compiled.binary, args=args, runs=runs,
-                         timeout=config.run.timeout,
-                         expected_output=bench_size.expected.to_json(), perf=config.run.perf)
             scheduler = session.scheduler
             futures = [scheduler.submit(job, slot=slot.name) for slot in scheduler.slots]
             for f in futures:
@@ -93,7 +103,7 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
                 except AgentError as exc:
                     errors.append(str(exc))
             for r in results:  # what was measured is kept, whatever else failed
-                session.store.add_measurement(r)
+                session.store.add_measurement(r, job)
     finally:
         session.close()
     report_lost_workers(session)
@@ -101,6 +111,10 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
         raise click.ClickException(errors[0])
     for e in errors:
         click.echo(f"error: {e}", err=True)
+    if cached:
+        click.echo(f"cached: the first {runs} run{'s' if runs != 1 else ''} per worker of a "
+                   "job measured before with the same binary, arguments, expected output and "
+                   "settings (--remeasure to measure again)", err=True)
 
     label = str(decisions) if decisions else "heuristic"
     for r in results:

@@ -99,6 +99,7 @@ class RunConfig:
     timeout: float = 120.0
     perf: bool = True
     size: str = "full"
+    aslr: bool = False  # randomise the layout per run instead of fixing it (RunJob.aslr)
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,7 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
                 raise r.fail(name, "a mapping", raw)
             backends[name] = backend_spec(name).parse(raw, r)
 
-    run = r.section(data, "run", {"runs", "timeout", "perf", "size"})
+    run = r.section(data, "run", {"runs", "timeout", "perf", "size", "aslr"})
     timeout = run.get("timeout", RunConfig.timeout)
     if not _finite_number(timeout) or timeout <= 0:
         raise r.fail("run.timeout", "a positive number of seconds", timeout)
@@ -234,6 +235,9 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
 
     search = _search_config(r, data, path)
     sched = r.section(data, "scheduler", {"attempts", "quarantine_after", "backoff_s",
+    aslr = run.get("aslr", False)
+    if not isinstance(aslr, bool):
+        raise r.fail("run.aslr", "true or false", aslr)
                                           "backoff_max_s"})
     scheduler = SchedulerConfig(
         attempts=r.positive_int(sched, "attempts", "scheduler.attempts", 3),
@@ -244,7 +248,7 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
     return Config(path=path, backend=backend, store=store, search=search, scheduler=scheduler,
                   backends=backends,
                   run=RunConfig(runs=r.positive_int(run, "runs", "run.runs", RunConfig.runs),
-                                timeout=float(timeout), perf=perf, size=size),
+                                timeout=float(timeout), perf=perf, size=size, aslr=aslr),
                   compile_jobs=jobs, raw=data)
 
 

@@ -3,6 +3,14 @@
 What every command uses when no config says otherwise (config section ``local:``, with
 ``cpus``: ``auto`` or a list, and ``worker_class``).  Binaries reach the agents through a
 cache directory shared by the local slots, one file per sha256.
+
+A CPU belongs to one agent at a time on this machine, whichever master started it: each
+agent holds a kernel lock (``flock``) on ``<lock_dir>/cpu<N>.lock`` for its life, in a
+directory every user of the machine shares (``/tmp/inlining-orchestrator-locks`` by default,
+sticky and world-writable like /tmp; ``local.lock_dir`` or ``$INLINING_ORCHESTRATOR_LOCK_DIR``
+to change it).  A second master's agent waits up to ``local.lock_wait`` s for it, then the
+slot is lost for good (``PermanentLoss``) with one line naming the CPU and the holder.  The
+lock dies with its agent, so a master that crashed leaves nothing that blocks the next one.
 """
 from __future__ import annotations
 
@@ -11,11 +19,18 @@ import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
-from dispatcher.backend import BackendContext, BackendSpec
+from dispatcher.backend import BackendContext, BackendSpec, PermanentLoss
 from dispatcher.records import RunResult
-from dispatcher.worker import LocalAgent, RunJob, WorkerLost, encode_request, result_from_response
+from dispatcher.worker import (
+    LocalAgent,
+    RunJob,
+    SlotLockBusy,
+    WorkerLost,
+    encode_request,
+    result_from_response,
+)
 
 if TYPE_CHECKING:
     from dispatcher.config import ConfigReader
@@ -24,6 +39,27 @@ if TYPE_CHECKING:
 # The agents may use every CPU this process started with, even after the master has
 # confined its own threads (keep_master_off) to the CPUs left over from the workers.
 AGENT_CPUS = frozenset(os.sched_getaffinity(0))
+
+DEFAULT_LOCK_DIR = "/tmp/inlining-orchestrator-locks"
+LOCK_DIR_ENV = "INLINING_ORCHESTRATOR_LOCK_DIR"
+DEFAULT_LOCK_WAIT_S = 30.0
+
+
+def default_lock_dir() -> Path:
+    return Path(os.environ.get(LOCK_DIR_ENV) or DEFAULT_LOCK_DIR)
+
+
+def cpu_lock(lock_dir: Path, cpu: int) -> Path:
+    """The lock file of ``cpu``, its directory made if need be: sticky and writable by every
+    user (mode 1777, as /tmp) when this process creates it.  OSError if it cannot be."""
+    if not lock_dir.is_dir():
+        try:
+            lock_dir.mkdir(parents=True)
+        except FileExistsError:
+            pass
+        else:
+            os.chmod(lock_dir, 0o1777)  # mkdir's mode is cut by the umask
+    return lock_dir / f"cpu{cpu}.lock"
 
 
 def keep_master_off(worker_cpus: tuple[int, ...]) -> None:
@@ -68,11 +104,14 @@ class LocalSlot:
     def probe(self) -> None:
         """Nothing to do: a dead agent is replaced by the next ``run``."""
 
-    def __init__(self, cpu: int, cache_dir: Path, worker_class: str):
+    def __init__(self, cpu: int, cache_dir: Path, worker_class: str,
+                 lock_dir: Path | None = None, lock_wait: float = DEFAULT_LOCK_WAIT_S):
         self.cpu = cpu
         self.name = f"local/cpu{cpu}"
         self.worker_class = worker_class
         self._cache_dir = cache_dir
+        self._lock_dir = lock_dir if lock_dir is not None else default_lock_dir()
+        self._lock_wait = lock_wait
         self._agent: LocalAgent | None = None
         self._lock = threading.Lock()
         # (job, its encoded request): the same job is encoded once
@@ -88,8 +127,8 @@ class LocalSlot:
             if self._agent is None or self._agent.process.poll() is not None:
                 if self._agent is not None:
                     self._agent.close()
-                self._agent = LocalAgent(self.name, self._cache_dir, self.worker_class,
-                                         cpus=AGENT_CPUS)
+                self._agent = None
+                self._agent = self._start_agent()
             agent = self._agent
             try:
                 rid = agent.connection.send_encoded(head)
@@ -103,6 +142,21 @@ class LocalSlot:
                 self._drop(agent)  # a fresh agent serves the next job
             raise
         return result_from_response(job, self, response)
+
+    def _start_agent(self) -> LocalAgent:
+        """A new agent holding this CPU's lock; PermanentLoss if another master holds it."""
+        try:
+            lock = cpu_lock(self._lock_dir, self.cpu)
+        except OSError as exc:
+            raise PermanentLoss(f"{self.name}: cannot make the CPU lock directory "
+                                f"{self._lock_dir}: {exc.strerror or exc}") from None
+        try:
+            return LocalAgent(self.name, self._cache_dir, self.worker_class, cpus=AGENT_CPUS,
+                              lock=lock, lock_wait=self._lock_wait)
+        except SlotLockBusy as exc:
+            raise PermanentLoss(
+                f"{self.name}: CPU {self.cpu} is in use by another master on this machine "
+                f"(waited {self._lock_wait:g}s; {exc.holder})") from None
 
     def _drop(self, agent: LocalAgent) -> None:
         """Forget a broken agent (once, whichever of its jobs notices first); with the lock."""
@@ -118,9 +172,11 @@ class LocalSlot:
 
 
 class LocalBackend:
-    def __init__(self, cpus: tuple[int, ...], cache_dir: Path, worker_class: str = "local"):
+    def __init__(self, cpus: tuple[int, ...], cache_dir: Path, worker_class: str = "local",
+                 lock_dir: Path | None = None, lock_wait: float = DEFAULT_LOCK_WAIT_S):
         cache_dir.mkdir(parents=True, exist_ok=True)
-        self.slots = [LocalSlot(cpu, cache_dir, worker_class) for cpu in cpus]
+        self.slots = [LocalSlot(cpu, cache_dir, worker_class, lock_dir, lock_wait)
+                      for cpu in cpus]
 
     def close(self) -> None:
         for slot in self.slots:
@@ -133,6 +189,8 @@ class LocalBackend:
 class LocalConfig:
     cpus: tuple[int, ...]  # one worker slot per CPU
     worker_class: str = "local"
+    lock_dir: Optional[Path] = None  # None: $INLINING_ORCHESTRATOR_LOCK_DIR or the default
+    lock_wait: float = DEFAULT_LOCK_WAIT_S
 
 
 def default_cpus() -> tuple[int, ...]:
@@ -151,9 +209,9 @@ def master_cpus(worker_cpus: tuple[int, ...]) -> frozenset[int] | None:
 def parse_config(section: dict, r: ConfigReader) -> LocalConfig:
     """The ``local:`` section."""
     fail = r.fail
-    unknown = sorted(set(section) - {"cpus", "worker_class"})
+    unknown = sorted(set(section) - {"cpus", "worker_class", "lock_dir", "lock_wait"})
     if unknown:
-        raise fail(f"local.{unknown[0]}", "one of cpus, worker_class")
+        raise fail(f"local.{unknown[0]}", "one of cpus, worker_class, lock_dir, lock_wait")
     cpus_raw = section.get("cpus", "auto")
     if cpus_raw == "auto":
         cpus = default_cpus()
@@ -170,12 +228,22 @@ def parse_config(section: dict, r: ConfigReader) -> LocalConfig:
     worker_class = section.get("worker_class", "local")
     if not isinstance(worker_class, str) or not worker_class:
         raise fail("local.worker_class", "a non-empty string", worker_class)
-    return LocalConfig(cpus=cpus, worker_class=worker_class)
+    lock_dir = section.get("lock_dir")
+    if lock_dir is not None and (not isinstance(lock_dir, str) or not lock_dir):
+        raise fail("local.lock_dir", "a directory path", lock_dir)
+    lock_wait = section.get("lock_wait", DEFAULT_LOCK_WAIT_S)
+    if (not isinstance(lock_wait, (int, float)) or isinstance(lock_wait, bool)
+            or not 0 <= lock_wait <= 24 * 3600):
+        raise fail("local.lock_wait", "seconds in 0..86400", lock_wait)
+    return LocalConfig(cpus=cpus, worker_class=worker_class,
+                       lock_dir=Path(lock_dir).expanduser() if lock_dir else None,
+                       lock_wait=float(lock_wait))
 
 
 def start(config: LocalConfig, context: BackendContext) -> LocalBackend:
     keep_master_off(config.cpus)  # before the scheduler starts its threads
-    return LocalBackend(config.cpus, context.worker_cache, config.worker_class)
+    return LocalBackend(config.cpus, context.worker_cache, config.worker_class,
+                        config.lock_dir, config.lock_wait)
 
 
 BACKEND = BackendSpec(name="local", parse=parse_config,

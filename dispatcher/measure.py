@@ -60,11 +60,11 @@ class MeasurementService:
         measurement with at least ``job.runs`` runs, or a job in flight for the same binary
         and arguments with at least as many, answers instead."""
         if reuse:
-            known = [r for r in self.store.measurements_for(job.sha256, job.args, worker_class)
+            known = [r for r in self.store.job_measurements(job, worker_class)
                      if len(r.records) >= job.runs]
             if known:
                 return Pending(stored=known[:1], future=None, shared=True)
-        mkey = measurement_key(job.sha256, job.args, worker_class)
+        mkey = measurement_key(job, worker_class)
         with self._lock:
             running = self._running.get(mkey)
             if reuse and running is not None and running[0] >= job.runs and not (
@@ -82,16 +82,16 @@ class MeasurementService:
                     del self._running[mkey]
             future.set_exception(exc)
             raise
-        job_future.add_done_callback(lambda f: self._finished(mkey, f, future))
+        job_future.add_done_callback(lambda f: self._finished(mkey, f, future, job))
         return Pending(stored=None, future=future, shared=False)
 
-    def _finished(self, mkey: str, job: Future, future: Future) -> None:
+    def _finished(self, mkey: str, job: Future, future: Future, request: RunJob) -> None:
         """Store a job's result as it arrives (an interrupted chain loses nothing), then
         resolve the request's future: whoever sees the result finds it in the store."""
         try:
             exc = job.exception()
             if exc is None:
-                self.store.add_measurement(job.result())
+                self.store.add_measurement(job.result(), request)
         except BaseException as store_exc:  # e.g. a full disk: the waiter hears of it
             exc = store_exc
         with self._lock:

@@ -106,10 +106,25 @@ class RunRecord(Record):
         d = self.model_dump(mode="json", exclude={"perf"})
         d["perf"] = None if self.perf is None else {k: v.to_json() for k, v in self.perf.items()}
         return d
+    # Disturbance evidence (docs/measurement.md): CPU time over wall time, and from what.
+    cpu_share: Optional[float] = None
+    cpu_share_source: Optional[Literal["task-clock", "rusage"]] = None
+    nivcsw: Optional[int] = None  # involuntary context switches of the binary
+    migrations: Optional[int] = None  # perf cpu-migrations (null: perf off)
+    disturbed: Optional[str] = None  # why the run must not be used (it migrated); null: fine
+    # Layout: address-space randomisation (false: personality ADDR_NO_RANDOMIZE), and the
+    # length of the random environment pad of a randomised run (null: none).
+    aslr: Optional[bool] = None
+    env_pad: Optional[int] = None
 
 
 class RunResult(Record):
     """All runs of one job on one worker slot."""
+
+    @property
+    def usable(self) -> bool:
+        """A run whose time counts: it succeeded and was not disturbed."""
+        return self.failure is None and self.disturbed is None
 
     sha256: str
     args: tuple[str, ...]
@@ -126,13 +141,18 @@ class RunResult(Record):
 
     @property
     def times(self) -> list[float]:
-        """Wall seconds of the successful runs."""
-        return [r.wall_s for r in self.records if r.failure is None]
+        """Wall seconds of the successful, undisturbed runs."""
+        return [r.wall_s for r in self.records if r.usable]
 
     def to_json(self) -> dict[str, Any]:
         d = self.model_dump(mode="json", exclude={"records"})
         d["records"] = [r.to_json() for r in self.records]
         return d
+    @property
+    def disturbed(self) -> int:
+        """Successful runs recorded as disturbed (the agent ran each again, within bounds)."""
+        return sum(r.failure is None and r.disturbed is not None for r in self.records)
+
 
 
 _RESULTS = TypeAdapter(list[RunResult])

@@ -13,8 +13,16 @@ A compile key hashes (compiler identity, benchmark sources, flags, canonical ove
 whole candidate.  Beneath it, a unit key hashes (compiler identity, one unit's compile inputs as
 ``build_benchmark`` names them: command with flags and its own overrides' content, its source,
 the .cmi/.cmx of the units before it), so candidates that differ in one unit's overrides share
-the others' compiles.  A measurement key hashes (binary sha256, arguments, worker class), so two
-decision files that give the same binary share their measurements.
+the others' compiles.
+
+A measurement key hashes everything a run's verdict and times depend on: the job's
+``RunJob.measurement_identity()`` (binary sha256, arguments, environment, expected output,
+timeout, perf, and every run option the job has; not the run count, not the CPU) and the worker
+class.  So two decision files that give the same binary share their measurements, and a
+changed expected output, environment or setting is measured afresh.  A measurement file is
+named ``<binary key>.<measurement key>.json``, the binary key hashing (sha256, arguments,
+worker class), so every stored measurement of one binary can be listed too.  Entries written
+before keys covered the settings (``<binary key>.json``) are never read.
 """
 from __future__ import annotations
 
@@ -28,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dispatcher.files import sha256_file, write_json_atomic
-from dispatcher.worker import RunResult
+from dispatcher.worker import RunJob, RunResult
 
 
 def _hash(obj) -> str:
@@ -45,7 +53,13 @@ def unit_key(compiler_identity: str, inputs: dict) -> str:
     return _hash({"compiler": compiler_identity, "unit": inputs})
 
 
-def measurement_key(sha256: str, args: tuple[str, ...], worker_class: str) -> str:
+def measurement_key(job: RunJob, worker_class: str) -> str:
+    """The store's key for the results of ``job`` on ``worker_class``: everything measured."""
+    return _hash({"job": job.measurement_identity(), "worker_class": worker_class})
+
+
+def binary_key(sha256: str, args: tuple[str, ...], worker_class: str) -> str:
+    """The key of every measurement of one binary with these arguments on one class."""
     return _hash({"binary": sha256, "args": list(args), "worker_class": worker_class})
 
 
@@ -179,26 +193,40 @@ class Store:
 
     # -- measurements
 
-    def _measurement_path(self, mkey: str) -> Path:
-        return self.measurements / mkey[:2] / f"{mkey}.json"
+    def _measurement_path(self, job: RunJob, worker_class: str) -> Path:
+        bkey = binary_key(job.sha256, job.args, worker_class)
+        return self.measurements / bkey[:2] / f"{bkey}.{measurement_key(job, worker_class)}.json"
+
+    def job_measurements(self, job: RunJob, worker_class: str) -> list[RunResult]:
+        """The stored results of exactly this job (any run count) on ``worker_class``, oldest
+        first."""
+        return _read_results(self._measurement_path(job, worker_class))
 
     def measurements_for(self, sha256: str, args: tuple[str, ...],
                          worker_class: str) -> list[RunResult]:
-        path = self._measurement_path(measurement_key(sha256, args, worker_class))
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return []
-        return [RunResult.from_json(r) for r in data["results"]]
+        """Every stored result of this binary with these arguments on ``worker_class``,
+        whatever the expected output, environment or settings it was measured with; for a
+        verdict use ``job_measurements``."""
+        bkey = binary_key(sha256, args, worker_class)
+        return [r for path in sorted((self.measurements / bkey[:2]).glob(f"{bkey}.*.json"))
+                for r in _read_results(path)]
 
-    def add_measurement(self, result: RunResult) -> None:
-        mkey = measurement_key(result.sha256, result.args, result.worker_class)
-        path = self._measurement_path(mkey)
+    def add_measurement(self, result: RunResult, job: RunJob) -> None:
+        """Store ``result``, measured for ``job`` (on ``result.worker_class``)."""
+        path = self._measurement_path(job, result.worker_class)
         with self._lock:
-            existing = self.measurements_for(result.sha256, result.args, result.worker_class)
-            write_json_atomic(path, {"sha256": result.sha256, "args": list(result.args),
+            existing = _read_results(path)
+            write_json_atomic(path, {"job": job.measurement_identity(),
                                      "worker_class": result.worker_class,
                                      "results": [r.to_json() for r in [*existing, result]]})
+
+
+def _read_results(path: Path) -> list[RunResult]:
+    """The results in one measurement file; none if it is absent or unreadable."""
+    try:
+        return [RunResult.from_json(r) for r in json.loads(path.read_text())["results"]]
+    except (OSError, ValueError, KeyError, TypeError):  # RecordError is a ValueError
+        return []
 
 
 def _read_meta(entry: Path) -> dict | None:

@@ -76,11 +76,13 @@ class RunJob:
     expected_output: dict | None = None
     perf: bool = True
     env: dict = field(default_factory=dict)
+    aslr: bool = False  # randomise the layout (ASLR on, a random environment pad per run)
 
     def request(self, cpu: int) -> dict:
         return {"op": "run", "sha256": self.sha256, "args": list(self.args), "runs": self.runs,
                 "cpu": cpu, "timeout": self.timeout, "expected_output": self.expected_output,
-                "perf": self.perf, "env": dict(self.env)}
+                "perf": self.perf, "env": dict(self.env), "aslr": self.aslr}
+
 
 
 def encode_request(message: dict) -> bytes:
@@ -174,41 +176,97 @@ class AgentConnection:
         return self._broken
 
 
+class SlotLockBusy(WorkerLost):
+    """The agent could not take its slot's lock: another live agent (another master's) holds
+    it.  ``holder``: what the lock file says of it (pid and start), or the agent's message."""
+
+    def __init__(self, message: str, holder: str):
+        super().__init__(message)
+        self.holder = holder
+
+
+LOCK_BUSY_STATUS = 75  # the agent's exit status when its slot lock stays held (__main__)
+
+
 class LocalAgent:
     """The agent as a subprocess of the master, run from its zipapp as on a remote worker."""
 
     def __init__(self, name: str, cache_dir: Path, worker_class: str,
-                 cpus: frozenset[int] | None = None):
+                 cpus: frozenset[int] | None = None, lock: Path | None = None,
+                 lock_wait: float = 30.0):
         """``cpus``: the agent's CPU mask (default: this thread's).  The master may keep its
-        own threads off the worker CPUs; the agent must still be allowed to pin runs there."""
+        own threads off the worker CPUs; the agent must still be allowed to pin runs there.
+        ``lock``: the slot's lock file, which the agent holds for its life, waiting up to
+        ``lock_wait`` s for another agent to let it go; SlotLockBusy if none does (checked by
+        a hello, so the constructor returns once the agent holds it)."""
         zipapp = agent_zipapp()
+        command = [sys.executable, str(zipapp), "--cache-dir", str(cache_dir),
+                   "--worker-class", worker_class]
+        if lock is not None:
+            command += ["--lock", str(lock), "--lock-wait", str(lock_wait)]
         saved = os.sched_getaffinity(0)
         if cpus:
             os.sched_setaffinity(0, cpus)  # this thread only; the agent inherits it
         try:
             self.process = subprocess.Popen(
-                [sys.executable, str(zipapp), "--cache-dir", str(cache_dir),
-                 "--worker-class", worker_class],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True)  # Ctrl-C is for the master, which stops cleanly
+            # the agent's stderr goes on to ours, but for why it could not take its lock
+            self._lock_message = ""
+            self._stderr = threading.Thread(target=self._forward_stderr, daemon=True,
+                                            name=f"{name}-stderr")
+            self._stderr.start()
         finally:
             if cpus:
                 os.sched_setaffinity(0, saved)
         assert self.process.stdin is not None and self.process.stdout is not None
         self.connection = AgentConnection(name, self.process.stdin, self.process.stdout)
+        if lock is not None:
+            try:
+                self.connection.request({"op": "hello"})
+            except WorkerLost:
+                status = self._exit_status()
+                self.close()
+                if status == LOCK_BUSY_STATUS:
+                    self._stderr.join(5)
+                    holder = self._lock_message or f"lock {lock}"
+                    raise SlotLockBusy(f"{name}: {holder}", holder) from None
+                raise
+
+    def _forward_stderr(self) -> None:
+        stream = self.process.stderr
+        assert stream is not None
+        try:
+            for raw in stream:
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                if line.startswith(("agent: slot lock ", "agent: cannot open the slot lock ")):
+                    self._lock_message = line[len("agent: "):]
+                    continue
+                sys.stderr.write(line + "\n")
+        except (OSError, ValueError):  # the stream was closed under us, or ours is gone
+            pass
+
+    def _exit_status(self) -> int | None:
+        try:
+            return self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            try:
-                self.connection.request({"op": "shutdown"})
-            except AgentError:
-                pass
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        for stream in (self.process.stdin, self.process.stdout):
+        """Stop the agent: EOF on its stdin (it kills a run in progress at once and exits),
+        then SIGKILL if it has not exited within 5 s."""
+        try:
+            if self.process.stdin is not None:
+                self.process.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._stderr.join(1)
+        for stream in (self.process.stdout, self.process.stderr):
             if stream:
                 stream.close()
 

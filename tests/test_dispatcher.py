@@ -444,3 +444,51 @@ print({worker} in os.sched_getaffinity(0), {worker} in seen[0], {worker} in hell
     out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
                          text=True, timeout=60)
     assert out.stdout.split() == ["False", "False", "True"], out.stderr
+
+
+# -- run-benchmark: what a cached verdict is reused for
+
+def _set_expected(bench_dir: Path, text: str) -> None:
+    manifest = yaml.safe_load((bench_dir / "benchmark.yaml").read_text())
+    for size in manifest["sizes"].values():
+        size["expected_output"] = {"text": text}
+    (bench_dir / "benchmark.yaml").write_text(yaml.safe_dump(manifest))
+
+
+def test_run_benchmark_measures_again_once_the_expected_output_is_fixed(compiler, tmp_path):
+    """A wrong expected output fails every run; once the user fixes it, the same binary is
+    measured again (no --remeasure) and passes: the verdict belonged to the old output."""
+    bench_dir = small_benchmark(tmp_path)
+    right = yaml.safe_load((bench_dir / "benchmark.yaml").read_text())[
+        "sizes"]["quick"]["expected_output"]["text"]
+    _set_expected(bench_dir, "wrong\n")
+    config = write_config(tmp_path)
+    wrong = run_cli(str(bench_dir), "--config", str(config), "--runs", "2")
+    assert wrong.returncode == 1 and "failed,failed" in wrong.stdout, wrong.stderr
+    again = run_cli(str(bench_dir), "--config", str(config), "--runs", "2")
+    assert again.returncode == 1 and "cached:" in again.stderr  # same job: reused
+    _set_expected(bench_dir, right)
+    fixed = run_cli(str(bench_dir), "--config", str(config), "--runs", "2")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "failed" not in fixed.stdout and "cached:" not in fixed.stderr
+    assert "Traceback" not in wrong.stderr + again.stderr + fixed.stderr
+    # Both verdicts are kept, each under its own job.
+    assert len(list(Path(tmp_path / "store").glob("measurements/*/*.json"))) == 2
+
+
+def test_run_benchmark_runs_n_shows_n_runs_from_the_cache(compiler, tmp_path):
+    bench_dir = small_benchmark(tmp_path)
+    config = write_config(tmp_path)
+    three = run_cli(str(bench_dir), "--config", str(config), "--runs", "3")
+    assert three.returncode == 0, three.stderr
+    one = run_cli(str(bench_dir), "--config", str(config), "--runs", "1")
+    assert one.returncode == 0, one.stderr
+    worker, _, *times = one.stdout.strip().split(",")
+    first = three.stdout.strip().split(",")[2:]
+    assert times == first[:1]  # the first run of the stored job, not all three
+    assert "cached: the first 1 run per worker" in one.stderr
+    assert "runs: 1 ok" in one.stderr
+    # More runs than were stored: measured afresh, all of them shown.
+    five = run_cli(str(bench_dir), "--config", str(config), "--runs", "5")
+    assert five.returncode == 0 and len(five.stdout.strip().split(",")) == 2 + 5
+    assert "cached:" not in five.stderr

@@ -24,7 +24,7 @@ def hold_slot_lock(path: str, wait: float) -> int:
     run in progress finishes first, hence ``wait``).  Two live masters never share a slot.
     """
     import fcntl
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd, writable = _open_lock_file(path)
     deadline = time.monotonic() + wait
     while True:
         try:
@@ -40,10 +40,39 @@ def hold_slot_lock(path: str, wait: float) -> int:
                                  % (path, " (%s)" % holder if holder else ""))
                 sys.exit(75)
             time.sleep(0.2)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, ("pid %d since %s\n" % (os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%S"))
-                   ).encode(), 0)
+    if writable:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, ("pid %d since %s\n" % (os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%S"))
+                       ).encode(), 0)
     return fd
+
+
+def _open_lock_file(path: str) -> tuple[int, bool]:
+    """-> (fd, writable).  A lock file may be shared by every user of a machine (the local
+    backend's, in a sticky world-writable directory): it is created readable and writable by
+    all, opened without O_CREAT when it exists (``fs.protected_regular`` refuses O_CREAT on
+    another user's file there), and read-only if it may not be written (flock needs no more)."""
+    while True:
+        try:
+            return os.open(path, os.O_RDWR | os.O_CLOEXEC), True
+        except PermissionError:
+            try:
+                return os.open(path, os.O_RDONLY | os.O_CLOEXEC), False
+            except PermissionError:
+                sys.stderr.write("agent: cannot open the slot lock %s: permission denied\n"
+                                 % path)
+                sys.exit(75)
+        except FileNotFoundError:
+            pass
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        except FileExistsError:
+            continue  # another agent created it meanwhile
+        try:
+            os.fchmod(fd, 0o666)  # the umask may have taken some bits away
+        except OSError:
+            pass
+        return fd, True
 
 
 def serve(agent: Agent, infile: Any, outfile: IO[bytes]) -> None:

@@ -19,6 +19,8 @@ def load_libc() -> tuple[Any, Any]:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.syscall.restype = ctypes.c_long
         libc.prctl.restype = ctypes.c_int
+        libc.personality.restype = ctypes.c_int
+        libc.personality.argtypes = [ctypes.c_ulong]
         return ctypes, libc
     except (ImportError, OSError, AttributeError) as e:
         return None, "no ctypes/libc (%s)" % e
@@ -36,6 +38,36 @@ def become_child_subreaper() -> str:
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         return "prctl(PR_SET_CHILD_SUBREAPER): %s" % os.strerror(ctypes.get_errno())
     return ""
+
+
+ADDR_NO_RANDOMIZE = 0x0040000  # personality(2) flag: no address-space randomisation
+_PERSONALITY_QUERY = 0xFFFFFFFF
+
+
+def set_aslr(enabled: bool) -> str:
+    """Address-space randomisation on or off for the calling thread and every process it
+    starts from now on (``personality(2)``, inherited across fork and exec); -> "" or why
+    not (the setting is then unchanged)."""
+    ctypes, libc = load_libc()
+    if ctypes is None:
+        return str(libc)
+    current = libc.personality(_PERSONALITY_QUERY)
+    if current == -1:
+        return "personality: %s" % os.strerror(ctypes.get_errno())
+    wanted = current & ~ADDR_NO_RANDOMIZE if enabled else current | ADDR_NO_RANDOMIZE
+    if wanted != current and libc.personality(wanted) == -1:
+        return "personality: %s" % os.strerror(ctypes.get_errno())
+    return ""
+
+
+def aslr_of(pid: int) -> bool | None:
+    """Whether process ``pid`` runs with address-space randomisation (its
+    ``/proc/<pid>/personality``), or None if that cannot be read."""
+    try:
+        with open("/proc/%d/personality" % pid, "rb") as f:
+            return not int(f.read().strip(), 16) & ADDR_NO_RANDOMIZE
+    except (OSError, ValueError):
+        return None
 
 
 def killpg_quietly(pgid: int) -> None:

@@ -17,10 +17,14 @@ Ops:
 ``has``  (``sha256``)
     present: the binary ``<cache-dir>/<sha256>`` exists and its content hash was verified.
 ``run``  (``sha256``, ``args``, ``runs``, ``cpu``, ``timeout``, ``expected_output``,
-``env``, ``perf``)
+``env``, ``perf``, ``aslr``)
     Runs the binary ``runs`` times in sequence, each pinned to ``cpu``, and returns
-    ``{"ok": true, "sha256", "cpu", "spawn", "runs": [record, ...], "failed": n}`` (the
-    record's fields: ``runner.new_record``).  Failed runs are records, never errors.
+    ``{"ok": true, "sha256", "cpu", "spawn", "runs": [record, ...], "failed": n,
+    "disturbed": n}`` (the record's fields: ``runner.new_record``).  Failed runs are records,
+    never errors.  A run that was disturbed (it migrated between CPUs) is kept, marked, and
+    run again, up to ``runs`` extra runs per request, so ``runs`` may hold more records than
+    asked.  ``aslr`` (default false): address-space randomisation on and a random-size
+    environment pad per run, instead of the default fixed layout.
 ``shutdown``
     ``{"ok": true}``, then the agent exits 0.
 
@@ -144,12 +148,13 @@ def check_sha(sha: object) -> str:
 
 class RunRequest:
     """The fields of a ``run`` request, checked (``parse_run``)."""
-    __slots__ = ("sha", "args", "runs", "cpu", "timeout", "expected", "env", "perf")
+    __slots__ = ("sha", "args", "runs", "cpu", "timeout", "expected", "env", "perf", "aslr")
 
     def __init__(self, sha: str, args: list[str], runs: int, cpu: int, timeout: float,
-                 expected: dict | None, env: dict[str, str], perf: bool):
+                 expected: dict | None, env: dict[str, str], perf: bool, aslr: bool = False):
         self.sha, self.args, self.runs, self.cpu = sha, args, runs, cpu
         self.timeout, self.expected, self.env, self.perf = timeout, expected, env, perf
+        self.aslr = aslr
 
 
 def _is_int(value: object) -> bool:
@@ -205,4 +210,7 @@ def parse_run(request: dict, cpus: frozenset[int]) -> RunRequest:
     perf = request.get("perf", True)
     if not isinstance(perf, bool):
         raise RequestError("perf must be true or false")
-    return RunRequest(sha, args, runs, cpu, float(timeout), expected, env, perf)
+    aslr = request.get("aslr", False)
+    if not isinstance(aslr, bool):
+        raise RequestError("aslr must be true or false")
+    return RunRequest(sha, args, runs, cpu, float(timeout), expected, env, perf, aslr)

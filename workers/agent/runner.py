@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import re
 import shutil
 import signal
@@ -26,18 +27,21 @@ from typing import Any
 from .perf import PerfEvents
 from .proc import (
     Strays,
+    aslr_of,
     cpus_allowed_list,
     decode_wait_status,
     killpg_quietly,
     limit_cpu_time,
+    set_aslr,
     signal_name,
 )
 from .protocol import RunRequest, one_line
-from .spawn import Spawner, SpawnError, choose, run_paths
+from .spawn import ENV_PAD_NAME, Spawner, SpawnError, choose, run_paths
 from .watchdog import Watchdog
 
 STDERR_TAIL_BYTES = 2000
 STDERR_SCAN_BYTES = 64 * 1024
+ENV_PAD_MAX = 4096  # its length is uniform in [0, ENV_PAD_MAX), as hyperfine's
 
 # Names printed by the OCaml runtime at exit under OCAMLRUNPARAM=v=0x400 (4.x and 5.x).
 GC_KEYS = frozenset((
@@ -65,13 +69,20 @@ def new_record(cpus_allowed: str | None) -> dict:
     (null without an expected output); stdout_sha256 and stdout_bytes; gc (the OCaml
     runtime's exit statistics); perf (counters, or null); cpus_allowed (the child's affinity,
     as /proc's Cpus_allowed_list); stderr_tail (its last 2000 bytes, GC lines removed);
-    failure (null, or why the run does not count).
+    failure (null, or why the run does not count).  Disturbance evidence: cpu_share (the
+    binary's CPU time over wall time, from cpu_share_source: "task-clock" when perf counted
+    it, else "rusage", user + sys), nivcsw (its involuntary context switches), migrations
+    (perf's cpu-migrations, null without perf), disturbed (null, or why the run must not be
+    used: it migrated).  Layout: aslr (whether its address space was randomised, as its
+    /proc personality says), env_pad (the length of the random environment pad; null: none).
     """
     return {
         "wall_ns": None, "user_s": None, "sys_s": None, "maxrss_kb": None,
         "exit_status": None, "signal": None, "output_ok": None,
         "stdout_sha256": None, "stdout_bytes": None, "gc": {}, "perf": None,
         "cpus_allowed": cpus_allowed, "stderr_tail": "", "failure": None,
+        "cpu_share": None, "cpu_share_source": None, "nivcsw": None, "migrations": None,
+        "disturbed": None, "aslr": None, "env_pad": None,
     }
 
 
@@ -157,6 +168,23 @@ def classify(record: dict, timed_out: bool, timeout: float) -> str | None:
     return None
 
 
+def disturbance(record: dict, wall_ns: int, ru: Any, perf: dict | None) -> None:
+    """cpu_share, cpu_share_source, nivcsw, migrations and disturbed of a run's ``record``."""
+    record["nivcsw"] = ru.ru_nivcsw
+    clock = perf.get("task-clock") if perf else None
+    if clock is not None and "value" in clock and wall_ns > 0:
+        record["cpu_share"] = round(clock["value"] * 1e6 / wall_ns, 4)
+        record["cpu_share_source"] = "task-clock"
+    elif wall_ns > 0:
+        record["cpu_share"] = round((ru.ru_utime + ru.ru_stime) * 1e9 / wall_ns, 4)
+        record["cpu_share_source"] = "rusage"
+    moves = perf.get("cpu-migrations") if perf else None
+    if moves is not None and "value" in moves:
+        record["migrations"] = int(moves["value"])
+        if record["migrations"] > 0 and record["failure"] is None:
+            record["disturbed"] = "migrated between CPUs %d time(s)" % record["migrations"]
+
+
 def _scratch_base() -> str | None:
     """Where per-run scratch files go: a RAM-backed tmpfs when one is writable.
 
@@ -173,22 +201,35 @@ def _scratch_base() -> str | None:
 class Plan:
     """A checked run request: what its runs share, and their records so far."""
     __slots__ = ("req_id", "sha", "argv", "runs", "cpu", "timeout", "expected", "env",
-                 "perf_events", "spawn", "script", "records", "started", "entry")
+                 "perf_events", "spawn", "script", "aslr", "records", "started", "disturbed",
+                 "entry")
 
     def __init__(self, req_id: Any, sha: str, argv: list[str], runs: int, cpu: int,
                  timeout: float, expected: dict | None, env: dict[str, str],
-                 perf_events: list[str] | None, spawn: str, script: Any):
+                 perf_events: list[str] | None, spawn: str, script: Any, aslr: bool = False):
         self.req_id, self.sha, self.argv, self.runs, self.cpu = req_id, sha, argv, runs, cpu
         self.timeout, self.expected, self.env = timeout, expected, env
         self.perf_events, self.spawn, self.script = perf_events, spawn, script
+        self.aslr = aslr
         self.records: list[dict] = []
         self.started = 0  # runs prepared so far (the serve loop's count)
+        self.disturbed = 0  # disturbed records so far
         self.entry: list[Any] | None = None  # the serve loop's [response, done]
 
     def copy(self, req_id: Any) -> Plan:
         """A fresh plan of the same request (id ``req_id``), no run started."""
         return Plan(req_id, self.sha, self.argv, self.runs, self.cpu, self.timeout,
-                    self.expected, self.env, self.perf_events, self.spawn, self.script)
+                    self.expected, self.env, self.perf_events, self.spawn, self.script,
+                    self.aslr)
+
+    @property
+    def target(self) -> int:
+        """Runs to make: those asked, plus one for each disturbed run, at most ``runs`` more."""
+        return self.runs + min(self.disturbed, self.runs)
+
+    @property
+    def done(self) -> bool:
+        return len(self.records) >= self.target
 
     def response(self) -> dict:
         return {
@@ -198,6 +239,7 @@ class Plan:
             "spawn": self.spawn,
             "runs": self.records,
             "failed": sum(1 for r in self.records if r["failure"] is not None),
+            "disturbed": self.disturbed,
         }
 
 
@@ -205,7 +247,7 @@ class Run:
     """One run of a plan, from its preparation to its record."""
     __slots__ = ("plan", "token", "workdir", "out_path", "err_path", "pid", "pgid", "pidfd",
                  "gate", "counters", "cpus_allowed", "t0", "t1", "status", "ru", "timed_out",
-                 "failure")
+                 "failure", "pad", "aslr")
 
     def __init__(self, plan: Plan, token: int, scratch: str):
         self.plan, self.token = plan, token
@@ -220,6 +262,15 @@ class Run:
         self.ru: Any = None
         self.timed_out = False
         self.failure: str | None = None  # set: the run could not start
+        # aslr plans: the environment pad's length, drawn per run
+        self.pad: int | None = random.randrange(ENV_PAD_MAX) if plan.aslr else None
+        self.aslr: bool | None = None  # the child's personality, read before it runs
+
+    def env(self) -> dict[str, str]:
+        """The run's environment: its plan's, plus the pad of an aslr run."""
+        if self.pad is None:
+            return self.plan.env
+        return dict(self.plan.env, **{ENV_PAD_NAME: "X" * self.pad})
 
 
 class Runner:
@@ -242,6 +293,10 @@ class Runner:
         self._live: dict[int, Run] = {}  # pid -> run: children started and not yet reaped
         self._token = 0  # run tokens, unique over the agent's life
         self._base_env: dict[str, str] | None = None
+        # Runs start without address-space randomisation: set on this thread before any
+        # spawner exists, inherited by the fork server, sh and every binary (fork, exec).
+        self.aslr = False
+        self.aslr_error = set_aslr(False) or None
 
     # ----------------------------------------------------------------- what this host has
 
@@ -295,11 +350,11 @@ class Runner:
         argv = [binary] + request.args
         return Plan(req_id, request.sha, argv, request.runs, request.cpu, request.timeout,
                     request.expected, env, perf_events, spawner.method,
-                    spawner.script_for(argv, env))
+                    spawner.script_for(argv, env, request.aslr), request.aslr)
 
     def run_all(self, plan: Plan) -> dict:
         """Every run of ``plan``, one after the other -> the response."""
-        while len(plan.records) < plan.runs:
+        while not plan.done:
             run = self.prepare(plan, {plan.cpu})
             if run.failure is None and self.launch(run):
                 self.wait(run)
@@ -313,6 +368,8 @@ class Runner:
         server) work on ``server_cpus``."""
         self._token += 1
         run = Run(plan, self._token, self.scratch)
+        if plan.aslr != self.aslr:
+            self._switch_aslr(plan.aslr)
         try:
             os.mkdir(run.workdir, 0o700)
         except OSError as e:
@@ -325,6 +382,7 @@ class Runner:
             if pid is not None:  # waiting on its gate
                 self._live[pid] = run
                 run.cpus_allowed = cpus_allowed_list(pid)
+                run.aslr = aslr_of(pid)
                 if plan.perf_events:
                     assert self._perf is not None
                     run.counters = self._perf.open(pid, plan.perf_events)
@@ -340,6 +398,18 @@ class Runner:
             raise
         return run
 
+    def _switch_aslr(self, enabled: bool) -> None:
+        """This thread's (and so the next children's) address-space randomisation; a fork
+        server started with the other setting is replaced (a run child already forked, in
+        its own process group, is not touched)."""
+        why = set_aslr(enabled)
+        if why:
+            self.aslr_error = why
+            return
+        self.aslr = enabled
+        if self._spawner is not None:
+            self._spawner.restart()
+
     def launch(self, run: Run) -> bool:
         """Start the clock and let the binary go; False (``failure`` set) if it cannot."""
         assert self._watchdog is not None
@@ -350,6 +420,8 @@ class Runner:
             return False
         if run.pid is not None:
             self._live[run.pid] = run
+            if run.aslr is None:  # direct: the child exists only now
+                run.aslr = aslr_of(run.pid)
         return True
 
     def wait(self, run: Run) -> None:
@@ -406,6 +478,8 @@ class Runner:
         files and directory are released."""
         plan = run.plan
         record = new_record(run.cpus_allowed)
+        record["aslr"] = run.aslr if run.aslr is not None else self.aslr
+        record["env_pad"] = run.pad
         plan.records.append(record)
         if run.counters:
             perf = PerfEvents.read_and_close(run.counters)
@@ -445,6 +519,9 @@ class Runner:
             record["stderr_tail"] = tail[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
             check_output(record, out_fd, plan.expected)
             record["failure"] = classify(record, run.timed_out, plan.timeout)
+            disturbance(record, record["wall_ns"], ru, record["perf"])
+            if record["disturbed"] is not None:
+                plan.disturbed += 1
             return record
         finally:
             if out_fd is not None:

@@ -37,7 +37,41 @@ from .version import agent_version
 
 SPAWN_METHODS = ("auto", "forkserver", "gated", "direct")
 # Fields whose JSON type equality alone does not pin down (1 == 1.0 == true in Python).
-_TYPED_FIELDS = ("runs", "cpu", "timeout", "perf")
+_TYPED_FIELDS = ("runs", "cpu", "timeout", "perf", "aslr")
+
+
+_EXITED, _REQUEST, _HANGUP = "exited", "request", "hangup"
+_POLLRDHUP = getattr(select, "POLLRDHUP", 0x2000)
+_HUNG_UP = select.POLLHUP | select.POLLERR | select.POLLNVAL | _POLLRDHUP
+# Without a pidfd (Linux < 5.3), how often a run's exit is checked while watching the master.
+_EXIT_CHECK_S = 0.2
+
+
+def await_run(run: Run, fd: int, requests: bool) -> str:
+    """Wait until the launched ``run`` exits (_EXITED), the master's stream ``fd`` hangs up or
+    ends (_HANGUP: the master is gone), or, if ``requests``, a request arrives (_REQUEST).
+
+    Without ``requests`` only a hang-up wakes the agent, so a master that writes ahead
+    does not (nothing is read until the run ends).  A pipe reports POLLHUP once its last
+    writer is gone, a socket POLLRDHUP once its peer shut down writing: either way within
+    one wake-up of the master's death, so its running binary is killed at once."""
+    poller = select.poll()
+    poller.register(fd, _POLLRDHUP | (select.POLLIN if requests else 0))
+    pidfd = run.pidfd
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
+    while True:
+        events = dict(poller.poll(None if pidfd is not None else _EXIT_CHECK_S * 1000))
+        if pidfd is not None and pidfd in events:
+            return _EXITED
+        if pidfd is None and run.pid is not None and os.waitid(
+                os.P_PID, run.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return _EXITED
+        got = events.get(fd, 0)
+        if got & _HUNG_UP:
+            return _HANGUP
+        if got & select.POLLIN:
+            return _REQUEST
 
 
 class Agent:
@@ -107,6 +141,8 @@ class Agent:
             "perf": self.perf_info(),
             "spawn": self.spawn_info(),
             "worker_class": self.worker_class,
+            # runs start without address-space randomisation unless this says why not
+            "aslr_error": self.runner.aslr_error,
         }
 
     def _op_has(self, request: dict) -> dict:
@@ -162,6 +198,7 @@ class Agent:
         reqs = Requests(fd)
         outq: collections.deque[list[Any]] = collections.deque()  # [response, done], in order
         current: Plan | None = None  # the plan whose runs are being started
+        again: collections.deque[Plan] = collections.deque()  # earlier plans owed a run
 
         def flush() -> None:
             while outq and outq[0][1]:
@@ -170,8 +207,12 @@ class Agent:
         def next_plan() -> Plan | None:
             """The plan of the next run to start, or None (nothing queued that can run)."""
             nonlocal current
+            if again:  # a disturbed run of an earlier request is made again first
+                owed = again.popleft()
+                owed.started += 1
+                return owed
             plan = current
-            while plan is None or plan.started >= plan.runs:
+            while plan is None or plan.started >= plan.target:
                 current = plan = None
                 if not reqs.items or not self._pipelinable(reqs.items[0]):
                     return None
@@ -202,10 +243,13 @@ class Agent:
                 run = finished.pop(0)
                 runner.finish(run)
                 plan = run.plan
-                if len(plan.records) == plan.runs:
+                if plan.done:
                     assert plan.entry is not None
                     plan.entry[0].update(plan.response())
                     plan.entry[1] = True
+                elif (plan is not current and plan.started < plan.target
+                      and plan not in again):
+                    again.append(plan)
 
         pinned: frozenset[int] | None = None
         prepared: Run | None = None
@@ -217,6 +261,8 @@ class Agent:
                     if plan is None:  # nothing to run now
                         finish_all()
                         flush()
+                        if again:
+                            continue
                         if reqs.items:  # a request that is not a pipelined run
                             kind, value = reqs.items.popleft()
                             emit(self.handle(value) if kind == "req" else value)
@@ -240,7 +286,7 @@ class Agent:
                     if run.failure is not None:
                         finished.append(run)
                         continue
-                    if overlap and run.pid is not None:
+                    if run.pid is not None:
                         run.pidfd = pidfd_open(run.pid)
                     if not runner.launch(run):
                         finished.append(run)
@@ -253,13 +299,18 @@ class Agent:
                     flush()
                     if prepared is None:
                         reqs.fill(0)
+                        if reqs.eof:
+                            return  # the master is gone: the run is killed (finally)
                         plan = next_plan()
                         if plan is not None:
                             prepared = runner.prepare(plan, overlap)
-                    if prepared is None and not reqs.eof and running.pidfd is not None:
-                        ready = select.select([running.pidfd, fd], [], [])[0]
-                        if running.pidfd not in ready:
-                            continue  # a request came: prepare it while the run goes on
+                if running.pidfd is None and running.pid is not None:  # direct: started now
+                    running.pidfd = pidfd_open(running.pid)
+                woke = await_run(running, fd, bool(overlap) and prepared is None)
+                if woke == _REQUEST:
+                    continue  # a request came: prepare it while the run goes on
+                if woke == _HANGUP:
+                    return  # the master is gone: the run is killed (finally)
                 runner.wait(running)
                 finished.append(running)
                 running = None

@@ -50,6 +50,8 @@ from .perf import PerfEvents
 from .proc import Strays, become_child_subreaper, cpus_allowed_list, killpg_quietly, limit_cpu_time
 from .protocol import SPAWN_UNAVAILABLE, RequestError, one_line
 
+ENV_PAD_NAME = "INLINING_ENV_PAD"  # aslr runs: a variable of random length shifts the stack
+
 if TYPE_CHECKING:
     from .runner import Run
     from .watchdog import Watchdog
@@ -112,9 +114,13 @@ class Spawner:
     def info(self) -> dict:
         raise NotImplementedError
 
-    def script_for(self, argv: list[str], env: dict[str, str]) -> Any:
-        """Whatever the spawner prepares once per request (kept in the plan)."""
+    def script_for(self, argv: list[str], env: dict[str, str], pad: bool = False) -> Any:
+        """Whatever the spawner prepares once per request (kept in the plan); ``pad``: each
+        run adds its environment pad (``Run.env``)."""
         return None
+
+    def restart(self) -> None:
+        """Children forked from now on must inherit this thread's current personality."""
 
     def prepare(self, run: Run, server_cpus: Iterable[int], watchdog: Watchdog) -> None:
         """SpawnError: the run cannot start (``run.pid`` set if a child exists)."""
@@ -170,7 +176,7 @@ class GatedSpawner(Spawner):
             try:
                 sh = subprocess.Popen(
                     [self.sh, "-c", self.SCRIPT, "sh", run.out_path] + plan.argv,
-                    cwd=run.workdir, env=plan.env, stdin=gate_r, stdout=pid_w, stderr=err_fd,
+                    cwd=run.workdir, env=run.env(), stdin=gate_r, stdout=pid_w, stderr=err_fd,
                     start_new_session=True)
             except OSError as e:
                 raise SpawnError(one_line("could not start %s: %s" % (self.sh, e))) from None
@@ -225,7 +231,7 @@ class DirectSpawner(Spawner):
             if plan.perf_events and perf is not None:
                 counters = perf.open(0, plan.perf_events)
             run.t0 = time.monotonic_ns()
-            proc = subprocess.Popen(plan.argv, cwd=run.workdir, env=plan.env,
+            proc = subprocess.Popen(plan.argv, cwd=run.workdir, env=run.env(),
                                     stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd,
                                     start_new_session=True)
         except OSError as e:
@@ -264,8 +270,10 @@ def sh_quote(word: bytes) -> bytes:
     return b"'" + word.replace(b"'", b"'\\''") + b"'"
 
 
-def script_parts(argv: list[str], env: dict[str, str]) -> tuple[bytes, bytes]:
+def script_parts(argv: list[str], env: dict[str, str], pad: bool = False
+                 ) -> tuple[bytes, bytes]:
     """-> (exports, exec line): the parts of a run script that depend on the request.
+    ``pad``: the child also sources ../p$t, the run's environment pad (written by the agent).
 
     The environment is the one asked for, less PWD and names sh cannot hold (exactly as
     gated sh passes it on, except that sh resets an inherited IFS, OPTIND or PPID, which the
@@ -273,6 +281,8 @@ def script_parts(argv: list[str], env: dict[str, str]) -> tuple[bytes, bytes]:
     unsets what sh exported itself (PWD, and OLDPWD after its cd) and exports the rest.
     """
     exports = [b"unset PWD OLDPWD\n"]
+    if pad:
+        exports.append(b'. "../p$t"\n')
     for name, value in env.items():
         bname = os.fsencode(name)
         if bname != b"PWD" and _SH_NAME_RE.match(bname):
@@ -434,6 +444,14 @@ class ForkServer:
         self.req_w = self.resp_r = None
 
 
+def _write_file(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
 class ForkServerSpawner(Spawner):
     method = "forkserver"
     overlaps = True
@@ -442,16 +460,17 @@ class ForkServerSpawner(Spawner):
         self.sh, self.scratch, self.strays = sh, scratch, strays
         self.server: ForkServer | None = ForkServer(sh, scratch)
         self._parts: tuple[bytes, bytes] | None = None  # the last script parts made...
-        self._parts_key: tuple[list[str], dict[str, str]] | None = None  # ...and for what
+        self._parts_key: tuple[list[str], dict[str, str], bool] | None = None  # ...for what
         self._written: tuple[bytes, bytes] | None = None  # the parts ./script holds
 
     def info(self) -> dict:
         return {"method": self.method, "shell": self.sh, "maxrss_exact": True}
 
-    def script_for(self, argv: list[str], env: dict[str, str]) -> tuple[bytes, bytes]:
-        key = (argv, env)
+    def script_for(self, argv: list[str], env: dict[str, str], pad: bool = False
+                   ) -> tuple[bytes, bytes]:
+        key = (argv, env, pad)
         if self._parts is None or self._parts_key != key:  # the same request: reuse
-            self._parts = script_parts(argv, env)
+            self._parts = script_parts(argv, env, pad)
             self._parts_key = key
         return self._parts
 
@@ -462,8 +481,12 @@ class ForkServerSpawner(Spawner):
         plan = run.plan
         token = run.token
         gate = os.path.join(self.scratch, "g%d" % token)
+        pad = os.path.join(self.scratch, "p%d" % token) if run.pad is not None else None
         try:
             os.mkfifo(gate, 0o600)
+            if pad is not None:
+                _write_file(pad, b"export %s=%s\n"
+                            % (ENV_PAD_NAME.encode(), b"X" * (run.pad or 0) or b"''"))
         except OSError as e:
             raise SpawnError(one_line("could not prepare the run: %s" % e)) from None
         try:
@@ -484,11 +507,13 @@ class ForkServerSpawner(Spawner):
                         raise SpawnError(one_line("fork server failed twice: %s" % e)) from None
         except OSError as e:
             raise SpawnError(one_line("could not prepare the run: %s" % e)) from None
-        finally:  # the child has its gate open (or is gone): the name is no longer needed
-            try:
-                os.unlink(gate)
-            except OSError:
-                pass
+        finally:  # the child has its gate open (or is gone): the names are no longer needed
+            for path in (gate, pad):
+                if path is not None:
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        pass
         try:
             os.setpgid(pid, pid)
         except ProcessLookupError:  # already exited (its wait status tells why)
@@ -508,6 +533,9 @@ class ForkServerSpawner(Spawner):
             os.close(fd)
         os.rename(tmp, os.path.join(self.scratch, "script"))
         self._written = parts
+
+    def restart(self) -> None:
+        self._stop_server()  # the next prepare starts a fresh one
 
     def _stop_server(self) -> None:
         server, self.server = self.server, None
