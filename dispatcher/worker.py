@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
@@ -83,6 +83,33 @@ class RunJob:
                 "cpu": cpu, "timeout": self.timeout, "expected_output": self.expected_output,
                 "perf": self.perf, "env": dict(self.env), "aslr": self.aslr}
 
+    # Fields that are not part of what is measured: where the binary lies on the master (its
+    # content is ``sha256``) and how many runs (results of any count of the same job pool).
+    NOT_MEASURED = frozenset({"binary", "runs"})
+
+    def measurement_identity(self) -> dict:
+        """Everything a run's verdict and times depend on: every field of the job but
+        ``NOT_MEASURED`` (binary, arguments, environment, expected output, timeout, perf and
+        any run option added later), as canonical JSON values.  The CPU is the slot's, not the
+        job's; the worker class is added by ``dispatcher.store.measurement_key``."""
+        return {f.name: self._canonical(getattr(self, f.name)) for f in fields(self)
+                if f.name not in self.NOT_MEASURED}
+
+    @staticmethod
+    def _canonical(value: Any) -> Any:
+        """A JSON value that compares as the value does: 30 and 30.0 alike, tuples as lists,
+        paths as strings."""
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, (int, float)):
+            return value
+        if isinstance(value, dict):
+            return {str(k): RunJob._canonical(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [RunJob._canonical(v) for v in value]
+        return str(value)
 
 
 def encode_request(message: dict) -> bytes:
