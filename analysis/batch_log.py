@@ -38,19 +38,23 @@ from analysis.export import experiment_info
 from dispatcher.records import (
     BaselineEvent,
     BatchEntry,
+    CanaryEvent,
+    ConfirmEvent,
     Event,
     FinishEvent,
     Pointer,
     RemeasureEvent,
     StepEvent,
+    pooled_pairs,
 )
 from dispatcher.rundir import RundirError, read_batch_log, read_journal
-from dispatcher.stats import speedup_ci
+from dispatcher.stats import paired_speedup_ci, speedup_ci
 
 STALE_AFTER_S = 3600.0
 
 COLUMNS = ("task", "rundir", "algorithm", "steps_done", "steps_planned", "best_speedup",
-           "ci_low", "ci_high", "last_update", "status")
+           "ci_low", "ci_high", "last_update", "status", "confirmed", "significant",
+           "canaries", "canary_alarms")
 
 
 class AnalysisError(RuntimeError):
@@ -108,11 +112,16 @@ class Summary:
     status: str
     error: str | None = None  # why the journal could not be read
     best_step: int | None = None
+    confirmed: bool = False  # the speedup is the end-of-chain confirmation's
+    significant: bool | None = None  # its interval excludes 1 (None: no interval)
+    paired: bool = True  # False: a version-1 rundir (Welch interval over unpaired runs)
+    canaries: int = 0  # A/A canaries measured
+    canary_alarms: int = 0  # of those, judged faster or slower than the baseline itself
 
     def row(self) -> dict:
         d = asdict(self)
-        d.pop("error")
-        d.pop("best_step")
+        for internal in ("error", "best_step", "paired"):
+            d.pop(internal)
         return d
 
 
@@ -199,20 +208,46 @@ def summarize(rundir: Path, entry: BatchEntry | None = None, now: float | None =
     summary.status = status_of(events, now, stale_after) if events else (
         "stale" if summary.last_update is not None and now - summary.last_update > stale_after
         else "running")
-    baseline = next((e for e in events if isinstance(e, BaselineEvent)), None)
-    best = steps[-1].best if steps else None
-    if best is not None:
-        summary.best_step = best.step
-        times = best_times(events, best)
-        base_times = baseline.times if baseline else []
-        if best.step == 0:  # nothing beat the baseline yet
-            summary.best_speedup = 1.0
-        elif times and base_times:
-            s, lo, hi = speedup_ci(base_times, times)
-            summary.best_speedup, summary.ci_low, summary.ci_high = s, lo, hi
-        elif best.energy:
-            summary.best_speedup = 1.0 / best.energy
+    summarize_speedup(summary, events, steps[-1].best if steps else None)
     return summary
+
+
+def summarize_speedup(summary: Summary, events: Sequence[Event], best: Pointer | None) -> None:
+    """The best speedup with its interval, by the one definition (docs/measurement.md): the
+    end-of-chain confirmation if there is one; else the paired speedup over every pair of the
+    best candidate (its step's and its re-measurements'); for a version-1 rundir (no pairs),
+    the Welch interval of its runs against the baseline's.  Then the A/A canaries."""
+    canaries = [e for e in events if isinstance(e, CanaryEvent)]
+    summary.canaries = len(canaries)
+    summary.canary_alarms = sum(e.significant for e in canaries)
+    if best is None:
+        return
+    summary.best_step = best.step
+    if best.step == 0:  # nothing beat the baseline yet
+        summary.best_speedup = 1.0
+        return
+    confirm = next((e for e in reversed(events)
+                    if isinstance(e, ConfirmEvent) and e.dir == best.dir), None)
+    reference, candidate = pooled_pairs(events, best)
+    if confirm is not None and confirm.speedup is not None:
+        summary.confirmed = True
+        speedup = confirm.speedup
+        low, high = confirm.ci95 if confirm.ci95 is not None else (None, None)
+    elif candidate:
+        speedup, low, high = paired_speedup_ci(reference, candidate)
+    else:
+        summary.paired = False
+        baseline = next((e for e in events if isinstance(e, BaselineEvent)), None)
+        times = best_times(events, best)
+        if times and baseline is not None and baseline.times:
+            speedup, low, high = speedup_ci(baseline.times, times)
+        elif best.energy:
+            speedup, low, high = 1.0 / best.energy, None, None
+        else:
+            return
+    summary.best_speedup, summary.ci_low, summary.ci_high = speedup, low, high
+    if low is not None and high is not None:
+        summary.significant = low > 1.0 or high < 1.0
 
 
 def summaries(batch_log: Path | None, entries: list[BatchEntry],
@@ -241,7 +276,15 @@ def format_speedup(s: Summary) -> str:
         return f"{s.best_speedup:.3f} (baseline)"
     if s.ci_low is None:
         return f"{s.best_speedup:.3f}"
-    return f"{s.best_speedup:.3f} [{s.ci_low:.3f}, {s.ci_high:.3f}]"
+    marks = [m for m, on in (("confirmed", s.confirmed),
+                             ("not significant", s.significant is False),
+                             ("unpaired", not s.paired)) if on]
+    tail = f" ({', '.join(marks)})" if marks else ""
+    return f"{s.best_speedup:.3f} [{s.ci_low:.3f}, {s.ci_high:.3f}]{tail}"
+
+
+def format_canaries(s: Summary) -> str:
+    return f"{s.canary_alarms}/{s.canaries}" if s.canaries else "-"
 
 
 def format_time(t: float | None) -> str:
@@ -266,15 +309,21 @@ def print_table(rows: list[Summary]) -> None:
     console = Console(file=out, width=None if tty else 10_000, highlight=False,
                       force_terminal=tty, color_system="auto" if tty else None)
     table = Table(box=box.SIMPLE_HEAD, expand=False, show_edge=False)
-    right = {"steps", "best speedup [95% CI]"}
+    right = {"steps", "best speedup [95% CI]", "A/A alarms"}
     for name in ("task", "rundir", "algorithm", "steps", "best speedup [95% CI]",
-                 "last update", "status"):
+                 "A/A alarms", "last update", "status"):
         table.add_column(name, justify="right" if name in right else "left", no_wrap=not tty,
                          overflow="fold")
     for s in rows:
         table.add_row(s.task or "-", s.rundir, s.algorithm or "-", _steps(s), format_speedup(s),
-                      format_time(s.last_update), s.status)
+                      format_canaries(s), format_time(s.last_update), s.status)
     console.print(table)
+    canaries = sum(s.canaries for s in rows)
+    if canaries:
+        alarms = sum(s.canary_alarms for s in rows)
+        console.print(f"A/A canaries (the baseline measured against itself): {alarms} of "
+                      f"{canaries} judged different at 95% ({100 * alarms / canaries:.1f}%; "
+                      "about 5% is expected)")
 
 
 def print_csv(rows: list[Summary]) -> None:

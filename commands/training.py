@@ -40,7 +40,10 @@ def read_tasks(path: Path) -> list[str]:
 
 
 def _progress_line(status: ChainStatus, slots_busy: float, width: int = 20) -> str:
+    """The chain's line; its best speedup is the journal's (paired, with its interval)."""
     best = "-" if status.best_energy is None else f"{1 / status.best_energy:.3f}x"
+    if status.best_ci is not None:
+        best += f" [{status.best_ci[0]:.3f}, {status.best_ci[1]:.3f}]"
     done = int(width * status.step / max(status.steps, 1))
     bar = "#" * done + "-" * (width - done)
     return (f"{status.task:14} [{bar}] step {status.step:>4}/{status.steps:<4} "
@@ -58,11 +61,14 @@ def _progress_line(status: ChainStatus, slots_busy: float, width: int = 20) -> s
               help="Chains per benchmark.")
 @click.option("--seed", type=int)
 @click.option("--size", help="Benchmark size (default: config run.size).")
-@click.option("--runs", type=click.IntRange(min=1), help="Runs per candidate.")
+@click.option("--runs", type=click.IntRange(min=1),
+              help="The fewest pairs (candidate and baseline runs) per candidate.")
+@click.option("--max-pairs", type=click.IntRange(min=1),
+              help="The most pairs per candidate (default: config measure.max_pairs).")
 @click.option("--resume", "resume", multiple=True, type=click.Path(path_type=Path),
               help="Continue this rundir exactly where it stopped (repeatable).")
 def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_per_task, seed,
-                             size, runs, resume) -> None:
+                             size, runs, max_pairs, resume) -> None:
     """Generate training data: search over inlining decisions for every task."""
     try:
         config = load_config(config_path)
@@ -98,7 +104,7 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
                     slots = sum(x.worker_class == worker_class for x in scheduler.slots)
                     exp = new_experiment(bench, k, config, slots, worker_class,
                                          algorithm=algorithm, steps=steps, seed=seed, size=size,
-                                         runs=runs)
+                                         runs=runs, max_pairs=max_pairs)
                     path = s.rundirs / f"{bench.name}-{exp.algorithm}-s{exp.seed}-{stamp}"
                     exp = exp.model_copy(update={"rundir": str(path.resolve())})
                     bench.size(exp.size)  # an unknown size fails before anything starts

@@ -119,6 +119,17 @@ class SearchConfig:
 
 
 @dataclass(frozen=True)
+class MeasureConfig:
+    """How a candidate's speedup is measured: in pairs with the baseline on one worker CPU
+    (docs/measurement.md).  ``run.runs`` is the fewest pairs."""
+
+    max_pairs: int = 20  # the run budget of one comparison, in pairs
+    half_width: float = 0.01  # stop once the 95% interval is within +-1% of the speedup
+    canary_every: int = 10  # steps between A/A canaries (the baseline against itself); 0: none
+    confirm: bool = True  # measure the best candidate again at the end of a chain
+
+
+@dataclass(frozen=True)
 class SchedulerConfig:
     """What happens when a worker is lost (its connection broke, its agent died)."""
 
@@ -137,6 +148,7 @@ class Config:
     compile_jobs: int = 1
     search: SearchConfig = field(default_factory=SearchConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
     # Each backend section present (and the chosen backend's), as its module parsed it.
     backends: dict[str, Any] = field(default_factory=dict)
     raw: dict = field(default_factory=dict, compare=False, repr=False)
@@ -196,7 +208,7 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
         data = {}
     if not isinstance(data, dict):
         raise r.fail("(top level)", "a mapping", type(data).__name__)
-    top = {"backend", "store", "run", "compile", "search", "scheduler", *MODULES}
+    top = {"backend", "store", "run", "compile", "search", "scheduler", "measure", *MODULES}
     unknown = sorted(set(data) - top)
     if unknown:
         raise r.fail(unknown[0], f"a known key ({', '.join(sorted(top))})")
@@ -245,8 +257,22 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
                                         5),
         backoff_s=r.positive_number(sched, "backoff_s", "scheduler.backoff_s", 1.0),
         backoff_max_s=r.positive_number(sched, "backoff_max_s", "scheduler.backoff_max_s", 60.0))
+    m = r.section(data, "measure", {"max_pairs", "half_width", "canary_every", "confirm"})
+    half_width = m.get("half_width", MeasureConfig.half_width)
+    if not _finite_number(half_width) or not 0 < half_width < 1:
+        raise r.fail("measure.half_width", "a fraction between 0 and 1 (0.01: +-1%)",
+                     half_width)
+    canary_every = m.get("canary_every", MeasureConfig.canary_every)
+    if not isinstance(canary_every, int) or isinstance(canary_every, bool) or canary_every < 0:
+        raise r.fail("measure.canary_every", "a number of steps (0: never)", canary_every)
+    confirm = m.get("confirm", True)
+    if not isinstance(confirm, bool):
+        raise r.fail("measure.confirm", "true or false", confirm)
+    measure = MeasureConfig(
+        max_pairs=r.positive_int(m, "max_pairs", "measure.max_pairs", MeasureConfig.max_pairs),
+        half_width=float(half_width), canary_every=canary_every, confirm=confirm)
     return Config(path=path, backend=backend, store=store, search=search, scheduler=scheduler,
-                  backends=backends,
+                  backends=backends, measure=measure,
                   run=RunConfig(runs=r.positive_int(run, "runs", "run.runs", RunConfig.runs),
                                 timeout=float(timeout), perf=perf, size=size, aslr=aslr),
                   compile_jobs=jobs, raw=data)

@@ -23,11 +23,19 @@ from typing import Any, Optional, TypeVar, cast
 from dispatcher.benchmark import Benchmark
 from dispatcher.compile import CompileError, CompileJob, CompileResult, CompileService
 from dispatcher.decisions import read_overrides
-from dispatcher.measure import Measured, MeasurementService, Pending
+from dispatcher.measure import (
+    Comparison,
+    Measured,
+    MeasurementService,
+    PairingPolicy,
+    Pending,
+)
 from dispatcher.records import (
     Algorithm,
     BaselineEvent,
+    CanaryEvent,
     Candidate,
+    ConfirmEvent,
     DecisionCounts,
     Experiment,
     FinishEvent,
@@ -36,12 +44,15 @@ from dispatcher.records import (
     ResumeEvent,
     RunResult,
     StepEvent,
+    canary_dir,
     candidate_dir,
+    confirm_dir,
+    pooled_pairs,
     remeasure_dir,
 )
 from dispatcher.rundir import Rundir
-from dispatcher.search import energy, metropolis, propose, temperature
-from dispatcher.stats import geomean, geomean_ci
+from dispatcher.search import metropolis, propose, temperature
+from dispatcher.stats import geomean, geomean_ci, paired_speedup_ci
 from dispatcher.store import Artifact
 from dispatcher.tree import Tree, count, to_overrides
 from dispatcher.worker import RunJob
@@ -64,6 +75,14 @@ class SearchParams:
     max_flips: int = 2
     timeout: float = 120.0
     perf: bool = True
+    max_pairs: int = 20  # comparisons: runs is the fewest pairs, this the most
+    half_width: float = 0.01
+    canary_every: int = 0
+    confirm: bool = False
+
+    def pairing(self, must_beat: float | None = None) -> PairingPolicy:
+        return PairingPolicy(min_pairs=self.runs, max_pairs=max(self.max_pairs, self.runs),
+                             half_width=self.half_width, must_beat=must_beat)
 
 
 @dataclass
@@ -75,6 +94,7 @@ class ChainStatus:
     steps: int
     step: int = 0
     best_energy: Optional[float] = None
+    best_ci: Optional[tuple[float, float]] = None  # of the best speedup
     state: str = "starting"
     error: Optional[str] = None
 
@@ -111,6 +131,7 @@ class Chain:
     worker_class: str  # every run of this chain, baseline included, is on this class
     stop: threading.Event
     status: ChainStatus = field(init=False)
+    _reference: Artifact = field(init=False)  # the baseline's binary: every comparison's
 
     def __post_init__(self) -> None:
         self.status = ChainStatus(self.benchmark.name, self.rundir.path, self.params.steps)
@@ -129,14 +150,23 @@ class Chain:
             except futures.TimeoutError:  # not the builtin before Python 3.11
                 self._check_stop()
 
+    def _job(self, compiled: CompileResult | Artifact, runs: int = 1) -> RunJob:
+        size = self.benchmark.size(self.params.size)
+        return RunJob(sha256=compiled.sha256, binary=compiled.binary, args=size.args,
+                      runs=runs, timeout=self.params.timeout,
+                      expected_output=size.expected.to_json(), perf=self.params.perf)
+
     def _measure(self, compiled: CompileResult | Artifact, runs: int,
                  reuse: bool = True) -> Pending:
         """Runs of a binary on this chain's worker class."""
-        size = self.benchmark.size(self.params.size)
-        job = RunJob(sha256=compiled.sha256, binary=compiled.binary, args=size.args,
-                     runs=runs, timeout=self.params.timeout,
-                     expected_output=size.expected.to_json(), perf=self.params.perf)
-        return self.measurements.submit(job, self.worker_class, reuse=reuse)
+        return self.measurements.submit(self._job(compiled, runs), self.worker_class,
+                                        reuse=reuse)
+
+    def _compare(self, artifact: Artifact, policy: PairingPolicy) -> Comparison:
+        """``artifact`` against the baseline, in pairs on one slot of this chain's class."""
+        return self._wait(self.measurements.compare(self._job(self._reference),
+                                                    self._job(artifact), self.worker_class,
+                                                    policy))
 
     def _collect(self, pending: Pending) -> Measured:
         return self.measurements.wait(pending, self._wait)
@@ -184,8 +214,8 @@ class Chain:
         self.rundir.append(baseline)
         return baseline
 
-    def _step_candidates(self, step: int, origin: Tree, rng: random.Random, base: float
-                         ) -> tuple[list[Candidate], dict[int, Tree]]:
+    def _step_candidates(self, step: int, origin: Tree, rng: random.Random,
+                         incumbent_energy: float) -> tuple[list[Candidate], dict[int, Tree]]:
         """Propose, compile and measure one step's candidates -> their records and the trees
         the compiler really produced (by candidate index)."""
         p = self.params
@@ -203,28 +233,38 @@ class Chain:
                 compiled.append(None)
                 errors.append(f"compile failed: {exc}")
         self.status.state = "running"
-        # Submit every candidate's runs before waiting for any: slots fill at once.
-        pending = {k: self._measure(c, p.runs) for k, c in enumerate(compiled) if c is not None}
+        # Every comparison starts before any is waited for: the slots fill at once.  One
+        # that cannot beat the incumbent stops early.
+        bar = 1.0 / incumbent_energy
+        pending = {k: self.measurements.compare(self._job(self._reference), self._job(c),
+                                                self.worker_class, self.params.pairing(bar))
+                   for k, c in enumerate(compiled) if c is not None}
         candidates, trees = [], {}
         for k, ((_, mutation), c) in enumerate(zip(proposals, compiled)):
             entry = Candidate(candidate=k, dir=candidate_dir(step, k), mutation=mutation,
                               error=errors[k])
             d = self.rundir.fresh_candidate_dir(step, k)
             if c is not None:
-                measured = self._collect(pending[k])
-                self._save_candidate(d, c, measured.results)
+                compared = self._wait(pending[k])
+                self._save_candidate(d, c, compared.results)
                 trees[k] = Tree.from_dir(d)  # what the compiler really did
+                speedup, low, high = compared.interval
                 entry = entry.model_copy(update=dict(
-                    sha256=c.sha256, artifact=c.artifact.key, cached=measured.reused,
-                    decisions=_counts(trees[k]), times=measured.times,
-                    failed=measured.failed, energy=energy(measured.times, base)))
+                    sha256=c.sha256, artifact=c.artifact.key, decisions=_counts(trees[k]),
+                    times=compared.candidate_times,
+                    reference_times=compared.reference_times, failed=compared.failed,
+                    speedup=speedup, ci95=_interval(low, high), worker=compared.worker,
+                    stopped=compared.stopped,
+                    energy=None if speedup is None else 1.0 / speedup,
+                    error=entry.error or (f"{compared.failed} failed run(s)"
+                                          if compared.failed else None)))
             candidates.append(entry)
         return candidates, trees
 
     def _run(self) -> None:
         p = self.params
         baseline = self._baseline()
-        base = baseline.geomean
+        self._reference = self._binary_of(baseline.pointer())
         last = self.rundir.last_step()
         if last is None:
             rng = random.Random(p.seed)
@@ -248,7 +288,7 @@ class Chain:
             temp = temperature(step, p.steps, p.t_start, p.t_end) if p.algorithm == "sa" else None
             origin = incumbent_tree if p.algorithm == "sa" else current_tree
             # The proposals' draws, then the Metropolis draw, taken whatever happens.
-            candidates, trees = self._step_candidates(step, origin, rng, base)
+            candidates, trees = self._step_candidates(step, origin, rng, incumbent.energy)
             u = rng.random()
             scored = [c for c in candidates if c.energy is not None]
             chosen = min(scored, key=lambda c: c.energy or 0.0) if scored else None
@@ -266,9 +306,10 @@ class Chain:
             for c in scored:
                 if c.energy is not None and c.energy < best.energy:
                     best = c.pointer(step)
+                    self.status.best_ci = c.ci95
             if (p.algorithm == "sa" and p.remeasure_every and step % p.remeasure_every == 0
                     and incumbent.step > 0):
-                incumbent = self._remeasure(step, incumbent, base)
+                incumbent = self._remeasure(step, incumbent)
             self._check_stop()  # a step cut short by a stop is redone on resume, not recorded
             event = StepEvent(step=step, temperature=temp, candidates=candidates,
                               chosen=chosen.candidate if chosen else None, accepted=accepted,
@@ -278,12 +319,16 @@ class Chain:
             self.rundir.append(event)
             self.rundir.write_state(event.state())
             self.status.step, self.status.best_energy = step, best.energy
+            if p.canary_every and step % p.canary_every == 0:
+                self._canary(step)  # after the step: a resume never repeats it
+        if p.confirm and best.step > 0:
+            self._confirm(best)
         self.rundir.append(FinishEvent(reason="completed"))
         self.status.state = "finished"
 
-    def _incumbent_binary(self, incumbent: Pointer) -> Artifact:
-        """The incumbent's compiled artifact: from the store, or (a wiped or different store,
-        e.g. a rundir resumed elsewhere) compiled again from its dir's proposal."""
+    def _binary_of(self, incumbent: Pointer) -> Artifact:
+        """A journaled candidate's compiled artifact: from the store, or (a wiped or different
+        store, e.g. a rundir resumed elsewhere) compiled again from its dir's proposal."""
         artifact = self.compiler.store.artifact(incumbent.artifact or "")
         if artifact is not None:
             return artifact
@@ -296,30 +341,64 @@ class Chain:
                                "was the compiler or the benchmark changed?")
         return compiled.artifact
 
-    def _remeasure(self, step: int, incumbent: Pointer, base: float) -> Pointer:
-        """Measure the incumbent again (noise must not keep a lucky candidate forever)."""
-        artifact = self._incumbent_binary(incumbent)
-        fresh = self._collect(self._measure(artifact, self.params.runs, reuse=False))
-        size = self.benchmark.size(self.params.size)
-        every = self.measurements.store.measurements_for(artifact.sha256, size.args,
-                                                         self.worker_class)
-        times = [t for r in every for t in r.times]
-        new_energy = energy(times, base) if times else incumbent.energy
-        assert new_energy is not None
-        d = self.rundir.path / remeasure_dir(step)
-        self.rundir.write_measurements(d, fresh.results)
-        self.rundir.append(RemeasureEvent(step=step, dir=incumbent.dir,
-                                          measurements=f"{remeasure_dir(step)}/measurements.json",
-                                          times=fresh.times, energy=new_energy))
+    def _remeasure(self, step: int, incumbent: Pointer) -> Pointer:
+        """Measure the incumbent again (noise must not keep a lucky candidate forever); its
+        energy is then the one over all its pairs."""
+        compared = self._compare(self._binary_of(incumbent), self.params.pairing())
+        reference, candidate = pooled_pairs(self.rundir.events(), incumbent)
+        reference += compared.reference_times
+        candidate += compared.candidate_times
+        speedup, low, high = (paired_speedup_ci(reference, candidate) if candidate
+                              else (None, None, None))
+        new_energy = incumbent.energy if speedup is None else 1.0 / speedup
+        self.rundir.write_measurements(self.rundir.path / remeasure_dir(step), compared.results)
+        self.rundir.append(RemeasureEvent(
+            step=step, dir=incumbent.dir,
+            measurements=f"{remeasure_dir(step)}/measurements.json",
+            times=compared.candidate_times, reference_times=compared.reference_times,
+            energy=new_energy, speedup=speedup, ci95=_interval(low, high)))
         return incumbent.model_copy(update={"energy": new_energy})
+
+    def _canary(self, step: int) -> None:
+        """The baseline against itself, as a candidate would be (an A/A test)."""
+        compared = self._compare(self._reference, self.params.pairing())
+        speedup, low, high = compared.interval
+        self.rundir.write_measurements(self.rundir.path / canary_dir(step), compared.results)
+        self.rundir.append(CanaryEvent(step=step, times=compared.candidate_times,
+                                       reference_times=compared.reference_times,
+                                       speedup=speedup, ci95=_interval(low, high),
+                                       significant=_excludes_one(low, high)))
+
+    def _confirm(self, best: Pointer) -> None:
+        """The best candidate measured again against the baseline, once, at the end."""
+        if any(isinstance(e, ConfirmEvent) and e.dir == best.dir for e in self.rundir.events()):
+            return  # a resumed finished chain
+        self.status.state = "confirming"
+        compared = self._compare(self._binary_of(best), self.params.pairing())
+        speedup, low, high = compared.interval
+        self.rundir.write_measurements(self.rundir.path / confirm_dir(best.step),
+                                       compared.results)
+        self.rundir.append(ConfirmEvent(step=best.step, candidate=best.candidate, dir=best.dir,
+                                        times=compared.candidate_times,
+                                        reference_times=compared.reference_times,
+                                        speedup=speedup, ci95=_interval(low, high),
+                                        significant=_excludes_one(low, high)))
+
+
+def _interval(low: float | None, high: float | None) -> tuple[float, float] | None:
+    return None if low is None or high is None else (low, high)
+
+
+def _excludes_one(low: float | None, high: float | None) -> bool:
+    return low is not None and high is not None and (low > 1.0 or high < 1.0)
 
 
 def new_experiment(bench: Benchmark, chain: int, config, slots: int, worker_class: str, *,
                    algorithm: str | None = None, steps: int | None = None,
                    seed: int | None = None, size: str | None = None,
-                   runs: int | None = None) -> Experiment:
+                   runs: int | None = None, max_pairs: int | None = None) -> Experiment:
     """The experiment record of a new chain: the config's search settings, then overrides."""
-    s = config.search
+    s, m = config.search, config.measure
     return Experiment(
         task=bench.name, benchmark=str(bench.directory),
         algorithm=cast(Algorithm, algorithm or s.algorithm),
@@ -327,7 +406,9 @@ def new_experiment(bench: Benchmark, chain: int, config, slots: int, worker_clas
         chain=chain, steps=steps or s.steps, size=size or config.run.size,
         runs=runs or config.run.runs, baseline_runs=s.baseline_runs,
         candidates_per_step=s.candidates_per_step or slots, t_start=s.t_start, t_end=s.t_end,
-        remeasure_every=s.remeasure_every, max_flips=s.max_flips, worker_class=worker_class)
+        remeasure_every=s.remeasure_every, max_flips=s.max_flips, worker_class=worker_class,
+        max_pairs=max_pairs or m.max_pairs, half_width=m.half_width, canary_every=m.canary_every,
+        confirm=m.confirm)
 
 
 def params_of(experiment: Experiment, config) -> SearchParams:
@@ -337,4 +418,8 @@ def params_of(experiment: Experiment, config) -> SearchParams:
         algorithm=e.algorithm, steps=e.steps, seed=e.seed, size=e.size, runs=e.runs,
         baseline_runs=e.baseline_runs, candidates_per_step=e.candidates_per_step,
         t_start=e.t_start, t_end=e.t_end, remeasure_every=e.remeasure_every,
-        max_flips=e.max_flips, timeout=config.run.timeout, perf=config.run.perf)
+        max_flips=e.max_flips, timeout=config.run.timeout, perf=config.run.perf,
+        # Version 1 did not pair: a resumed one pairs as the config says from now on.
+        max_pairs=e.max_pairs or config.measure.max_pairs,
+        half_width=e.half_width or config.measure.half_width,
+        canary_every=e.canary_every, confirm=e.confirm)

@@ -1,22 +1,35 @@
 """The measurement service: run jobs for the search, beside the compile service.
 
-It owns the path from "measure this binary" to stored run results: the store's measurements
-(a binary already measured on a worker class is not run again unless asked), sharing of run
-jobs in flight (the K chains' common baseline is run once), the scheduler, and the worker
-class: every job of a request runs on slots of the class it names, so a baseline and its
-candidates are timed on the same kind of machine and cached under that class.
+It owns the path from "measure this binary" to run results: the store's measurements (a
+binary already measured on a worker class is not run again unless asked), sharing of run jobs
+in flight (the K chains' common baseline is run once), the scheduler, and the worker class:
+every job of a request runs on slots of the class it names, so a baseline and its candidates
+are timed on the same kind of machine and cached under that class.  Results of the jobs it
+submits are stored as soon as they arrive, whoever waits for them.
 
-Results of the jobs it submits are stored as soon as they arrive, whoever waits for them.
+A speedup is measured as a *comparison* (``compare``): the candidate and its reference run in
+alternation on one worker CPU, in rounds of reference, candidate, candidate, reference (ABBA:
+a linear drift within a round biases neither side), one run per job, until the paired
+interval of the speedup is as narrow as asked, the run budget is spent, or the candidate is
+clearly worse than a bar it had to beat.  Pairs never mix slots: when the scheduler moves a
+job to another slot (a lost worker), that round's pairs are dropped (their runs are kept in
+the results) and the comparison goes on where the job went.
 """
 from __future__ import annotations
 
+import hashlib
+import itertools
+import json
 import threading
-from concurrent.futures import Future
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Callable
 
+from dispatcher.files import write_json_atomic
 from dispatcher.records import RunResult
 from dispatcher.scheduler import Scheduler
+from dispatcher.stats import paired_speedup_ci, relative_half_width
 from dispatcher.store import Store, measurement_key
 from dispatcher.worker import RunJob
 
@@ -47,6 +60,77 @@ class Pending:
     shared: bool
 
 
+@dataclass(frozen=True)
+class PairingPolicy:
+    """When a comparison stops: at ``half_width`` (relative: 0.01 is +-1%) once it has
+    ``min_pairs``, at ``max_pairs`` regardless, or, with ``must_beat`` set, once the interval
+    lies wholly below that speedup (the candidate cannot be the better one)."""
+
+    min_pairs: int = 5
+    max_pairs: int = 20
+    half_width: float = 0.01
+    must_beat: float | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A candidate measured against its reference in pairs on one worker CPU."""
+
+    worker: str | None  # the slot of the last pairs
+    reference_times: list[float]  # pairs: reference_times[i] with candidate_times[i]
+    candidate_times: list[float]
+    results: list[RunResult]  # every run of both binaries, in the order they ran
+    stopped: str  # target | budget | worse | failed
+    failed: int = 0  # failed runs of the candidate
+    dropped: int = 0  # pairs dropped because their runs were on different slots
+
+    @property
+    def pairs(self) -> int:
+        return len(self.candidate_times)
+
+    @property
+    def interval(self) -> tuple[float | None, float | None, float | None]:
+        """(speedup, low, high): reference over candidate; Nones without pairs."""
+        if not self.candidate_times:
+            return None, None, None
+        return paired_speedup_ci(self.reference_times, self.candidate_times)
+
+    def to_json(self) -> dict:
+        return {"worker": self.worker, "reference_times": self.reference_times,
+                "candidate_times": self.candidate_times, "stopped": self.stopped,
+                "failed": self.failed, "dropped": self.dropped,
+                "results": [r.to_json() for r in self.results]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Comparison:
+        return cls(worker=data["worker"], reference_times=list(data["reference_times"]),
+                   candidate_times=list(data["candidate_times"]), stopped=data["stopped"],
+                   failed=data["failed"], dropped=data["dropped"],
+                   results=[RunResult.model_validate(r) for r in data["results"]])
+
+
+def comparison_key(reference: RunJob, candidate: RunJob, worker_class: str,
+                   policy: PairingPolicy) -> str:
+    """Everything a comparison's outcome depends on."""
+    data = {"reference": reference.measurement_identity(),
+            "candidate": candidate.measurement_identity(), "worker_class": worker_class,
+            "policy": asdict(policy)}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+class ReferenceFailed(RuntimeError):
+    """The reference binary (the baseline) failed a run: nothing can be compared with it."""
+
+
+@dataclass
+class _Pairs:
+    reference: list[float] = field(default_factory=list)
+    candidate: list[float] = field(default_factory=list)
+    results: list[RunResult] = field(default_factory=list)
+    failed: int = 0
+    dropped: int = 0
+
+
 class MeasurementService:
     def __init__(self, scheduler: Scheduler, store: Store):
         self.scheduler = scheduler
@@ -54,6 +138,12 @@ class MeasurementService:
         self._lock = threading.Lock()
         # Jobs in flight by measurement key: (runs, future).
         self._running: dict[str, tuple[int, Future]] = {}
+        # Comparisons run in threads of their own (each waits on its rounds' jobs), so a
+        # chain's candidates are compared at once on different slots.
+        self._comparisons = ThreadPoolExecutor(max(4, 2 * len(scheduler.slots)),
+                                               thread_name_prefix="compare")
+        self._next_slot: dict[str, itertools.cycle] = {}
+        self._comparing: dict[str, Future[Comparison]] = {}  # in flight, by comparison key
 
     def submit(self, job: RunJob, worker_class: str, reuse: bool = True) -> Pending:
         """Measure ``job`` on a slot of ``worker_class``.  With ``reuse``, a stored
@@ -114,3 +204,114 @@ class MeasurementService:
 
     def measure(self, job: RunJob, worker_class: str, reuse: bool = True) -> Measured:
         return self.wait(self.submit(job, worker_class, reuse))
+
+    # ------------------------------------------------------------------ comparisons
+
+    def compare(self, reference: RunJob, candidate: RunJob, worker_class: str,
+                policy: PairingPolicy) -> Future[Comparison]:
+        """Measure ``candidate`` against ``reference`` in pairs on one slot of
+        ``worker_class`` (the jobs' ``runs`` are ignored: the policy decides).  A comparison
+        of the same jobs, class and policy is answered from the store, or shared while it is
+        in flight: identical binaries are compared once."""
+        key = comparison_key(reference, candidate, worker_class, policy)
+        with self._lock:
+            running = self._comparing.get(key)
+            if running is not None and not (running.done() and running.exception()):
+                return running
+            stored = self._stored(key)
+            if stored is not None:
+                done: Future[Comparison] = Future()
+                done.set_result(stored)
+                return done
+            slot = self._pick_slot_locked(worker_class)
+            future = self._comparisons.submit(self._compare_and_store, key, reference,
+                                              candidate, slot, policy)
+            self._comparing[key] = future
+        return future
+
+    def _path(self, key: str) -> Path:
+        return self.store.root / "comparisons" / key[:2] / f"{key}.json"
+
+    def _stored(self, key: str) -> Comparison | None:
+        try:
+            return Comparison.from_json(json.loads(self._path(key).read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # absent or damaged: measured (again)
+
+    def _compare_and_store(self, key: str, reference: RunJob, candidate: RunJob, slot: str,
+                           policy: PairingPolicy) -> Comparison:
+        try:
+            compared = self._compare(reference, candidate, slot, policy)
+            write_json_atomic(self._path(key), compared.to_json())
+            return compared
+        finally:
+            with self._lock:
+                self._comparing.pop(key, None)
+
+    def _pick_slot_locked(self, worker_class: str) -> str:
+        """Slots of the class in turn, so the comparisons of a step spread over them."""
+        cycle = self._next_slot.get(worker_class)
+        if cycle is None:
+            names = [s.name for s in self.scheduler.slots if s.worker_class == worker_class]
+            if not names:
+                raise KeyError(f"no worker slot of class {worker_class!r}")
+            cycle = self._next_slot[worker_class] = itertools.cycle(names)
+        return next(cycle)
+
+    def _compare(self, reference: RunJob, candidate: RunJob, slot: str,
+                 policy: PairingPolicy) -> Comparison:
+        ref, cand = replace(reference, runs=1), replace(candidate, runs=1)
+        got = _Pairs()
+        stopped = "budget"
+        attempts = 0
+        while len(got.candidate) < policy.max_pairs:
+            attempts += 1
+            if attempts > 2 * policy.max_pairs:  # every round dropped: give up, say so
+                break
+            order = [(ref, cand), (cand, ref)]  # ABBA
+            futures = [self.scheduler.submit(job, slot=slot) for pair in order for job in pair]
+            results = [f.result() for f in futures]
+            got.results.extend(results)
+            slot = self._round(got, results, slot)
+            if got.failed:
+                stopped = "failed"
+                break
+            if len(got.candidate) >= policy.min_pairs:
+                speedup, low, high = paired_speedup_ci(got.reference, got.candidate)
+                if relative_half_width(speedup, low, high) <= policy.half_width:
+                    stopped = "target"
+                    break
+                if policy.must_beat is not None and high is not None \
+                        and high < policy.must_beat:
+                    stopped = "worse"
+                    break
+        return Comparison(worker=slot, reference_times=got.reference,
+                          candidate_times=got.candidate, results=got.results,
+                          stopped=stopped, failed=got.failed, dropped=got.dropped)
+
+    @staticmethod
+    def _round(got: _Pairs, results: list[RunResult], slot: str) -> str:
+        """Add one ABBA round's pairs; the slot the next round goes to."""
+        (r1, c1, c2, r2) = results
+        for r in (r1, r2):
+            if r.failed:
+                failure = next(rec.failure for rec in r.records if rec.failure)
+                raise ReferenceFailed(f"the reference {r.sha256[:12]} failed on {r.worker}: "
+                                      f"{failure}")
+        got.failed += c1.failed + c2.failed
+        if got.failed:
+            return slot
+        workers = {r.worker for r in results}
+        if workers != {slot}:  # moved by the scheduler: these runs are not pairs
+            got.dropped += 2
+            return results[-1].worker
+        for r, c in ((r1, c1), (r2, c2)):
+            if r.times and c.times:
+                got.reference.append(r.times[0])
+                got.candidate.append(c.times[0])
+            else:  # a run without a usable time (disturbed, say): no pair
+                got.dropped += 1
+        return slot
+
+    def close(self) -> None:
+        self._comparisons.shutdown(wait=False, cancel_futures=True)

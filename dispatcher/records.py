@@ -14,6 +14,7 @@ take their defaults); a newer version is refused.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
@@ -33,6 +34,14 @@ def candidate_dir(step: int, candidate: int) -> str:
 
 def remeasure_dir(step: int) -> str:
     return f"{STEPS_DIR}/{step:05d}/{REMEASURE_DIR}"
+
+
+def canary_dir(step: int) -> str:
+    return f"{STEPS_DIR}/{step:05d}/canary"
+
+
+def confirm_dir(step: int) -> str:
+    return f"{STEPS_DIR}/{step:05d}/confirm"
 
 
 BASELINE_DIR = candidate_dir(0, 0)
@@ -206,6 +215,11 @@ class Experiment(Record):
     max_flips: int
     rundir: Optional[str] = None
     worker_class: Optional[str] = None  # version 1: the backend's first slot's class
+    # Paired measurement (version 2): runs is the fewest pairs per candidate.
+    max_pairs: Optional[int] = None
+    half_width: Optional[float] = None
+    canary_every: int = 0
+    confirm: bool = False
 
 
 def check_version(version: Any, where: str) -> None:
@@ -248,7 +262,12 @@ class Pointer(Record):
 
 
 class Candidate(Record):
-    """One proposal of a step: what was compiled, what the compiler did, how it ran."""
+    """One proposal of a step: what was compiled, what the compiler did, how it ran.
+
+    Measured in pairs with the baseline on one worker CPU (``times[i]`` ran next to
+    ``reference_times[i]``); ``speedup`` and ``ci95`` are those pairs' (dispatcher.stats).
+    Version-1 candidates have no pairs (``reference_times`` empty, ``speedup`` null).
+    """
 
     candidate: int
     dir: str
@@ -259,8 +278,13 @@ class Candidate(Record):
     decisions: Optional[DecisionCounts] = None
     times: list[float] = Field(default_factory=list)
     failed: int = 0
-    energy: Optional[float] = None  # geomean time / baseline geomean; None: no successful run
+    energy: Optional[float] = None  # 1 / speedup; None: no successful run
     error: Optional[str] = None
+    reference_times: list[float] = Field(default_factory=list)
+    speedup: Optional[float] = None
+    ci95: Optional[tuple[float, float]] = None
+    worker: Optional[str] = None  # the slot its pairs ran on
+    stopped: Optional[str] = None  # why measuring stopped: target | budget | worse | failed
 
     def pointer(self, step: int) -> Pointer:
         assert self.energy is not None
@@ -329,7 +353,37 @@ class RemeasureEvent(_Event):
     dir: str  # the incumbent's candidate dir
     measurements: str  # rundir-relative path of the new runs' measurements.json
     times: list[float]  # the new runs only
-    energy: float  # over all runs of the incumbent's binary on this worker class
+    energy: float  # 1 / speedup over all the incumbent's pairs (version 1: over all its runs)
+    reference_times: list[float] = Field(default_factory=list)  # paired with the new runs
+    speedup: Optional[float] = None  # over all the incumbent's pairs, these included
+    ci95: Optional[tuple[float, float]] = None
+
+
+class CanaryEvent(_Event):
+    """The baseline measured against itself as if it were a candidate (an A/A test): an
+    interval that excludes 1 is a false positive of the protocol."""
+
+    event: Literal["canary"] = "canary"
+    step: int
+    times: list[float]
+    reference_times: list[float]
+    speedup: Optional[float]
+    ci95: Optional[tuple[float, float]]
+    significant: bool  # the interval excludes 1
+
+
+class ConfirmEvent(_Event):
+    """The best candidate measured again against the baseline at the end of a chain."""
+
+    event: Literal["confirm"] = "confirm"
+    step: int  # the best candidate's step
+    candidate: int
+    dir: str
+    times: list[float]
+    reference_times: list[float]
+    speedup: Optional[float]
+    ci95: Optional[tuple[float, float]]
+    significant: bool  # the interval excludes 1
 
 
 class ResumeEvent(_Event):
@@ -342,9 +396,10 @@ class FinishEvent(_Event):
     reason: str  # completed | interrupted | failed: <one line>
 
 
-Event = Annotated[Union[StartEvent, BaselineEvent, StepEvent, RemeasureEvent, ResumeEvent,
-                        FinishEvent], Field(discriminator="event")]
-EVENT_TYPES = (StartEvent, BaselineEvent, StepEvent, RemeasureEvent, ResumeEvent, FinishEvent)
+Event = Annotated[Union[StartEvent, BaselineEvent, StepEvent, RemeasureEvent, CanaryEvent,
+                        ConfirmEvent, ResumeEvent, FinishEvent], Field(discriminator="event")]
+EVENT_TYPES = (StartEvent, BaselineEvent, StepEvent, RemeasureEvent, CanaryEvent,
+               ConfirmEvent, ResumeEvent, FinishEvent)
 _EVENT = TypeAdapter(Event)
 
 
@@ -357,6 +412,33 @@ def event_from_json(data: Any, where: str) -> Event:
 
 def event_to_json(event: _Event) -> dict[str, Any]:
     return event.to_json()
+
+
+def pooled_pairs(events: Sequence[Event], target: Pointer) -> tuple[list[float], list[float]]:
+    """(reference times, candidate times) of every pair measured for the candidate ``target``
+    points to: its own step's pairs (none for the baseline), then those of every
+    ``remeasure`` of its dir or of another dir with the same binary.  The one pooling rule of
+    the search, the plot and batch-log."""
+    sha_of: dict[str, str] = {}
+    reference: list[float] = []
+    candidate: list[float] = []
+    target_sha = target.sha256
+    for e in events:
+        if isinstance(e, StepEvent):
+            for c in e.candidates:
+                if c.sha256:
+                    sha_of[c.dir] = c.sha256
+                if e.step == target.step and c.candidate == target.candidate:
+                    reference += c.reference_times
+                    candidate += c.times if c.reference_times else []
+                    target_sha = target_sha or c.sha256
+    for e in events:
+        if isinstance(e, RemeasureEvent) and e.reference_times and (
+                e.dir == target.dir or (target_sha is not None
+                                        and sha_of.get(e.dir) == target_sha)):
+            reference += e.reference_times
+            candidate += e.times
+    return reference, candidate
 
 
 # --------------------------------------------------------------------------- batch log

@@ -76,6 +76,8 @@ class Session:
     def close(self) -> None:
         """Stop the scheduler (finishing queued jobs), the workers and the compile pool."""
         try:
+            if self._measurements is not None:
+                self._measurements.close()
             if self._scheduler is not None:
                 self._scheduler.close()
             if self._backend is not None:

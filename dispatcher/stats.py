@@ -11,7 +11,7 @@ importing this module (and so the CLI) stays cheap.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 
 def _logs(times: Iterable[float]) -> list[float]:
@@ -91,3 +91,38 @@ def speedup_ci(baseline_times: Iterable[float], candidate_times: Iterable[float]
     df = se2 ** 2 / (vb ** 2 / (len(lb) - 1) + vc ** 2 / (len(lc) - 1))
     half = t_quantile(df, level) * math.sqrt(se2)
     return speedup, math.exp(diff - half), math.exp(diff + half)
+
+
+def paired_speedup_ci(reference_times: Sequence[float], candidate_times: Sequence[float],
+                      level: float = 0.95) -> tuple[float, float | None, float | None]:
+    """(speedup, low, high) of runs measured in pairs: reference_times[i] and
+    candidate_times[i] ran back to back on one worker CPU.
+
+    The speedup is geomean(reference) / geomean(candidate), as ``speedup_ci``'s, which for
+    pairs is the exponential of the mean log ratio log(reference_i / candidate_i); its
+    interval is the t-interval of that mean (n - 1 degrees of freedom), exponentiated.  Pairing
+    cancels what the two runs of a pair share (the CPU's speed at that moment, a neighbour's
+    load), which Welch's interval over unpaired runs counts as noise.  low and high are None
+    with fewer than two pairs, and equal the speedup when no ratio varies.
+    """
+    if len(reference_times) != len(candidate_times):
+        raise ValueError(f"{len(reference_times)} reference times for "
+                         f"{len(candidate_times)} candidate times: not pairs")
+    ratios = [r - c for r, c in zip(_logs(reference_times), _logs(candidate_times))]
+    if not ratios:
+        raise ValueError("no pairs")
+    if len(ratios) < 2:
+        return math.exp(ratios[0]), None, None
+    m, var = _mean_and_var(ratios)
+    if var == 0.0:
+        return math.exp(m), math.exp(m), math.exp(m)
+    half = t_quantile(len(ratios) - 1, level) * math.sqrt(var / len(ratios))
+    return math.exp(m), math.exp(m - half), math.exp(m + half)
+
+
+def relative_half_width(speedup: float, low: float | None, high: float | None) -> float:
+    """How far the interval reaches from the speedup, relative to it (0.01: within 1%);
+    infinite without an interval."""
+    if low is None or high is None:
+        return math.inf
+    return max(high / speedup - 1.0, 1.0 - low / speedup)

@@ -12,16 +12,24 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dispatcher.records import BaselineEvent, FinishEvent, Pointer, StepEvent
+from dispatcher.records import (
+    BaselineEvent,
+    CanaryEvent,
+    ConfirmEvent,
+    FinishEvent,
+    Pointer,
+    StepEvent,
+)
 from dispatcher.rundir import Rundir, read_batch_log
 
 REPO = Path(__file__).resolve().parent.parent
 FIRST_CPU = min(os.sched_getaffinity(0))
 
 
-def config(tmp_path: Path, store: Path, **search) -> Path:
+def config(tmp_path: Path, store: Path, measure: dict | None = None, **search) -> Path:
     data = {"store": str(store), "local": {"cpus": [FIRST_CPU]},
             "run": {"runs": 2, "timeout": 30, "size": "quick"},
+            "measure": {"max_pairs": 4, **(measure or {})},
             "search": {"baseline_runs": 3, "remeasure_every": 0, "max_flips": 2,
                        "rundirs": str(tmp_path / "rundirs"),
                        "batch_log": str(tmp_path / "batch.log"), **search}}
@@ -104,8 +112,8 @@ def test_kill_and_resume_replays_an_uninterrupted_run(compiler, tmp_path, algori
     # replay the same measurements. Random-walk proposals do not depend on timing at all.
     store_a = a_dir / "store"
     store_b = store_a if store_shared else b_dir / "store"
-    cfg_a = config(a_dir, store_a, algorithm=algorithm, seed=11)
-    cfg_b = config(b_dir, store_b, algorithm=algorithm, seed=11)
+    cfg_a = config(a_dir, store_a, {"canary_every": 3}, algorithm=algorithm, seed=11)
+    cfg_b = config(b_dir, store_b, {"canary_every": 3}, algorithm=algorithm, seed=11)
     run_to_end(cfg_a, "--tasks", str(tasks), "--steps", steps)
     rundir_a = only_rundir(a_dir)
 
@@ -127,17 +135,28 @@ def test_kill_and_resume_replays_an_uninterrupted_run(compiler, tmp_path, algori
     events = Rundir(rundir_b).events()
     assert isinstance(events[-1], FinishEvent) and events[-1].reason == "completed"
     assert sum(isinstance(e, BaselineEvent) for e in events) == 1
+    # Canaries follow steps 3 and 6 (one lost to a kill at most), never twice; one
+    # confirmation of the best, just before the end, unless nothing beat the baseline.
+    canaries = [e.step for e in events if isinstance(e, CanaryEvent)]
+    assert canaries == sorted(set(canaries)) and set(canaries) <= {3, 6}
+    best = Rundir(rundir_b).last_step().best
+    confirms = [e for e in events if isinstance(e, ConfirmEvent)]
+    assert [(e.step, e.candidate) for e in confirms] == \
+        ([(best.step, best.candidate)] if best.step else [])
+    if confirms:
+        assert events[-2] is confirms[0] and confirms[0].reference_times
     # The batch log lists the experiment once, however often it was resumed.
     assert [e.rundir for e in read_batch_log(b_dir / "batch.log")] == [str(rundir_b)]
 
 
 def test_sa_rundir_contents_and_ctrl_c(compiler, tmp_path):
-    cfg = config(tmp_path, tmp_path / "store", algorithm="sa", seed=1, remeasure_every=2)
+    cfg = config(tmp_path, tmp_path / "store", {"canary_every": 1}, algorithm="sa", seed=1,
+                 remeasure_every=2)
     proc = start(cfg, "--tasks", str(tmp_path / "t.txt"), "--steps", "200") \
         if (tmp_path / "t.txt").write_text("lens\n") else None
     journal = None
     deadline = time.monotonic() + 120
-    while journal is None or "\"step\"" not in journal.read_text():
+    while journal is None or "\"canary\"" not in journal.read_text():
         assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
         rundirs = list((tmp_path / "rundirs").glob("*"))
         journal = rundirs[0] / "journal.jsonl" if rundirs else None
@@ -157,7 +176,17 @@ def test_sa_rundir_contents_and_ctrl_c(compiler, tmp_path):
     cand = step.candidates[0]
     d = journal.parent / cand.dir
     assert (d / "overrides.sexp").is_file() and list(d.glob("*.decisions.sexp"))
-    (result,) = rundir.read_measurements(d)
+    results = rundir.read_measurements(d)
+    # Paired with the baseline on one CPU, one run per job, in ABBA rounds.
+    shas = [r.sha256 for r in results]
+    assert shas[:4] == [baseline.sha256, cand.sha256, cand.sha256, baseline.sha256]
+    assert len({r.worker for r in results}) == 1 and cand.worker == results[0].worker
+    assert len(cand.reference_times) == len(cand.times) >= 2  # runs: 2 (the fewest pairs)
+    assert cand.speedup is not None and cand.ci95 is not None
+    assert cand.energy == pytest.approx(1 / cand.speedup)
+    assert cand.ci95[0] <= cand.speedup <= cand.ci95[1]
+    assert cand.stopped in ("target", "budget", "worse")
+    result = results[0]
     assert result.records and result.records[0].gc
     # Everything the agent measured is kept: the run's CPU mask and its output's hash.
     assert result.records[0].cpus_allowed == str(FIRST_CPU)
@@ -165,6 +194,12 @@ def test_sa_rundir_contents_and_ctrl_c(compiler, tmp_path):
     assert rundir.experiment.worker_class == "local"
     assert step.temperature == pytest.approx(0.04)
     assert isinstance(step.incumbent, Pointer)
+    # The A/A canary after step 1: the baseline against itself, in pairs.
+    (canary,) = [e for e in rundir.events() if isinstance(e, CanaryEvent)]
+    assert canary.step == 1 and len(canary.times) == len(canary.reference_times) >= 2
+    assert {r.sha256 for r in rundir.read_measurements(journal.parent / "steps/00001/canary")} \
+        == {baseline.sha256}
+    assert canary.significant == (canary.ci95[0] > 1 or canary.ci95[1] < 1)
     state = json.loads((journal.parent / "state.json").read_text())
     assert state["step"] == step.step and state["rng"] == step.rng
 

@@ -5,12 +5,13 @@ tests/test_experiment.py and tests/test_ssh.py.
 """
 from __future__ import annotations
 
+import tempfile
 from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 
-from dispatcher.measure import MeasurementService
+from dispatcher.measure import MeasurementService, PairingPolicy, ReferenceFailed
 from dispatcher.records import RunRecord, RunResult
 from dispatcher.store import Store
 from dispatcher.worker import RunJob
@@ -23,6 +24,7 @@ class ScriptedScheduler:
 
     def __init__(self) -> None:
         self.jobs: list[tuple[RunJob, str | None, Future]] = []
+        self.slots: list = []
 
     def submit(self, job: RunJob, slot: str | None = None,
                worker_class: str | None = None) -> Future:
@@ -95,3 +97,112 @@ def test_worker_classes_are_kept_apart(service):
     scheduler.jobs[0][2].set_result(result(A, 2, "fast"))
     assert svc.submit(job(A, 2), "fast").stored is not None
     assert svc.submit(job(A, 2), "slow").stored is None
+
+
+# --------------------------------------------------------------------------- comparisons
+
+class SlotStub:
+    def __init__(self, name: str, worker_class: str = "local"):
+        self.name, self.worker_class = name, worker_class
+
+
+class TimedScheduler:
+    """Runs each one-run job at once: its time is ``speed[sha] * drift`` (drift grows by 1%
+    per job, as a warming or throttling CPU might), on the slot asked for unless that slot
+    is in ``moved`` (then on ``moved[slot]``, as the scheduler does with a lost slot)."""
+
+    def __init__(self, speed: dict[str, float], failing: str | None = None):
+        self.slots = [SlotStub("local/cpu1"), SlotStub("local/cpu2")]
+        self.speed, self.failing = speed, failing
+        self.moved: dict[str, str] = {}
+        self.order: list[tuple[str, str]] = []  # (sha, slot) in the order they ran
+        self.drift = 1.0
+
+    def submit(self, job: RunJob, slot: str | None = None,
+               worker_class: str | None = None) -> Future:
+        assert job.runs == 1 and slot is not None
+        where = self.moved.get(slot, slot)
+        self.order.append((job.sha256, where))
+        self.drift *= 1.01
+        fails = job.sha256 == self.failing
+        record = RunRecord(wall_ns=int(1e9 * self.speed[job.sha256] * self.drift), user_s=0.0,
+                           sys_s=0.0, maxrss_kb=1, exit_status=1 if fails else 0,
+                           output_ok=not fails, failure="exit status 1" if fails else None)
+        future: Future = Future()
+        future.set_result(RunResult(sha256=job.sha256, args=job.args, worker=where,
+                                    worker_class="local", cpu=1, records=(record,)))
+        return future
+
+
+def compare(scheduler, policy, candidate=B, store: Path | None = None):
+    if store is None:
+        store = Path(tempfile.mkdtemp(prefix="compare-store-"))
+    svc = MeasurementService(scheduler, Store(store))  # type: ignore[arg-type]
+    try:
+        return svc.compare(job(A, 1), job(candidate, 1), "local", policy).result(timeout=10)
+    finally:
+        svc.close()
+
+
+def test_a_comparison_alternates_abba_on_one_slot_and_cancels_drift():
+    scheduler = TimedScheduler({A: 1.0, B: 0.8})
+    got = compare(scheduler, PairingPolicy(min_pairs=4, max_pairs=8, half_width=1e-9))
+    assert got.stopped == "budget" and got.pairs == 8 and got.dropped == 0
+    assert [sha for sha, _ in scheduler.order[:8]] == [A, B, B, A, A, B, B, A]
+    assert len({slot for _, slot in scheduler.order}) == 1  # pairs never mix slots
+    speedup, low, high = got.interval
+    assert speedup == pytest.approx(1.25, rel=1e-9)  # ABBA: linear drift cancels exactly
+    assert low <= speedup <= high
+    assert [r.sha256 for r in got.results] == [sha for sha, _ in scheduler.order]
+
+
+def test_a_comparison_stops_at_its_target_half_width():
+    got = compare(TimedScheduler({A: 1.0, B: 0.5}),
+                  PairingPolicy(min_pairs=4, max_pairs=40, half_width=0.05))
+    speedup, low, high = got.interval
+    assert got.stopped == "target" and got.pairs < 40
+    assert high / speedup - 1 <= 0.05 and 1 - low / speedup <= 0.05
+
+
+def test_a_candidate_that_cannot_beat_the_bar_stops_early():
+    got = compare(TimedScheduler({A: 1.0, B: 1.5}),
+                  PairingPolicy(min_pairs=4, max_pairs=40, half_width=1e-9, must_beat=1.0))
+    assert got.stopped == "worse" and got.pairs == 4
+    assert got.interval[2] < 1.0
+
+
+def test_a_failing_candidate_stops_and_a_failing_reference_is_an_error():
+    got = compare(TimedScheduler({A: 1.0, B: 0.5}, failing=B), PairingPolicy())
+    assert got.stopped == "failed" and got.failed == 2 and got.pairs == 0
+    assert got.interval == (None, None, None)
+    with pytest.raises(ReferenceFailed, match="the reference abababababab failed on "
+                                              "local/cpu[12]: exit status 1"):
+        compare(TimedScheduler({A: 1.0, B: 0.5}, failing=A), PairingPolicy())
+
+
+def test_a_round_moved_to_another_slot_is_not_paired():
+    class MovingScheduler(TimedScheduler):
+        def submit(self, job, slot=None, worker_class=None):
+            if len(self.order) == 5:  # mid second round: the slot is lost from here on
+                self.moved[slot] = "local/cpu2" if slot == "local/cpu1" else "local/cpu1"
+            return super().submit(job, slot, worker_class)
+
+    scheduler = MovingScheduler({A: 1.0, B: 0.5})
+    got = compare(scheduler, PairingPolicy(min_pairs=4, max_pairs=6, half_width=1e-9))
+    assert got.dropped == 2 and got.pairs == 6
+    assert len(got.results) == 16  # every run kept, the dropped round's too
+    slots = [slot for _, slot in scheduler.order]
+    assert slots[4] != slots[5] and len(set(slots[8:])) == 1  # then on the slot it went to
+
+
+def test_a_comparison_is_stored_and_answered_from_the_store(tmp_path):
+    """Identical binaries are compared once: a later request (another chain, a rerun with the
+    same store) gets the same pairs without running anything; another policy is measured."""
+    first = TimedScheduler({A: 1.0, B: 0.8})
+    policy = PairingPolicy(min_pairs=2, max_pairs=4, half_width=1e-9)
+    got = compare(first, policy, store=tmp_path)
+    again = TimedScheduler({A: 1.0, B: 0.8})
+    assert compare(again, policy, store=tmp_path) == got and again.order == []
+    compare(again, PairingPolicy(min_pairs=2, max_pairs=4, half_width=1e-9, must_beat=1.1),
+            store=tmp_path)
+    assert len(again.order) > 0

@@ -151,6 +151,7 @@ def test_the_format_document_lists_exactly_the_fields_of_each_record():
     types = {name: getattr(records, name) for name in documented}
     assert set(documented) == {"Experiment", "StartEvent", "BaselineEvent", "StepEvent",
                                "Candidate", "Pointer", "DecisionCounts", "RemeasureEvent",
+                               "CanaryEvent", "ConfirmEvent",
                                "ResumeEvent", "FinishEvent", "SearchState", "RunResult",
                                "RunRecord", "PerfCount", "BatchEntry"}
     for name, fields in documented.items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import configparser
 import math
+import random
 import statistics
 import subprocess
 import sys
@@ -14,7 +15,14 @@ import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.stats import geomean, geomean_ci, speedup_ci, t_quantile
+from dispatcher.stats import (
+    geomean,
+    geomean_ci,
+    paired_speedup_ci,
+    relative_half_width,
+    speedup_ci,
+    t_quantile,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -223,3 +231,39 @@ def test_speedup_ci_one_side_constant_uses_the_other_sides_df():
 def test_speedup_ci_rejects_missing_or_non_positive_times(base, cand):
     with pytest.raises(ValueError):
         speedup_ci(base, cand)
+
+
+# --------------------------------------------------------------------------- paired speedups
+
+def test_paired_speedup_ci_is_the_t_interval_of_the_mean_log_ratio():
+    rng = random.Random(5)
+    reference = [1.0 + 0.05 * rng.random() for _ in range(12)]
+    candidate = [r * (0.9 + 0.02 * rng.random()) for r in reference]
+    s, lo, hi = paired_speedup_ci(reference, candidate)
+    d = [math.log(r / c) for r, c in zip(reference, candidate)]
+    res = scipy.stats.ttest_1samp(d, 0.0).confidence_interval(0.95)
+    assert s == pytest.approx(geomean(reference) / geomean(candidate), rel=1e-12)
+    assert (lo, hi) == (pytest.approx(math.exp(res.low), rel=1e-12),
+                        pytest.approx(math.exp(res.high), rel=1e-12))
+    assert relative_half_width(s, lo, hi) == pytest.approx(max(hi / s - 1, 1 - lo / s))
+
+
+def test_pairing_cancels_what_the_two_runs_of_a_pair_share():
+    """A CPU whose speed changes from pair to pair widens Welch's interval, not the paired."""
+    speeds = [1.0, 1.3, 0.8, 1.2, 0.9, 1.1, 1.25, 0.85]
+    reference = [s * 1.0 for s in speeds]
+    candidate = [s * 0.95 * (1 + 0.001 * (-1) ** i) for i, s in enumerate(speeds)]
+    _, plo, phi = paired_speedup_ci(reference, candidate)
+    _, wlo, whi = speedup_ci(reference, candidate)
+    assert plo > 1.0 and phi - plo < (whi - wlo) / 10  # significant when paired
+    assert wlo < 1.0  # not when the pairs are ignored
+
+
+def test_paired_speedup_ci_edge_cases():
+    assert paired_speedup_ci([2.0], [1.0]) == (2.0, None, None)
+    assert paired_speedup_ci([2.0, 4.0], [1.0, 2.0]) == (2.0, 2.0, 2.0)
+    with pytest.raises(ValueError, match="not pairs"):
+        paired_speedup_ci([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="no pairs"):
+        paired_speedup_ci([], [])
+    assert relative_half_width(1.0, None, None) == math.inf
