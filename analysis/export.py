@@ -5,13 +5,17 @@ with its ``records``; docs/rundir-format.md) joined with the journal's ``baselin
 events.  The baseline is step 0, candidate 0, energy 1.0, accepted False.  A candidate whose
 compile failed (``sha256`` null) has no runs and so no rows; a candidate that should have
 measurements but whose file is missing or unreadable is skipped with a ``MeasurementWarning``.
-``energy`` is the step event's (a later ``remeasure`` does not change it).  A re-measurement's
-runs are rows of the candidate it re-measured, with ``remeasured_at`` set to the step it was
-done at (null for the candidate's own runs).
+``energy`` is the step event's (a later ``remeasure`` does not change it).  ``kind`` says what
+measured the run: ``baseline`` (its own runs), ``candidate`` (its step's comparison),
+``remeasure``, ``confirm`` (rows of the candidate re-measured or confirmed, ``remeasured_at``
+the step a re-measurement was done at) or ``canary`` (rows of the baseline, ``remeasured_at``
+the step it followed).  A comparison holds both binaries' runs: ``role`` is ``reference`` for
+the baseline's runs paired with the candidate's, ``candidate`` for the candidate's.
 
 Columns: benchmark, rundir, step, candidate, dir, mutation, accepted, energy, inlined,
-not_inlined, prevented, remeasured_at, sha256, worker, worker_class, cpu, run (index of the
-record within its measurements.json, over all its results), wall_s, user_s, sys_s, maxrss_kb,
+not_inlined, prevented, kind, remeasured_at, role, sha256, worker, worker_class, cpu, run
+(index of the record within its measurements.json, over all its results), wall_s, user_s,
+sys_s, maxrss_kb,
 exit_status, signal, failure, output_ok, then ``gc_<name>`` for every GC statistic and
 ``perf_<event>`` for every perf counter seen (NaN when absent, unsupported or not counted).
 """
@@ -30,6 +34,8 @@ import pandas as pd
 from dispatcher.files import atomic_output
 from dispatcher.records import (
     BaselineEvent,
+    CanaryEvent,
+    ConfirmEvent,
     DecisionCounts,
     Event,
     Experiment,
@@ -39,16 +45,17 @@ from dispatcher.records import (
     RunResult,
     StartEvent,
     StepEvent,
+    canary_dir,
+    confirm_dir,
     read_experiment,
     read_results,
 )
 from dispatcher.rundir import read_journal
 
 BASE_COLUMNS = ("benchmark", "rundir", "step", "candidate", "dir", "mutation", "accepted",
-                "energy", "inlined", "not_inlined", "prevented", "remeasured_at", "sha256",
-                "worker",
-                "worker_class", "cpu", "run", "wall_s", "user_s", "sys_s", "maxrss_kb",
-                "exit_status", "signal", "failure", "output_ok")
+                "energy", "inlined", "not_inlined", "prevented", "kind", "remeasured_at",
+                "role", "sha256", "worker", "worker_class", "cpu", "run", "wall_s", "user_s",
+                "sys_s", "maxrss_kb", "exit_status", "signal", "failure", "output_ok")
 
 PARQUET_MISSING = "parquet export needs pyarrow: pip install pyarrow"
 
@@ -87,6 +94,7 @@ class _Entry:
     expect_runs: bool  # measurements.json should exist: a missing one is worth a warning
     measurements: str = ""  # rundir-relative; default: the dir's measurements.json
     remeasured_at: int | None = None  # the step of a re-measurement of this candidate
+    kind: str = "candidate"  # baseline | candidate | remeasure | canary | confirm
 
 
 def _candidates(events: Sequence[Event]) -> list[_Entry]:
@@ -95,7 +103,8 @@ def _candidates(events: Sequence[Event]) -> list[_Entry]:
     baseline = next((e for e in events if isinstance(e, BaselineEvent)), None)
     if baseline is not None:
         out.append(_Entry(step=0, candidate=0, dir=baseline.dir, mutation=None, accepted=False,
-                          energy=1.0, decisions=baseline.decisions, expect_runs=True))
+                          energy=1.0, decisions=baseline.decisions, expect_runs=True,
+                          kind="baseline"))
     # A step journaled twice (should not happen) counts once: the last one.
     steps = {e.step: e for e in events if isinstance(e, StepEvent)}
     for n in sorted(steps):
@@ -110,7 +119,17 @@ def _candidates(events: Sequence[Event]) -> list[_Entry]:
     for again in events:
         if isinstance(again, RemeasureEvent) and again.dir in where:
             out.append(dataclasses.replace(where[again.dir], measurements=again.measurements,
-                                           remeasured_at=again.step, expect_runs=True))
+                                           remeasured_at=again.step, expect_runs=True,
+                                           kind="remeasure"))
+        elif isinstance(again, ConfirmEvent) and again.dir in where:
+            out.append(dataclasses.replace(where[again.dir], kind="confirm", expect_runs=True,
+                                           measurements=f"{confirm_dir(again.step)}/"
+                                                        "measurements.json"))
+        elif isinstance(again, CanaryEvent) and baseline is not None:
+            out.append(_Entry(step=0, candidate=0, dir=baseline.dir, mutation=None,
+                              accepted=False, energy=None, decisions=baseline.decisions,
+                              expect_runs=True, remeasured_at=again.step, kind="canary",
+                              measurements=f"{canary_dir(again.step)}/measurements.json"))
     return out
 
 
@@ -139,6 +158,8 @@ def rundir_rows(rundir: Path) -> list[dict[str, Any]]:
     events = read_journal(rundir / "journal.jsonl")
     experiment = experiment_info(rundir, events)
     task = experiment.task if experiment else None
+    baseline = next((e for e in events if isinstance(e, BaselineEvent)), None)
+    base_sha = baseline.sha256 if baseline is not None else None
     rows = []
     for c in _candidates(events):
         d = c.decisions
@@ -146,12 +167,20 @@ def rundir_rows(rundir: Path) -> list[dict[str, Any]]:
                 "candidate": c.candidate, "dir": c.dir, "mutation": c.mutation,
                 "accepted": c.accepted, "energy": c.energy,
                 "inlined": d.inlined if d else None, "not_inlined": d.not_inlined if d else None,
-                "prevented": d.prevented if d else None, "remeasured_at": c.remeasured_at}
+                "prevented": d.prevented if d else None, "remeasured_at": c.remeasured_at,
+                "kind": c.kind}
         run = 0
         path = rundir / (c.measurements or f"{c.dir}/measurements.json")
-        for result in _read_measurements(path, c.expect_runs):
+        for i, result in enumerate(_read_measurements(path, c.expect_runs)):
+            # A comparison's runs alternate in ABBA rounds; a canary's two sides are one binary.
+            if c.kind == "canary":
+                role = "reference" if i % 4 in (0, 3) else "candidate"
+            elif c.kind != "baseline" and result.sha256 == base_sha:
+                role = "reference"
+            else:
+                role = "candidate" if c.kind != "baseline" else "baseline"
             for rec in result.records:
-                row = {**head, "sha256": result.sha256, "worker": result.worker,
+                row = {**head, "role": role, "sha256": result.sha256, "worker": result.worker,
                        "worker_class": result.worker_class, "cpu": result.cpu, "run": run,
                        "wall_s": rec.wall_ns / 1e9 if rec.wall_ns is not None else math.nan,
                        "user_s": rec.user_s, "sys_s": rec.sys_s, "maxrss_kb": rec.maxrss_kb,

@@ -525,3 +525,42 @@ def test_golden_rundirs_of_both_versions_summarize_export_and_plot(tmp_path):
         rundir = tmp_path / name
         shutil.copytree(GOLDEN / name, rundir)
         assert plot_experiment(rundir).stat().st_size > 10_000
+
+
+# --------------------------------------------------------------------------- paired speedups
+
+def test_batch_log_speedup_is_the_paired_one_then_the_confirmation_and_counts_canaries():
+    from analysis.batch_log import Summary, format_canaries, format_speedup, summarize_speedup
+    from dispatcher.records import CanaryEvent, ConfirmEvent
+    from dispatcher.stats import paired_speedup_ci
+
+    ref1, cand1 = [1.0, 1.2, 0.9, 1.1], [0.9, 1.09, 0.8, 1.0]
+    ref2, cand2 = [1.05, 0.95], [0.95, 0.86]
+    cand = Candidate(candidate=0, dir="steps/00001/c0", mutation="flip 1", sha256="x",
+                     times=cand1, reference_times=ref1)
+    best = Pointer(step=1, candidate=0, dir=cand.dir, energy=0.9, sha256="x")
+    events = [
+        BaselineEvent(sha256="b", times=[1.0, 1.0], geomean=1.0, median=1.0, ci95=(1.0, 1.0)),
+        StepEvent(step=1, temperature=0.04, candidates=[cand], chosen=0, accepted=True,
+                  incumbent=best, best=best, rng=[]),
+        RemeasureEvent(step=1, dir=cand.dir, measurements="m", times=cand2,
+                       reference_times=ref2, energy=0.9),
+        CanaryEvent(step=1, times=[1.0, 1.01], reference_times=[1.0, 1.0], speedup=0.995,
+                    ci95=(0.9, 1.1), significant=False),
+        CanaryEvent(step=2, times=[1.0, 1.0], reference_times=[1.1, 1.1], speedup=1.1,
+                    ci95=(1.1, 1.1), significant=True),
+    ]
+    s = Summary(task="t", rundir="r", algorithm="sa", steps_done=1, steps_planned=1,
+                best_speedup=None, ci_low=None, ci_high=None, last_update=None, status="x")
+    summarize_speedup(s, events, best)
+    # Every pair of the best candidate: its step's and its re-measurement's.
+    assert (s.best_speedup, s.ci_low, s.ci_high) == paired_speedup_ci(ref1 + ref2, cand1 + cand2)
+    assert s.paired and not s.confirmed and s.significant
+    assert (s.canaries, s.canary_alarms) == (2, 1) and format_canaries(s) == "1/2"
+    # A confirmation, when there is one, is the speedup shown; this one is not significant.
+    events.append(ConfirmEvent(step=1, candidate=0, dir=cand.dir, times=[1.0, 1.0],
+                               reference_times=[1.0, 1.02], speedup=1.01, ci95=(0.95, 1.07),
+                               significant=False))
+    summarize_speedup(s, events, best)
+    assert (s.best_speedup, s.ci_low, s.ci_high) == (1.01, 0.95, 1.07)
+    assert format_speedup(s) == "1.010 [0.950, 1.070] (confirmed, not significant)"
