@@ -2,9 +2,9 @@
  (version 1)
  (unit "Main")
  (round 1)
- (overrides (entries 3) (matched 2) (unmatched 1)
-  (unmatched_keys ("C(Stdlib__Printf.printf@main.ml:5:2-36)/I/C(CamlinternalFormat.make_printf@printf.ml:31:17-35>printf.ml:27:21-43>printf.ml:20:2-63)")))
+ (overrides (entries 2) (matched 2) (unmatched 0)
+  (unmatched_keys ()))
  (decisions
   ((key "C(Vec.sum_squares@main.ml:4:33-56)") (callee "Vec.sum_squares") (action dont_inline) (reason override) (override dont_inline))
-  ((key "C(CamlinternalFormat.make_printf@main.ml:5:2-36>printf.ml:31:17-35>printf.ml:27:21-43>printf.ml:20:2-63)") (callee "CamlinternalFormat.make_printf") (action dont_inline) (reason override) (override dont_inline))
+  ((key "C(Stdlib__Printf.printf@main.ml:5:2-36)") (callee "Stdlib__Printf.printf") (action dont_inline) (reason override) (override dont_inline))
  ))

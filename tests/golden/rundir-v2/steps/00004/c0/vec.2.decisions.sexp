@@ -2,8 +2,8 @@
  (version 1)
  (unit "Vec")
  (round 2)
- (overrides (entries 9) (matched 6) (unmatched 3)
-  (unmatched_keys ("D(Vec.anon_fn[vec.ml:7,25--58]@vec.ml:7:25-58)/C(Vec.add@vec.ml:7:39-57)" "D(Vec.sum_squares@vec.ml:7:16-62)/C(Vec.fold@vec.ml:7:20-62)/I/C(Vec.go@vec.ml:6:2-11)" "D(Vec.sum_squares@vec.ml:7:16-62)/C(Vec.fold@vec.ml:7:20-62)/I/D(Vec.go@vec.ml:5:13-64)/C(Vec.go@vec.ml:5:44-64)")))
+ (overrides (entries 8) (matched 6) (unmatched 2)
+  (unmatched_keys ("D(Vec.sum_squares@vec.ml:7:16-62)/C(Vec.fold@vec.ml:7:20-62)/I/C(Vec.go@vec.ml:6:2-11)" "D(Vec.sum_squares@vec.ml:7:16-62)/C(Vec.fold@vec.ml:7:20-62)/I/D(Vec.go@vec.ml:5:13-64)/C(Vec.go@vec.ml:5:44-64)")))
  (decisions
   ((key "D(Vec.fold@vec.ml:4:9-99)/D(Vec.go@vec.ml:5:13-64)/C(Vec.go@vec.ml:5:44-64)") (callee "Vec.go") (action dont_inline) (reason (prevented self_call)) (override dont_inline))
   ((key "D(Vec.fold@vec.ml:4:9-99)/C(Vec.go@vec.ml:6:2-11)") (callee "Vec.go") (action inline) (reason override) (override inline))
