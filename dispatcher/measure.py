@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import statistics
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -129,6 +130,37 @@ class _Pairs:
     results: list[RunResult] = field(default_factory=list)
     failed: int = 0
     dropped: int = 0
+    shares: dict[str, list[float]] = field(default_factory=dict)  # by binary: undisturbed runs'
+
+
+# A run whose CPU share (CPU time / wall time) falls this far below the median of its own
+# binary's undisturbed runs on this CPU had the CPU taken from it (another process, a second
+# master): it is marked disturbed and its pair measured again.  Not a fixed threshold: a
+# binary's quiet share depends on it (kahan's sit at 0.94-0.96 on a 2-CPU VM).
+SHARE_MARGIN = 0.05
+SHARE_HISTORY = 3  # undisturbed runs of the binary needed before it is judged
+
+
+def judge_shares(shares: dict[str, list[float]], result: RunResult) -> RunResult:
+    """``result`` with its runs marked disturbed where their CPU share is clearly below their
+    binary's own (``shares``, updated with the undisturbed ones)."""
+    seen = shares.setdefault(result.sha256, [])
+    records = []
+    for rec in result.records:
+        share = rec.cpu_share
+        if rec.usable and share is not None:
+            if len(seen) >= SHARE_HISTORY:
+                typical = statistics.median(seen)
+                if share < typical - SHARE_MARGIN:
+                    rec = rec.model_copy(update={"disturbed": (
+                        f"CPU share {share:.2f}, below this binary's {typical:.2f} on this "
+                        "CPU")})
+            if rec.usable:
+                seen.append(share)
+        records.append(rec)
+    if all(a is b for a, b in zip(records, result.records)):
+        return result
+    return result.model_copy(update={"records": tuple(records)})
 
 
 class MeasurementService:
@@ -270,7 +302,7 @@ class MeasurementService:
                 break
             order = [(ref, cand), (cand, ref)]  # ABBA
             futures = [self.scheduler.submit(job, slot=slot) for pair in order for job in pair]
-            results = [f.result() for f in futures]
+            results = [judge_shares(got.shares, f.result()) for f in futures]
             got.results.extend(results)
             slot = self._round(got, results, slot)
             if got.failed:

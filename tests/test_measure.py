@@ -206,3 +206,26 @@ def test_a_comparison_is_stored_and_answered_from_the_store(tmp_path):
     compare(again, PairingPolicy(min_pairs=2, max_pairs=4, half_width=1e-9, must_beat=1.1),
             store=tmp_path)
     assert len(again.order) > 0
+
+
+def test_a_run_whose_cpu_share_drops_below_its_binarys_own_is_disturbed_and_redone():
+    """A planted load takes the CPU during one run: its share falls from ~0.95 to 0.5; the
+    run is marked, kept in the results, and its pair measured again."""
+    class LoadedScheduler(TimedScheduler):
+        def submit(self, job, slot=None, worker_class=None):
+            future = super().submit(job, slot, worker_class)
+            result = future.result()
+            share = 0.5 if len(self.order) == 10 else 0.95 + 0.001 * (len(self.order) % 3)
+            record = result.records[0].model_copy(update={"cpu_share": share,
+                                                          "cpu_share_source": "task-clock"})
+            done: Future = Future()
+            done.set_result(result.model_copy(update={"records": (record,)}))
+            return done
+
+    scheduler = LoadedScheduler({A: 1.0, B: 0.8})
+    got = compare(scheduler, PairingPolicy(min_pairs=6, max_pairs=6, half_width=1e-9))
+    marked = [rec for r in got.results for rec in r.records if rec.disturbed]
+    assert len(marked) == 1 and marked[0].cpu_share == 0.5
+    assert "below this binary's 0.95" in marked[0].disturbed
+    # The round's other pair counts; one more round replaces the lost pair.
+    assert got.pairs == 7 and got.dropped == 1 and len(got.results) == 16
