@@ -240,17 +240,18 @@ class MeasurementService:
     # ------------------------------------------------------------------ comparisons
 
     def compare(self, reference: RunJob, candidate: RunJob, worker_class: str,
-                policy: PairingPolicy) -> Future[Comparison]:
+                policy: PairingPolicy, reuse: bool = True) -> Future[Comparison]:
         """Measure ``candidate`` against ``reference`` in pairs on one slot of
         ``worker_class`` (the jobs' ``runs`` are ignored: the policy decides).  A comparison
         of the same jobs, class and policy is answered from the store, or shared while it is
-        in flight: identical binaries are compared once."""
+        in flight: identical binaries are compared once (``reuse=False``: measured anew, as
+        A/A trials must be)."""
         key = comparison_key(reference, candidate, worker_class, policy)
         with self._lock:
-            running = self._comparing.get(key)
+            running = self._comparing.get(key) if reuse else None
             if running is not None and not (running.done() and running.exception()):
                 return running
-            stored = self._stored(key)
+            stored = self._stored(key) if reuse else None
             if stored is not None:
                 done: Future[Comparison] = Future()
                 done.set_result(stored)
