@@ -399,12 +399,57 @@ def _proposed(node: Node, action: str) -> Node:
     return Node(CALL, node.key, node.name, action, "override", None, None, action, ())
 
 
+INLINED_ABOVE = "callee inlined above"
+DECLARED_ABOVE = "in the callee's declaration"
+
+# Guard classes (``guard_class``) whose prevented sites an ``inline`` override gets past, from
+# ``bench/prevented_flips`` over the bundled benchmarks (table in compiler/README.md, "Which
+# prevented sites can be flipped").  Every other class, and any guard not seen there, blocks.
+HONOURABLE_GUARDS: frozenset[str] = frozenset({"unrolling_depth_exceeded", "max_inlining_depth"})
+
+
+def callee_above(node: Node) -> str | None:
+    """Where a call's own callee already sits on the call's path, if it does:
+    ``INLINED_ABOVE`` when the key holds ``C(callee@..)/I`` (or ``/S``) above the call,
+    ``DECLARED_ABOVE`` when it holds ``D(callee@..)``; None otherwise."""
+    frames = split_key(node.key)[:-1]
+    declared = False
+    for frame, step in zip(frames, frames[1:] + [""]):
+        m = _FRAME.match(frame)
+        if m is None or m.group("name") != node.name:
+            continue
+        if m.group("kind") == "C" and step in ("I", "S"):
+            return INLINED_ABOVE
+        declared = declared or m.group("kind") == "D"
+    return DECLARED_ABOVE if declared else None
+
+
+def guard_class(node: Node) -> str:
+    """The guard of a prevented call as ``flippable`` and ``bench/prevented_flips`` tell them
+    apart: the dumped guard, followed by ``callee_above`` in parentheses when the callee is
+    already on the call's path.  The compiler dumps two different checks as
+    ``unrolling_depth_exceeded`` (one an override gets past, one it does not), and a site past
+    ``max_inlining_depth`` meets the unrolling or self-call check once forced; the callee's
+    place on the path tells which."""
+    guard = node.guard or "unknown"
+    where = callee_above(node)
+    return f"{guard} ({where})" if where else guard
+
+
+def honourable(guard: str) -> bool:
+    """Whether an ``inline`` override gets past the guard class ``guard`` (from evidence)."""
+    return guard in HONOURABLE_GUARDS
+
+
 def flippable(tree: Tree, round: int | None = 0) -> list[Located]:
     """Leaves ``flip_leaves`` may pick in ``round`` (None: every round), in tree order.
 
-    Prevented leaves are left out: the guard that stopped them would stop the flip too.
+    A prevented leaf is offered only when its guard class is ``honourable``: for the others
+    the guard that stopped the heuristic stops an override too, and the flip would build the
+    same binary.  Depends on the tree alone, so proposals replay exactly from the RNG.
     """
-    return [x for x in leaves(tree, round) if not x.node.prevented]
+    return [x for x in leaves(tree, round)
+            if not x.node.prevented or honourable(guard_class(x.node))]
 
 
 def flip(action: str) -> str:
@@ -414,6 +459,13 @@ def flip(action: str) -> str:
     the plain call; asking for ``inline`` instead would be a different, second experiment.
     """
     return INLINE if action == DONT_INLINE else DONT_INLINE
+
+
+def propose_action(tree: Tree, site: Located, action: str) -> Tree:
+    """A proposal with the call ``site`` asking for ``action`` (what ``flip_leaves`` does to
+    each leaf it picks)."""
+    u, r, n = site
+    return _replace_nodes(tree, {(u, r, n.key): _proposed(n, action)})
 
 
 def flip_leaves(tree: Tree, k: int, rng: random.Random, round: int | None = 0) -> Tree:

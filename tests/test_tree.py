@@ -34,12 +34,15 @@ from dispatcher.tree import (
     TreeError,
     backtrack,
     backtrackable,
+    callee_above,
     count,
     diff,
     flip_leaves,
     flippable,
     from_dumps,
+    guard_class,
     leaves,
+    propose_action,
     split_key,
     to_dumps,
     to_overrides,
@@ -309,6 +312,69 @@ def test_flip_leaves_skips_prevented_and_flips_specialise_to_dont_inline():
         flip_leaves(t, 2, random.Random(0))
 
 
+# Prevented sites as the compiler dumps them (shapes taken from the bundled benchmarks).
+LOOP = "D(Main.loop@m.ml:1:8-60)"
+ITER = "C(Main.iter@m.ml:9:2-20)"
+PREVENTED_ROWS = [
+    # key, callee, action, reason
+    (ITER, "Main.iter", "inline", "heuristic"),
+    # honourable: a recursive callee not being unrolled, not on its own path
+    (ITER + "/I/C(Main.step@m.ml:3:4-9)", "Main.step", "dont_inline",
+     "(prevented unrolling_depth_exceeded)"),
+    # honourable: past -inline-max-depth while speculating
+    (ITER + "/I/C(Main.fold@m.ml:4:4-9)", "Main.fold", "dont_inline",
+     "(prevented max_inlining_depth)"),
+    # blocking: the callee is already inlined above (the unrolling count is spent)
+    (ITER + "/I/C(Main.iter@m.ml:5:4-9>m.ml:9:2-20)", "Main.iter", "dont_inline",
+     "(prevented unrolling_depth_exceeded)"),
+    # blocking: a call in the callee's own declaration
+    (LOOP + "/C(Main.loop@m.ml:1:40-50)", "Main.loop", "dont_inline",
+     "(prevented self_call)"),
+    (LOOP + "/C(Main.loop@m.ml:1:52-58)", "Main.loop", "dont_inline",
+     "(prevented max_inlining_depth)"),
+    # blocking: a self call of mutually recursive functions (not on the path)
+    (LOOP + "/C(Main.other@m.ml:1:20-30)", "Main.other", "dont_inline",
+     "(prevented self_call)"),
+    # blocking: a guard the evidence has not seen
+    ("C(Main.rare@m.ml:7:1-5)", "Main.rare", "dont_inline",
+     "(prevented inlining_threshold_exhausted)"),
+]
+
+
+def test_prevented_sites_are_flippable_only_past_guards_an_override_gets_past():
+    t = from_dumps([dump("Main", 0, PREVENTED_ROWS)])
+    classes = {n.key: guard_class(n) for _, _, n in t.calls() if n.prevented}
+    assert classes == {
+        ITER + "/I/C(Main.step@m.ml:3:4-9)": "unrolling_depth_exceeded",
+        ITER + "/I/C(Main.fold@m.ml:4:4-9)": "max_inlining_depth",
+        ITER + "/I/C(Main.iter@m.ml:5:4-9>m.ml:9:2-20)":
+            "unrolling_depth_exceeded (callee inlined above)",
+        LOOP + "/C(Main.loop@m.ml:1:40-50)": "self_call (in the callee's declaration)",
+        LOOP + "/C(Main.loop@m.ml:1:52-58)": "max_inlining_depth (in the callee's declaration)",
+        LOOP + "/C(Main.other@m.ml:1:20-30)": "self_call",
+        "C(Main.rare@m.ml:7:1-5)": "inlining_threshold_exhausted",
+    }
+    assert [n.key for _, _, n in flippable(t)] == [ITER + "/I/C(Main.step@m.ml:3:4-9)",
+                                                   ITER + "/I/C(Main.fold@m.ml:4:4-9)"]
+    # Flipped, a prevented site asks for inline, and the pin says so.
+    new = flip_leaves(t, 2, random.Random(0))
+    for key in (ITER + "/I/C(Main.step@m.ml:3:4-9)", ITER + "/I/C(Main.fold@m.ml:4:4-9)"):
+        assert new.find("Main", 0, key).action == "inline"
+        assert Override("Main", 0, key, "inline") in to_overrides(new)
+    assert flip_leaves(t, 2, random.Random(0)).parts == new.parts  # replays
+
+
+def test_callee_above_reads_only_the_path_above_the_call():
+    t = from_dumps([dump("Main", 0, PREVENTED_ROWS)])
+    node = t.find("Main", 0, ITER + "/I/C(Main.iter@m.ml:5:4-9>m.ml:9:2-20)")
+    assert callee_above(node) == "callee inlined above"
+    assert callee_above(t.find("Main", 0, ITER)) is None  # its own frame is not above it
+    # A call frame of the callee that is not inlined (no I after it) is not "above".
+    plain = Node(CALL, "C(M.f@a.ml:1:1-2)#1", "M.f", "dont_inline", "prevented",
+                 "unrolling_depth_exceeded")
+    assert callee_above(plain) is None and guard_class(plain) == "unrolling_depth_exceeded"
+
+
 def test_flip_leaves_round_is_configurable(tree):
     new = flip_leaves(tree, 2, random.Random(3), round=1)
     assert {s.round for s in diff(tree, new).changed} == {1}
@@ -385,8 +451,9 @@ def render(unit: str, round_: int, roots) -> RoundTree:
                         children=tuple(node(key + "/", k) for k in kids))
         key = f"{prefix}C({unit}.f{n}@src/x{n}.ml:{n}:2-7>src/y.ml:1:1-2)" + ("#1" if flag else "")
         step = "/I/" if action == "inline" else "/S/"
-        if action == "prevented":
-            return Node(CALL, key, f"{unit}.f{n}", "dont_inline", "prevented", "self_call")
+        if action == "prevented":  # guards flippable or not (callees are never on the path)
+            guard = ("self_call", "unrolling_depth_exceeded", "max_inlining_depth")[n % 3]
+            return Node(CALL, key, f"{unit}.f{n}", "dont_inline", "prevented", guard)
         return Node(CALL, key, f"{unit}.f{n}", action, "heuristic", detail="with_subfunctions",
                     children=tuple(node(key + step, k) for k in kids))
 
@@ -568,3 +635,33 @@ def test_split_key_cuts_only_at_top_level_slashes(key):
     assert join_key(frames) == key
     for frame in frames[:-1]:  # every cut is a '/' at parenthesis depth 0
         assert frame.count("(") == frame.count(")")
+
+
+def test_prevented_sites_flippable_or_not_as_the_compiler_honours_them(compiler, tmp_path):
+    """Forced to inline as a search step would (``propose_action`` then ``to_overrides``),
+    the prevented sites ``flippable`` offers are inlined, and those it keeps out are
+    prevented again: the evidence of ``bench/prevented_flips`` (compiler/README.md), on a
+    small seeded sample of round 0."""
+    builds = Builds(compiler, tmp_path)
+    outcomes: Counter = Counter()
+    for name in BENCHMARKS:
+        bench = resolve_benchmark(name)
+        base, _ = builds.compile(bench, None)
+        offered = {(u, r, n.key) for u, r, n in flippable(base)}
+        by_class: dict[tuple[str, bool], list] = {}
+        for site in leaves(base, 0):
+            if site.node.prevented:
+                by_class.setdefault((guard_class(site.node), (site.unit, site.round,
+                                                              site.node.key) in offered),
+                                    []).append(site)
+        for (group, flippable_), sites in sorted(by_class.items()):
+            for site in random.Random(7).sample(sites, min(2, len(sites))):
+                real, _ = builds.compile(bench, to_overrides(propose_action(base, site,
+                                                                            "inline")))
+                got = real.find(site.unit, site.round, site.node.key)
+                assert got is not None, (name, site.node.key)
+                honoured = got.action == "inline"
+                assert honoured == flippable_, (name, group, site.node.key, got)
+                outcomes[(group, honoured)] += 1
+    print(f"\nprevented flips: {dict(outcomes)}")
+    assert any(honoured for _, honoured in outcomes) and not all(h for _, h in outcomes)
