@@ -6,7 +6,7 @@ Layout (every write is a temporary name, then a rename, so a crash never leaves 
                                      compiler-output.txt, meta.json
     <root>/units/<uu>/<ukey>/        one compilation unit's .cmi/.cmx/.o/*.decisions.sexp,
                                      meta.json (file names and sha256s, compiler output)
-    <root>/measurements/<mm>/<mkey>.json
+    <root>/measurements/<bb>/<bkey>.<mkey>.json   one job's results on one worker class
     <root>/worker-cache/<sha256>     binaries handed to local agents
 
 A compile key hashes (compiler identity, benchmark sources, flags, canonical overrides): one
