@@ -64,10 +64,15 @@ def aslr_of(pid: int) -> bool | None:
     """Whether process ``pid`` runs with address-space randomisation (its
     ``/proc/<pid>/personality``), or None if that cannot be read."""
     try:
-        with open("/proc/%d/personality" % pid, "rb") as f:
-            return not int(f.read().strip(), 16) & ADDR_NO_RANDOMIZE
+        fd = os.open("/proc/%d/personality" % pid, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return not int(os.read(fd, 64), 16) & ADDR_NO_RANDOMIZE
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(fd)
 
 
 def killpg_quietly(pgid: int) -> None:
