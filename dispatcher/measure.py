@@ -178,9 +178,9 @@ class MeasurementService:
         self._comparing: dict[str, Future[Comparison]] = {}  # in flight, by comparison key
 
     def submit(self, job: RunJob, worker_class: str, reuse: bool = True) -> Pending:
-        """Measure ``job`` on a slot of ``worker_class``.  With ``reuse``, a stored
-        measurement with at least ``job.runs`` runs, or a job in flight for the same binary
-        and arguments with at least as many, answers instead."""
+        """Measure ``job`` on a slot of ``worker_class``.  With ``reuse``, a stored result of
+        the same job (``RunJob.measurement_identity``) with at least ``job.runs`` runs, or such
+        a job in flight with at least as many, answers instead (it may hold more runs)."""
         if reuse:
             known = [r for r in self.store.job_measurements(job, worker_class)
                      if len(r.records) >= job.runs]
