@@ -1,7 +1,8 @@
 """``plot_experiment``: energy against step for one rundir, written to ``<rundir>/plot.png``.
 
 Dots: the energy of every proposal of every step (candidates without a successful run have
-none); crosses: remeasured incumbent energies; lines: incumbent and best energy after each step
+none); crosses: remeasured incumbent energies; a red diamond: the end-of-chain confirmation of
+the best candidate with its 95% interval; lines: incumbent and best energy after each step
 (step 0 is the baseline, energy 1.0, also drawn as a dashed horizontal line); SA temperature on a
 secondary axis.  Uses matplotlib's object API with the Agg canvas: no display, no pyplot state.
 """
@@ -15,7 +16,7 @@ from matplotlib.ticker import MaxNLocator
 
 from analysis.export import experiment_info
 from dispatcher.files import atomic_output
-from dispatcher.records import RemeasureEvent, StepEvent
+from dispatcher.records import ConfirmEvent, RemeasureEvent, StepEvent
 from dispatcher.rundir import read_journal
 
 
@@ -44,6 +45,16 @@ def plot_experiment(rundir: Path) -> Path:
     if rx:
         ax.scatter(rx, ry, marker="x", s=30, color="tab:purple", label="remeasured incumbent",
                    zorder=6)
+    # The confirmation of the best candidate, at the last step, with its 95% interval (in
+    # energy: 1 / speedup), the figure batch-log reports.
+    last = order[-1] if order else 0
+    for e in events:
+        if isinstance(e, ConfirmEvent) and e.speedup is not None:
+            low, high = e.ci95 if e.ci95 is not None else (e.speedup, e.speedup)
+            ax.errorbar([last], [1.0 / e.speedup],
+                        yerr=[[1.0 / e.speedup - 1.0 / high], [1.0 / low - 1.0 / e.speedup]],
+                        fmt="D", color="tab:red", capsize=4, zorder=7,
+                        label="confirmed best (95% interval)")
     for key, color, width in (("incumbent", "tab:blue", 2.8), ("best", "tab:green", 1.4)):
         xs, ys = [0], [1.0]
         for n in order:
@@ -54,7 +65,7 @@ def plot_experiment(rundir: Path) -> Path:
                 zorder=4)
     ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="baseline", zorder=1)
     ax.set_xlabel("step")
-    ax.set_ylabel("energy (time / baseline time)")
+    ax.set_ylabel("energy (1 / speedup over the baseline)")
     ax.set_xlim(left=0)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, alpha=0.3)

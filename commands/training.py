@@ -44,10 +44,12 @@ def _progress_line(status: ChainStatus, slots_busy: float, width: int = 20) -> s
     best = "-" if status.best_energy is None else f"{1 / status.best_energy:.3f}x"
     if status.best_ci is not None:
         best += f" [{status.best_ci[0]:.3f}, {status.best_ci[1]:.3f}]"
+    if status.confirmed:
+        best += " confirmed"
     done = int(width * status.step / max(status.steps, 1))
     bar = "#" * done + "-" * (width - done)
     return (f"{status.task:14} [{bar}] step {status.step:>4}/{status.steps:<4} "
-            f"best speedup {best:>7}  workers busy {100 * slots_busy:5.1f}%  {status.state}")
+            f"best {best:>7}  busy {100 * slots_busy:3.0f}%  {status.state}")
 
 
 @click.command()

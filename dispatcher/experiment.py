@@ -95,6 +95,7 @@ class ChainStatus:
     step: int = 0
     best_energy: Optional[float] = None
     best_ci: Optional[tuple[float, float]] = None  # of the best speedup
+    confirmed: bool = False  # the best speedup is the end-of-chain confirmation's
     state: str = "starting"
     error: Optional[str] = None
 
@@ -383,6 +384,9 @@ class Chain:
                                         reference_times=compared.reference_times,
                                         speedup=speedup, ci95=_interval(low, high),
                                         significant=_excludes_one(low, high)))
+        if speedup is not None:  # what batch-log will show: the live line agrees
+            self.status.best_energy, self.status.best_ci = 1.0 / speedup, _interval(low, high)
+            self.status.confirmed = True
 
 
 def _interval(low: float | None, high: float | None) -> tuple[float, float] | None:
