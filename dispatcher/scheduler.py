@@ -209,6 +209,7 @@ class Scheduler:
             log.warning("%s: lost a job (%s); it runs again elsewhere (attempt %d of %d)",
                         slot.name, exc, len(item.losses) + 1, self.policy.attempts)
             self._shared.appendleft(item)
+            self._fail_orphans()  # this slot may have been its class's last
             self._cond.notify_all()
 
     def _give_up(self, slot: Slot, exc: WorkerLost, losses: int) -> bool:
@@ -216,7 +217,9 @@ class Scheduler:
         if not (isinstance(exc, PermanentLoss) or losses >= self.policy.quarantine_after):
             return False
         with self._cond:
-            if slot.name in self.quarantined:
+            if slot.name in self.quarantined:  # a sibling thread of this slot got here first:
+                self._fail_orphans()  # a job it put back meanwhile must not wait forever
+                self._cond.notify_all()
                 return True
             self.quarantined[slot.name] = str(exc)
             self.down.pop(slot.name, None)
@@ -224,15 +227,19 @@ class Scheduler:
             pinned = self._pinned[slot.name]
             self._shared.extendleft(reversed(pinned))
             pinned.clear()
-            for item in [i for i in self._shared if self._all_quarantined(i.worker_class)]:
-                self._shared.remove(item)
-                self._fail(item, self._no_workers(item.worker_class))
+            self._fail_orphans()
             self._cond.notify_all()
         try:
             slot.close()
         except Exception:  # closing a broken slot must not take the thread's report with it
             pass
         return True
+
+    def _fail_orphans(self) -> None:
+        """Fail the queued jobs no slot in service can run (with the lock held)."""
+        for item in [i for i in self._shared if self._all_quarantined(i.worker_class)]:
+            self._shared.remove(item)
+            self._fail(item, self._no_workers(item.worker_class))
 
     def _all_quarantined(self, worker_class: str | None = None) -> bool:
         """Every slot (of ``worker_class``, if given) is out of service."""

@@ -153,3 +153,34 @@ def test_a_lost_class_fails_its_jobs_but_not_the_others():
         with pytest.raises(NoWorkers):  # at once, never hangs
             scheduler.submit(JOB, worker_class="a").result(timeout=1)
     assert len(other.ran) == 1
+
+
+def test_a_job_put_back_after_its_only_slot_was_given_up_fails_instead_of_waiting():
+    """Two threads of one slot (depth 2): one quarantines the slot while the other still runs
+    a job, which it then loses and puts back; nothing is left to run it, so it must fail,
+    not wait forever."""
+    holder: dict = {}
+    both = threading.Barrier(2)
+
+    class DeepSlot(ScriptedSlot):
+        depth = 2
+
+        def run(self, job):
+            with self.lock:
+                self.ran.append(job)
+                first = len(self.ran) == 1
+            both.wait(timeout=5)  # each thread holds a job
+            if not first:  # the second job: lost only once the slot is out of service
+                for _ in range(500):
+                    if "gone" in holder["scheduler"].quarantined:
+                        break
+                    threading.Event().wait(0.01)
+            raise PermanentLoss("gone: CPU 1 is in use")
+
+    gone = DeepSlot("gone")
+    with Scheduler([gone], FAST) as scheduler:
+        holder["scheduler"] = scheduler
+        futures = [scheduler.submit(JOB) for _ in range(2)]
+        for f in futures:
+            with pytest.raises(NoWorkers):
+                f.result(timeout=10)
