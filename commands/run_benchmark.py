@@ -3,16 +3,18 @@ from __future__ import annotations
 
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
 from commands.common import report_lost_workers, show_warnings
-from dispatcher.benchmark import ManifestError, resolve_benchmark
+from dispatcher.benchmark import Benchmark, ManifestError, resolve_benchmark
 from dispatcher.compile import CompileError, CompileJob
 from dispatcher.compiler import CompilerNotFound
 from dispatcher.config import ConfigError, load_config
 from dispatcher.decisions import DecisionDump, DecisionFileError, read_dumps, read_overrides
+from dispatcher.measure import PairingPolicy
 from dispatcher.records import RunResult
 from dispatcher.session import Session
 from dispatcher.worker import AgentError, RunJob
@@ -63,12 +65,16 @@ def cached_results(session: Session, job: RunJob) -> list[RunResult]:
 @click.option("--summary", is_flag=True, help="Print the summary on stdout (default: stderr).")
 @click.option("--remeasure", is_flag=True,
               help="Measure even if this binary was measured before on this worker class.")
+@click.option("--compare/--no-compare", default=True, show_default=True,
+              help="With DECISIONS: also compare it with the heuristic build in pairs on one "
+                   "worker CPU, and print the speedup with its 95% interval.")
 def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
                   config_path: Path | None, size: str | None, csv_only: bool, summary: bool,
-                  remeasure: bool) -> None:
+                  remeasure: bool, compare: bool) -> None:
     """Compile BENCHMARK (a bundled name or a directory) with DECISIONS (an overrides file;
     none: the compiler's heuristic), run it on every worker slot and print one CSV line per
-    worker: worker, overrides file, run times in seconds."""
+    worker: worker, overrides file, run times in seconds.  With DECISIONS, the summary also
+    gives its speedup over the heuristic, measured as the search measures candidates."""
     try:
         config = load_config(config_path)
         bench = resolve_benchmark(benchmark)
@@ -82,6 +88,7 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
     errors: list[str] = []
     results: list[RunResult] = []
     cached = False
+    speedup_line = None
     try:
         try:
             compiled = session.compiler.compile(CompileJob(bench, overrides))
@@ -89,7 +96,8 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
             raise click.ClickException(f"{bench.name}: compile failed: {exc}") from None
         job = RunJob(sha256=compiled.sha256, binary=compiled.binary, args=bench_size.args,
                      runs=runs, timeout=config.run.timeout,
-                     expected_output=bench_size.expected.to_json(), perf=config.run.perf)
+                     expected_output=bench_size.expected.to_json(), perf=config.run.perf,
+                     aslr=config.run.aslr)
         if not remeasure:
             results = cached_results(session, job)
             if results:
@@ -104,6 +112,8 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
                     errors.append(str(exc))
             for r in results:  # what was measured is kept, whatever else failed
                 session.store.add_measurement(r, job)
+        if decisions and compare and results and not any(r.failed for r in results):
+            speedup_line = compare_with_heuristic(session, bench, job, runs, remeasure)
     finally:
         session.close()
     report_lost_workers(session)
@@ -118,13 +128,36 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
 
     label = str(decisions) if decisions else "heuristic"
     for r in results:
-        click.echo(",".join([r.worker, label, *(f"{rec.wall_s:.6f}" if rec.failure is None
+        click.echo(",".join([r.worker, label, *(f"{rec.wall_s:.6f}" if rec.usable
+                                                 else "disturbed" if rec.failure is None
                                                  else "failed" for rec in r.records)]))
     if not csv_only:
         for line in summary_lines(results, read_dumps(compiled.artifact.decision_files)):
             click.echo(line, err=not summary)
+        if speedup_line:
+            click.echo(speedup_line, err=not summary)
     if errors or any(r.failed for r in results):
         sys.exit(1)
+
+
+def compare_with_heuristic(session: Session, bench: Benchmark, job: RunJob, runs: int,
+                           remeasure: bool) -> str:
+    """The speedup of ``job``'s binary over the heuristic build: paired, interleaved, on one
+    slot, as the search measures a candidate (docs/measurement.md)."""
+    heuristic = session.compiler.compile(CompileJob(bench))
+    reference = replace(job, sha256=heuristic.sha256, binary=heuristic.binary)
+    m = session.config.measure
+    policy = PairingPolicy(min_pairs=runs, max_pairs=max(m.max_pairs, runs),
+                           half_width=m.half_width)
+    worker_class = session.scheduler.slots[0].worker_class
+    compared = session.measurements.compare(reference, job, worker_class, policy,
+                                            reuse=not remeasure).result()
+    speedup, low, high = compared.interval
+    if speedup is None:
+        return f"speedup over the heuristic: none ({compared.stopped}, no pairs)"
+    interval = "" if low is None else f" [{low:.3f}, {high:.3f}]"
+    return (f"speedup over the heuristic: {speedup:.3f}{interval} (95% interval, "
+            f"{compared.pairs} pairs on {compared.worker}, stopped: {compared.stopped})")
 
 
 def main() -> None:

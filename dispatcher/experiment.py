@@ -75,6 +75,7 @@ class SearchParams:
     max_flips: int = 2
     timeout: float = 120.0
     perf: bool = True
+    aslr: bool = False  # randomise the layout per run (docs/measurement.md)
     max_pairs: int = 20  # comparisons: runs is the fewest pairs, this the most
     half_width: float = 0.01
     canary_every: int = 0
@@ -155,7 +156,8 @@ class Chain:
         size = self.benchmark.size(self.params.size)
         return RunJob(sha256=compiled.sha256, binary=compiled.binary, args=size.args,
                       runs=runs, timeout=self.params.timeout,
-                      expected_output=size.expected.to_json(), perf=self.params.perf)
+                      expected_output=size.expected.to_json(), perf=self.params.perf,
+                      aslr=self.params.aslr)
 
     def _measure(self, compiled: CompileResult | Artifact, runs: int,
                  reuse: bool = True) -> Pending:
@@ -423,6 +425,7 @@ def params_of(experiment: Experiment, config) -> SearchParams:
         baseline_runs=e.baseline_runs, candidates_per_step=e.candidates_per_step,
         t_start=e.t_start, t_end=e.t_end, remeasure_every=e.remeasure_every,
         max_flips=e.max_flips, timeout=config.run.timeout, perf=config.run.perf,
+        aslr=config.run.aslr,
         # Version 1 did not pair: a resumed one pairs as the config says from now on.
         max_pairs=e.max_pairs or config.measure.max_pairs,
         half_width=e.half_width or config.measure.half_width,
