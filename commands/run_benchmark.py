@@ -112,7 +112,8 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
                     errors.append(str(exc))
             for r in results:  # what was measured is kept, whatever else failed
                 session.store.add_measurement(r, job)
-        if decisions and compare and results and not any(r.failed for r in results):
+        if (decisions and compare and not csv_only and results
+                and not any(r.failed for r in results)):
             speedup_line = compare_with_heuristic(session, bench, job, runs, remeasure)
     finally:
         session.close()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -492,3 +493,32 @@ def test_run_benchmark_runs_n_shows_n_runs_from_the_cache(compiler, tmp_path):
     five = run_cli(str(bench_dir), "--config", str(config), "--runs", "5")
     assert five.returncode == 0 and len(five.stdout.strip().split(",")) == 2 + 5
     assert "cached:" not in five.stderr
+
+
+def test_run_benchmark_with_decisions_prints_its_paired_speedup_over_the_heuristic(
+        compiler, tmp_path):
+    """The summary's speedup is measured as the search measures a candidate: in pairs with
+    the heuristic build on one worker CPU, with its 95% interval."""
+    bench_dir = small_benchmark(tmp_path)
+    config = write_config(tmp_path, measure={"max_pairs": 6})
+    first = run_cli(str(bench_dir), "--config", str(config), "--csv")
+    assert first.returncode == 0, first.stderr
+    store = Store(tmp_path / "store")
+    dumps = read_dumps(next(store.compiled.glob("*/*")).glob("*.decisions.sexp"))
+    d = next(d for dump in dumps for d in dump.decisions if not d.prevented)
+    flipped = write_overrides(tmp_path / "f.sexp", [Override(
+        d.unit, d.round, d.key, "dont_inline" if d.action == "inline" else "inline")])
+    proc = run_cli(str(bench_dir), str(flipped), "--config", str(config), "--runs", "2",
+                   "--summary")
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("speedup over")]
+    assert re.fullmatch(r"speedup over the heuristic: \d+\.\d{3} \[\d+\.\d{3}, \d+\.\d{3}\] "
+                        rf"\(95% interval, \d+ pairs on local/cpu{FIRST_CPU}, stopped: "
+                        r"(target|budget)\)", line), line
+    assert list(store.root.glob("comparisons/*/*.json"))  # stored: asked again, not rerun
+    again = run_cli(str(bench_dir), str(flipped), "--config", str(config), "--runs", "2",
+                    "--summary")
+    assert line in again.stdout.splitlines()
+    skipped = run_cli(str(bench_dir), str(flipped), "--config", str(config), "--runs", "2",
+                      "--summary", "--no-compare")
+    assert "speedup over" not in skipped.stdout
