@@ -1,14 +1,12 @@
-"""Search rules as pure functions: temperature schedule, Metropolis acceptance, energies,
-proposals.  The driver (``dispatcher.experiment``) does the I/O around them; the statistics
-(geometric means and their intervals) live in ``dispatcher.stats``.
+"""Search rules as pure functions: temperature schedule, Metropolis acceptance, proposals.
+The driver (``dispatcher.experiment``) does the I/O around them; energies come from paired
+comparisons (``dispatcher.measure``), their statistics from ``dispatcher.stats``.
 """
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
 
-from dispatcher.stats import geomean
 from dispatcher.tree import Tree, backtrack, backtrackable, flip_leaves, flippable
 
 
@@ -30,11 +28,6 @@ def metropolis(current: float, proposed: float, temp: float, u: float) -> bool:
     if temp <= 0:
         return False
     return u < math.exp(-(proposed - current) / temp)
-
-
-def energy(times: Sequence[float], baseline_geomean: float) -> float | None:
-    """Geometric mean run time relative to the baseline's (lower is better); None: no data."""
-    return geomean(times) / baseline_geomean if times else None
 
 
 def propose(tree: Tree, rng: random.Random, max_flips: int = 2,
