@@ -37,6 +37,24 @@ DEFAULT_FLAGS = ("-O3",)
 #: Options that build_benchmark manages itself; a manifest may not set them.
 RESERVED_FLAGS = ("-o", "-c", "-inlining-overrides", "-dump-inlining-decisions")
 
+#: The compiler options a manifest may give: code generation and Flambda's inlining knobs,
+#: nothing that runs a program (-pp, -ppx), reads or writes other files, or loads code.  An
+#: allow-list: a manifest comes from a user's directory and its flags reach ocamlopt.
+ALLOWED_FLAGS = frozenset((
+    "-O2", "-O3", "-Oclassic", "-unsafe", "-g", "-nodynlink", "-function-sections",
+    "-remove-unused-arguments", "-no-float-const-prop", "-unbox-closures",
+    "-no-unbox-free-vars-of-closures", "-no-unbox-specialised-args", "-no-insn-sched",
+))
+#: Options that take one argument, a number or Flambda's per-round list ("1=10,2=20").
+ALLOWED_VALUE_FLAGS = frozenset((
+    "-inline", "-inline-toplevel", "-inline-call-cost", "-inline-alloc-cost",
+    "-inline-prim-cost", "-inline-branch-cost", "-inline-indirect-cost",
+    "-inline-lifting-benefit", "-inline-branch-factor", "-inline-max-depth",
+    "-inline-max-unroll", "-rounds", "-unbox-closures-factor",
+))
+FLAG_VALUE_RE = re.compile(r"^(?:[0-9]+(?:\.[0-9]+)?|[0-9]+=[0-9]+(?:\.[0-9]+)?"
+                           r"(?:,[0-9]+=[0-9]+(?:\.[0-9]+)?)*)$")
+
 NAME_RE = re.compile(r"^[a-z0-9_-]+$")
 SIZE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 SOURCE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.mli?$")
@@ -341,6 +359,29 @@ def _unit_name(file_name: str) -> str:
     return file_name.rsplit(".", 1)[0].lower()
 
 
+def _check_flags(c: _Checker, flags: Sequence[str]) -> None:
+    """Only allow-listed options, each value-taking one followed by a plain value."""
+    i = 0
+    while i < len(flags):
+        flag = flags[i]
+        if flag in RESERVED_FLAGS:
+            raise c.fail(f"flags[{i}]", f"expected a compiler flag other than {flag} "
+                         "(build_benchmark sets it)")
+        if flag in ALLOWED_VALUE_FLAGS and i + 1 < len(flags) and \
+                FLAG_VALUE_RE.match(flags[i + 1]):
+            i += 2
+            continue
+        if flag in ALLOWED_VALUE_FLAGS:
+            got = repr(flags[i + 1]) if i + 1 < len(flags) else "nothing"
+            raise c.fail(f"flags[{i + 1}]", f"expected a number (or round=number,...) after "
+                         f"{flag}, got {got}")
+        if flag not in ALLOWED_FLAGS:
+            raise c.fail(f"flags[{i}]", f"expected a code-generation or inlining option "
+                         f"(one of {', '.join(sorted(ALLOWED_FLAGS | ALLOWED_VALUE_FLAGS))}), "
+                         f"got {flag!r}")
+        i += 1
+
+
 def _check_sources(c: _Checker, directory: Path, modules_raw: Any,
                    main_raw: Any) -> tuple[tuple[str, ...], str]:
     if not isinstance(modules_raw, list):
@@ -431,10 +472,7 @@ def load_benchmark(path: Path | str) -> Benchmark:
     modules, main = _check_sources(c, directory, d.get("modules", []), d["main"])
     if "flags" in d:
         flags = c.string_list(d["flags"], "flags")
-        for i, flag in enumerate(flags):
-            if flag in RESERVED_FLAGS:
-                raise c.fail(f"flags[{i}]", f"expected a compiler flag other than {flag} "
-                             "(build_benchmark sets it)")
+        _check_flags(c, flags)
     else:
         flags = DEFAULT_FLAGS
     sizes = _check_sizes(c, d["sizes"])

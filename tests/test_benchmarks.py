@@ -152,6 +152,12 @@ BAD_MANIFESTS = {
     "bad-sha256": (_replace('{text: "9\\n"}', '{sha256: "abc"}'), "sizes.quick.expected_output.sha256"),
     "flags-not-list": (GOOD_MANIFEST + "flags: -O3\n", "flags"),
     "reserved-flag": (GOOD_MANIFEST + "flags: [-O3, -dump-inlining-decisions]\n", "flags[1]"),
+    # An allow-list: -pp would run a command on the master at compile time.
+    "preprocessor-flag": (GOOD_MANIFEST + 'flags: [-O3, -pp, "touch X; cat"]\n', "flags[1]"),
+    "ppx-flag": (GOOD_MANIFEST + "flags: [-ppx, ./rewriter]\n", "flags[0]"),
+    "unknown-flag": (GOOD_MANIFEST + "flags: [-O3, -I, /etc]\n", "flags[1]"),
+    "flag-value-not-a-number": (GOOD_MANIFEST + 'flags: [-inline, "$(id)"]\n', "flags[1]"),
+    "flag-value-missing": (GOOD_MANIFEST + "flags: [-O3, -inline]\n", "flags[2]"),
     "duplicate-key": (GOOD_MANIFEST + "split: test\n", "line "),
     "empty-file": ("", "(top level)"),
     "description-number": (_replace("description: A tiny two-module program.", "description: 42"), "description"),
@@ -473,3 +479,18 @@ def test_benchmark_is_immutable_and_picklable(tmp_path):
     assert str(err) == "/x/benchmark.yaml: name: expected a name" and err.field == "name"
     berr = pickle.loads(pickle.dumps(BuildError("demo: compiling util.ml failed", "full output")))
     assert str(berr) == "demo: compiling util.ml failed" and berr.output == "full output"
+
+
+def test_allowed_flags_with_values_are_accepted(tmp_path):
+    d = _make_bench(tmp_path, GOOD_MANIFEST + "flags: [-O3, -inline, '100', -rounds, '2', "
+                                              "-inline-max-depth, '1=2,2=3', -unsafe]\n")
+    assert load_benchmark(d).flags == ("-O3", "-inline", "100", "-rounds", "2",
+                                       "-inline-max-depth", "1=2,2=3", "-unsafe")
+
+
+def test_a_rejected_flag_names_the_allowed_ones_and_runs_nothing(tmp_path):
+    d = _make_bench(tmp_path, GOOD_MANIFEST + 'flags: [-O3, -pp, "touch PWNED; cat"]\n')
+    with pytest.raises(ManifestError, match=r"flags\[1\]: expected a code-generation or "
+                                            r"inlining option \(one of .*-inline.*\), got '-pp'"):
+        load_benchmark(d)
+    assert not list(tmp_path.rglob("PWNED"))
