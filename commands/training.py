@@ -76,12 +76,35 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
         config = load_config(config_path)
         s = config.search
         if resume:
+            # A resumed chain continues with what its rundir recorded: options that would
+            # change it are refused, not ignored.
+            given = [name for name, value in (
+                ("--tasks", tasks_file), ("--algorithm", algorithm), ("--steps", steps),
+                ("--chains", chains_per_task), ("--seed", seed), ("--size", size),
+                ("--runs", runs), ("--max-pairs", max_pairs)) if value is not None]
+            if given:
+                raise click.ClickException(f"{', '.join(given)} cannot be used with --resume: a "
+                                       "rundir continues with the settings it recorded")
+            seen: set[Path] = set()
+            for p in resume:
+                if p.resolve() in seen:
+                    raise click.ClickException(f"{p}: given to --resume twice")
+                seen.add(p.resolve())
             rundirs = [Rundir.open(p) for p in resume]
+            finished = [r for r in rundirs if r.finished_completed()]
+            for done in finished:
+                click.echo(f"{done.path}: already finished; nothing to resume", err=True)
+            rundirs = [r for r in rundirs if r not in finished]
+            if not rundirs:
+                return
             plans: list[tuple[Benchmark, Rundir | None]] = [
                 (load_benchmark(rd.experiment.benchmark), rd) for rd in rundirs]
         else:
             benches = ([resolve_benchmark(t) for t in read_tasks(tasks_file)] if tasks_file
                        else bundled_benchmarks("training"))
+            if not benches:
+                raise click.ClickException(f"{tasks_file}: no benchmark listed (one name or "
+                                       "directory per line; # starts a comment)")
             plans = [(b, None) for b in benches]
         session = Session(config)
     except (ConfigError, ManifestError, CompilerNotFound, RundirError) as exc:

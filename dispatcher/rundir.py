@@ -32,6 +32,7 @@ from dispatcher.records import (
     BatchEntry,
     Event,
     Experiment,
+    FinishEvent,
     RecordError,
     RunResult,
     SearchState,
@@ -154,6 +155,12 @@ class Rundir:
 
     def baseline(self) -> BaselineEvent | None:
         return next(self.events_of(BaselineEvent), None)
+
+    def finished_completed(self) -> bool:
+        """Its last event is ``finish`` with reason ``completed``: nothing left to do."""
+        events = self.events()
+        return bool(events) and isinstance(events[-1], FinishEvent) \
+            and events[-1].reason == "completed"
 
     def write_state(self, state: SearchState) -> None:
         write_json_atomic(self.path / "state.json", state.to_json())

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -207,11 +208,26 @@ def test_sa_rundir_contents_and_ctrl_c(compiler, tmp_path):
 def test_bad_inputs_fail_with_one_line(tmp_path):
     cfg = config(tmp_path, tmp_path / "store")
     (tmp_path / "tasks.txt").write_text("no-such-benchmark\n")
+    (tmp_path / "empty.txt").write_text("# nothing yet\n\n")
+    rundir = tmp_path / "finished"
+    shutil.copytree(REPO / "tests" / "golden" / "rundir-v2", rundir)
     for args, expected in [(["--tasks", str(tmp_path / "tasks.txt")], "no-such-benchmark"),
                            (["--resume", str(tmp_path)], "not a rundir"),
-                           (["--tasks", str(tmp_path / "missing.txt")], "missing.txt")]:
+                           (["--tasks", str(tmp_path / "missing.txt")], "missing.txt"),
+                           (["--tasks", str(tmp_path / "empty.txt")],
+                            "empty.txt: no benchmark listed"),
+                           (["--resume", str(rundir), "--steps", "9", "--seed", "3"],
+                            "--steps, --seed cannot be used with --resume"),
+                           (["--resume", str(rundir), "--resume", str(rundir)],
+                            "given to --resume twice")]:
         proc = subprocess.run(command(cfg, *args), cwd=REPO, capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode != 0
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and expected in lines[0], proc.stderr
+    # A finished rundir is left as it is: no second finish.
+    journal = (rundir / "journal.jsonl").read_bytes()
+    proc = subprocess.run(command(cfg, "--resume", str(rundir)), cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "already finished" in proc.stderr, proc.stderr
+    assert (rundir / "journal.jsonl").read_bytes() == journal
