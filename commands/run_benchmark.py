@@ -14,7 +14,7 @@ from dispatcher.compile import CompileError, CompileJob
 from dispatcher.compiler import CompilerNotFound
 from dispatcher.config import ConfigError, load_config
 from dispatcher.decisions import DecisionDump, DecisionFileError, read_dumps, read_overrides
-from dispatcher.measure import PairingPolicy
+from dispatcher.measure import PairingPolicy, ReferenceFailed
 from dispatcher.records import RunResult
 from dispatcher.session import Session
 from dispatcher.worker import AgentError, RunJob
@@ -145,14 +145,17 @@ def compare_with_heuristic(session: Session, bench: Benchmark, job: RunJob, runs
                            remeasure: bool) -> str:
     """The speedup of ``job``'s binary over the heuristic build: paired, interleaved, on one
     slot, as the search measures a candidate (docs/measurement.md)."""
-    heuristic = session.compiler.compile(CompileJob(bench))
-    reference = replace(job, sha256=heuristic.sha256, binary=heuristic.binary)
     m = session.config.measure
     policy = PairingPolicy(min_pairs=runs, max_pairs=max(m.max_pairs, runs),
                            half_width=m.half_width)
     worker_class = session.scheduler.slots[0].worker_class
-    compared = session.measurements.compare(reference, job, worker_class, policy,
-                                            reuse=not remeasure).result()
+    try:
+        heuristic = session.compiler.compile(CompileJob(bench))
+        reference = replace(job, sha256=heuristic.sha256, binary=heuristic.binary)
+        compared = session.measurements.compare(reference, job, worker_class, policy,
+                                                reuse=not remeasure).result()
+    except (AgentError, ReferenceFailed, CompileError) as exc:  # said, not raised: the
+        return f"speedup over the heuristic: not measured ({exc})"  # runs above stand
     speedup, low, high = compared.interval
     if speedup is None:
         return f"speedup over the heuristic: none ({compared.stopped}, no pairs)"

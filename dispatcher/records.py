@@ -359,12 +359,9 @@ class RemeasureEvent(_Event):
     ci95: Optional[tuple[float, float]] = None
 
 
-class CanaryEvent(_Event):
-    """The baseline measured against itself as if it were a candidate (an A/A test): an
-    interval that excludes 1 is a false positive of the protocol."""
+class _PairedEvent(_Event):
+    """Fresh pairs of a binary against the baseline, and what they say."""
 
-    event: Literal["canary"] = "canary"
-    step: int
     times: list[float]
     reference_times: list[float]
     speedup: Optional[float]
@@ -372,18 +369,21 @@ class CanaryEvent(_Event):
     significant: bool  # the interval excludes 1
 
 
-class ConfirmEvent(_Event):
+class CanaryEvent(_PairedEvent):
+    """The baseline measured against itself as if it were a candidate (an A/A test): an
+    interval that excludes 1 is a false positive of the protocol."""
+
+    event: Literal["canary"] = "canary"
+    step: int
+
+
+class ConfirmEvent(_PairedEvent):
     """The best candidate measured again against the baseline at the end of a chain."""
 
     event: Literal["confirm"] = "confirm"
     step: int  # the best candidate's step
     candidate: int
     dir: str
-    times: list[float]
-    reference_times: list[float]
-    speedup: Optional[float]
-    ci95: Optional[tuple[float, float]]
-    significant: bool  # the interval excludes 1
 
 
 class ResumeEvent(_Event):

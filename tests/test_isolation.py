@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.programs import compile_programs
 from tests.test_worker_agent import AGENT_PYTHON, AgentProc, put
 from workers.zipapp import build_agent_zipapp
 
@@ -83,19 +84,7 @@ def agent_pyz(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def progs(compiler, tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("iso-progs")
-    procs = {}
-    for name, src in PROGRAMS.items():
-        (d / name).mkdir()
-        (d / name / "prog.ml").write_text(src)
-        procs[name] = subprocess.Popen(
-            [str(compiler.ocamlopt), "-O3", "prog.ml", "-o", "prog.exe"],
-            cwd=d / name, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    out = {}
-    for name, proc in procs.items():
-        log = proc.communicate()[0].decode()
-        assert proc.returncode == 0, f"compiling {name}: {log}"
-        out[name] = d / name / "prog.exe"
-    return out
+    return compile_programs(compiler.ocamlopt, PROGRAMS, d)
 
 
 @pytest.fixture

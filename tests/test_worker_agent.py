@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.programs import compile_programs
 from workers.zipapp import build_agent_zipapp
 
 PACKAGE = Path(__file__).resolve().parent.parent / "workers" / "agent"
@@ -129,19 +130,7 @@ def sha256_of(path: Path) -> str:
 def binaries(compiler, tmp_path_factory) -> dict:
     """name -> compiled executable (compiled in parallel with ocamlopt -O3)."""
     d = tmp_path_factory.mktemp("ocaml-progs")
-    procs = {}
-    for name, src in PROGRAMS.items():
-        (d / name).mkdir()
-        (d / name / "prog.ml").write_text(src)
-        procs[name] = subprocess.Popen(
-            [str(compiler.ocamlopt), "-O3", "prog.ml", "-o", "prog.exe"],
-            cwd=d / name, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    out = {}
-    for name, proc in procs.items():
-        log = proc.communicate()[0].decode()
-        assert proc.returncode == 0, f"compiling {name}: {log}"
-        out[name] = d / name / "prog.exe"
-    return out
+    return compile_programs(compiler.ocamlopt, PROGRAMS, d)
 
 
 @pytest.fixture
