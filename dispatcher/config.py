@@ -114,6 +114,7 @@ class SearchConfig:
     t_end: float = 0.001
     remeasure_every: int = 10
     max_flips: int = 2
+    focus: str = "hot"  # "hot": flips favour code the baseline ran in; "uniform"
     rundirs: Path = Path("rundirs")
     batch_log: Path = Path("batch.log")
 
@@ -281,7 +282,7 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
 def _search_config(r: ConfigReader, data: dict, path: Path | None) -> SearchConfig:
     d = r.section(data, "search", {"algorithm", "steps", "chains", "seed", "baseline_runs",
                                    "candidates_per_step", "t_start", "t_end", "remeasure_every",
-                                   "max_flips", "rundirs", "batch_log"})
+                                   "max_flips", "focus", "rundirs", "batch_log"})
     algorithm = d.get("algorithm", "sa")
     if algorithm not in ("sa", "random-walk"):
         raise r.fail("search.algorithm", "sa or random-walk", algorithm)
@@ -291,6 +292,9 @@ def _search_config(r: ConfigReader, data: dict, path: Path | None) -> SearchConf
         if not _finite_number(v) or v <= 0:
             raise r.fail(f"search.{key}", "a positive number", v)
         temps[key] = float(v)
+    focus = d.get("focus", "hot")
+    if focus not in ("hot", "uniform"):
+        raise r.fail("search.focus", "hot or uniform", focus)
     seed = d.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise r.fail("search.seed", "an integer", seed)
@@ -313,7 +317,7 @@ def _search_config(r: ConfigReader, data: dict, path: Path | None) -> SearchConf
         chains=r.positive_int(d, "chains", "search.chains", 1),
         baseline_runs=r.positive_int(d, "baseline_runs", "search.baseline_runs", 10),
         remeasure_every=remeasure,
-        max_flips=r.positive_int(d, "max_flips", "search.max_flips", 2),
+        max_flips=r.positive_int(d, "max_flips", "search.max_flips", 2), focus=focus,
         t_start=temps["t_start"], t_end=temps["t_end"], rundirs=paths["rundirs"],
         batch_log=paths["batch_log"])
 

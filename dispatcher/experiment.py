@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import statistics
 import threading
 import time
 from concurrent import futures
@@ -30,6 +31,7 @@ from dispatcher.measure import (
     PairingPolicy,
     Pending,
 )
+from dispatcher.profile import hot_functions_of, profile_job
 from dispatcher.records import (
     Algorithm,
     BaselineEvent,
@@ -39,6 +41,7 @@ from dispatcher.records import (
     DecisionCounts,
     Experiment,
     FinishEvent,
+    HotFunctions,
     Pointer,
     RemeasureEvent,
     ResumeEvent,
@@ -80,6 +83,7 @@ class SearchParams:
     half_width: float = 0.01
     canary_every: int = 0
     confirm: bool = False
+    focus: str = "uniform"  # "hot": profile the baseline, then favour flips in code that ran
 
     def pairing(self, must_beat: float | None = None) -> PairingPolicy:
         return PairingPolicy(min_pairs=self.runs, max_pairs=max(self.max_pairs, self.runs),
@@ -134,6 +138,7 @@ class Chain:
     stop: threading.Event
     status: ChainStatus = field(init=False)
     _reference: Artifact = field(init=False)  # the baseline's binary: every comparison's
+    _hot: HotFunctions | None = field(init=False, default=None)  # the rundir's profile.json
 
     def __post_init__(self) -> None:
         self.status = ChainStatus(self.benchmark.name, self.rundir.path, self.params.steps)
@@ -208,6 +213,8 @@ class Chain:
             failure = next((rec.failure for r in measured.results for rec in r.records
                             if rec.failure), "no successful run")
             raise RuntimeError(f"{self.benchmark.name}: baseline: {failure}")
+        if self.params.focus == "hot":
+            self._profile(compiled, times)
         d = self.rundir.fresh_candidate_dir(0, 0)
         self._save_candidate(d, compiled, measured.results)
         baseline = BaselineEvent(sha256=compiled.sha256, dir=candidate_dir(0, 0),
@@ -217,13 +224,23 @@ class Chain:
         self.rundir.append(baseline)
         return baseline
 
+    def _profile(self, compiled: CompileResult, times: list[float]) -> None:
+        """Where the baseline spends its time, sampled in one run on this chain's worker
+        class, kept in the rundir before the baseline is journaled: every proposal, a resumed
+        chain's too, is drawn with the same profile.  A profile that could not be taken is
+        kept too (with its error): the search then treats every site alike."""
+        self.status.state = "profiling"
+        job = profile_job(self._job(compiled), statistics.median(times))
+        measured = self._collect(self.measurements.submit(job, self.worker_class))
+        self.rundir.write_profile(hot_functions_of(compiled.binary, measured.results))
+
     def _step_candidates(self, step: int, origin: Tree, rng: random.Random,
                          incumbent_energy: float) -> tuple[list[Candidate], dict[int, Tree]]:
         """Propose, compile and measure one step's candidates -> their records and the trees
         the compiler really produced (by candidate index)."""
         p = self.params
         n = p.candidates_per_step if p.algorithm == "sa" else 1
-        proposals = [propose(origin, rng, p.max_flips) for _ in range(n)]
+        proposals = [propose(origin, rng, p.max_flips, hot=self._hot) for _ in range(n)]
         compiles = [self.compiler.submit(CompileJob(self.benchmark, tuple(to_overrides(t))))
                     for t, _ in proposals]
         compiled: list[CompileResult | None] = []
@@ -268,6 +285,7 @@ class Chain:
         p = self.params
         baseline = self._baseline()
         self._reference = self._binary_of(baseline.pointer())
+        self._hot = self.rundir.profile()
         last = self.rundir.last_step()
         if last is None:
             rng = random.Random(p.seed)
@@ -429,4 +447,4 @@ def params_of(experiment: Experiment, config) -> SearchParams:
         # Version 1 did not pair: a resumed one pairs as the config says from now on.
         max_pairs=e.max_pairs or config.measure.max_pairs,
         half_width=e.half_width or config.measure.half_width,
-        canary_every=e.canary_every, confirm=e.confirm)
+        canary_every=e.canary_every, confirm=e.confirm, focus=config.search.focus)

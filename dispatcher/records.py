@@ -6,10 +6,12 @@ assembles or re-derives rundir JSON.  Each record validates what it reads, so a 
 foreign file is refused with one line naming the file, the field and what was expected, never
 half-used.
 
-Version 2 (this one) adds to version 1: the chain's ``worker_class`` in the experiment, and in
-each run record what the agent measured but version 1 dropped (``stdout_sha256``,
-``stdout_bytes``, ``cpus_allowed``).  Version-1 rundirs are read as they are (missing fields
-take their defaults); a newer version is refused.
+Version 2 adds to version 1: the chain's ``worker_class`` in the experiment, and in each run
+record what the agent measured but version 1 dropped (``stdout_sha256``, ``stdout_bytes``,
+``cpus_allowed``).  Version 3 (this one) adds ``profile.json`` (``HotFunctions``): where the
+baseline spent its time, which biases the search's flips, so a resume must see it.  Older
+rundirs are read as they are (missing fields take their defaults; no profile: every site
+alike, as they were searched); a newer version is refused.
 """
 from __future__ import annotations
 
@@ -20,8 +22,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 STEPS_DIR = "steps"
 REMEASURE_DIR = "remeasure"
@@ -89,6 +91,31 @@ class PerfCount(Record):
         return self.model_dump(mode="json", exclude_defaults=True)
 
 
+class SampleProfile(Record):
+    """Where one run spent its CPU time, as the agent sampled it (``workers/agent/sampling``):
+    samples per offset in the binary's file (hex), or why there are none."""
+
+    period_ns: int = 0
+    samples: int = 0
+    lost: int = 0  # samples the agent's buffer could not hold
+    mapped: bool = False  # whether the binary's own mapping was seen
+    offsets: dict[str, int] = Field(default_factory=dict)
+    elsewhere: int = 0  # samples outside the binary (shared libraries, vdso, kernel)
+    error: Optional[str] = None
+
+
+class HotFunctions(Record):
+    """Where the baseline spent its time (``dispatcher.profile``): samples per OCaml function
+    (``Module.name``; ``(runtime)`` for the rest of the binary), or why there are none."""
+
+    period_ns: int = 0
+    samples: int = 0
+    lost: int = 0
+    elsewhere: int = 0  # samples outside the binary
+    functions: dict[str, int] = Field(default_factory=dict)
+    error: Optional[str] = None
+
+
 class RunRecord(Record):
     """One run of a binary, as measured by the agent (every field it reports)."""
 
@@ -116,6 +143,7 @@ class RunRecord(Record):
     # length of the random environment pad of a randomised run (null: none).
     aslr: Optional[bool] = None
     env_pad: Optional[int] = None
+    profile: Optional[SampleProfile] = None  # only in runs of a profile job; never timed
 
     @property
     def wall_s(self) -> float:
@@ -127,8 +155,10 @@ class RunRecord(Record):
         return self.failure is None and self.disturbed is None
 
     def to_json(self) -> dict[str, Any]:
-        d = self.model_dump(mode="json", exclude={"perf"})
+        d = self.model_dump(mode="json", exclude={"perf", "profile"})
         d["perf"] = None if self.perf is None else {k: v.to_json() for k, v in self.perf.items()}
+        if self.profile is not None:  # absent from every timed run
+            d["profile"] = self.profile.to_json()
         return d
 
 

@@ -4,6 +4,8 @@
     <rundir>/config.yaml        the config used (resolved)
     <rundir>/journal.jsonl      append-only, fsynced, one event per line (records.Event)
     <rundir>/state.json         the search state after the last step (records.SearchState)
+    <rundir>/profile.json       where the baseline spent its time (records.HotFunctions), when
+                                the search focuses on hot code; written before ``baseline``
     <rundir>/steps/<nnnnn>/c<k>/  per candidate: overrides.sexp (the proposal), the compiler's
                                 *.decisions.sexp (what it really did), measurements.json
     <rundir>/plot.png           energy against step (written by analysis.plots)
@@ -33,6 +35,7 @@ from dispatcher.records import (
     Event,
     Experiment,
     FinishEvent,
+    HotFunctions,
     RecordError,
     RunResult,
     SearchState,
@@ -48,6 +51,7 @@ from dispatcher.records import (
 JOURNAL = "journal.jsonl"
 EXPERIMENT = "experiment.json"
 MEASUREMENTS = "measurements.json"
+PROFILE = "profile.json"
 
 
 class RundirError(RuntimeError):
@@ -161,6 +165,23 @@ class Rundir:
         events = self.events()
         return bool(events) and isinstance(events[-1], FinishEvent) \
             and events[-1].reason == "completed"
+
+    def write_profile(self, hot: HotFunctions) -> None:
+        write_json_atomic(self.path / PROFILE, hot.to_json())
+
+    def profile(self) -> HotFunctions | None:
+        """The baseline's profile, or None (a rundir that searched every site alike)."""
+        path = self.path / PROFILE
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise RundirError(f"{path}: unreadable profile ({exc})") from None
+        try:
+            return HotFunctions.from_json(data, str(path))
+        except RecordError as exc:
+            raise RundirError(str(exc)) from None
 
     def write_state(self, state: SearchState) -> None:
         write_json_atomic(self.path / "state.json", state.to_json())

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 
-from dispatcher.tree import Tree, backtrack, backtrackable, flip_leaves, flippable
+from dispatcher.profile import focus_weights, site_samples
+from dispatcher.records import HotFunctions
+from dispatcher.tree import Located, Tree, backtrack, backtrackable, flip_leaves, flippable
 
 
 def temperature(step: int, steps: int, t_start: float, t_end: float) -> float:
@@ -31,10 +34,14 @@ def metropolis(current: float, proposed: float, temp: float, u: float) -> bool:
 
 
 def propose(tree: Tree, rng: random.Random, max_flips: int = 2,
-            backtrack_probability: float = 0.2) -> tuple[Tree, str]:
+            backtrack_probability: float = 0.2,
+            hot: HotFunctions | None = None) -> tuple[Tree, str]:
     """A mutation of ``tree``: flip 1..max_flips leaves, or sometimes undo an inlining.
 
-    Draws from ``rng`` in a fixed pattern for a given tree, so proposals replay exactly.
+    ``hot`` (where the baseline spent its time): flips favour leaves in code that ran
+    (``dispatcher.profile.focus_weights``); None or a failed profile: every leaf alike.
+    Draws from ``rng`` in a fixed pattern for a given tree and profile, so proposals replay
+    exactly.
     """
     can_backtrack = bool(backtrackable(tree))
     leaves = len(flippable(tree))
@@ -44,4 +51,15 @@ def propose(tree: Tree, rng: random.Random, max_flips: int = 2,
     if leaves == 0:
         return tree, "none (nothing to mutate)"
     k = rng.randint(1, min(max_flips, leaves))
-    return flip_leaves(tree, k, rng), f"flip {k}"
+    return flip_leaves(tree, k, rng, weights=focus(hot)), f"flip {k}"
+
+
+def focus(hot: HotFunctions | None):
+    """The leaf weighting of ``propose`` for profile ``hot`` (None: uniform)."""
+    if hot is None or hot.error is not None or not hot.functions:
+        return None
+    functions = hot  # bound for the closure
+
+    def weights(pool: list[Located]) -> Sequence[float] | None:
+        return focus_weights(site_samples(pool, functions))
+    return weights

@@ -17,12 +17,14 @@ from __future__ import annotations
 import functools
 import random
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from dispatcher.decisions import Decision, DecisionDump, Override, dump_files, read_dumps
+
+T = TypeVar("T")
 
 DECL = "decl"
 CALL = "call"
@@ -468,19 +470,47 @@ def propose_action(tree: Tree, site: Located, action: str) -> Tree:
     return _replace_nodes(tree, {(u, r, n.key): _proposed(n, action)})
 
 
-def flip_leaves(tree: Tree, k: int, rng: random.Random, round: int | None = 0) -> Tree:
+def flip_leaves(tree: Tree, k: int, rng: random.Random, round: int | None = 0,
+                weights: Callable[[list[Located]], Sequence[float] | None] | None = None
+                ) -> Tree:
     """A proposal with ``k`` distinct random leaves of ``round`` flipped (see ``flip``).
 
     A dont_inline leaf flipped to inline gets no children: the compiler decides the calls in the
     newly inlined body.  An inline leaf flipped to dont_inline simply becomes a plain call.
-    Raises ValueError when fewer than ``k`` leaves are flippable.
+    ``weights`` (given the flippable leaves, their selection weights, or None for uniform)
+    biases the choice (``weighted_sample``).  Raises ValueError when fewer than ``k`` leaves
+    are flippable.
     """
     pool = flippable(tree, round)
     if not 0 <= k <= len(pool):
         raise ValueError(f"flip_leaves: cannot flip {k} leaves, {len(pool)} are flippable")
-    chosen = rng.sample(pool, k)
+    w = weights(pool) if weights is not None else None
+    chosen = rng.sample(pool, k) if w is None else weighted_sample(pool, w, k, rng)
     return _replace_nodes(tree, {(u, r, n.key): _proposed(n, flip(n.decided))
                                  for u, r, n in chosen})
+
+
+def weighted_sample(pool: Sequence[T], weights: Sequence[float], k: int,
+                    rng: random.Random) -> list[T]:
+    """``k`` distinct items of ``pool``, each draw in proportion to the remaining items'
+    ``weights`` (one ``rng.random()`` per draw, so a replay draws the same)."""
+    if len(weights) != len(pool) or any(not w >= 0 for w in weights):
+        raise ValueError("weighted_sample: one non-negative weight per item")
+    left = list(range(len(pool)))
+    chosen: list[T] = []
+    for _ in range(k):
+        total = sum(weights[i] for i in left)
+        if total <= 0:  # only weightless items left: uniform among them
+            j = int(rng.random() * len(left))
+        else:
+            x, acc, j = rng.random() * total, 0.0, len(left) - 1
+            for pos, i in enumerate(left):
+                acc += weights[i]
+                if x < acc:
+                    j = pos
+                    break
+        chosen.append(pool[left.pop(j)])
+    return chosen
 
 
 def backtrackable(tree: Tree, round: int | None = 0) -> list[Located]:

@@ -77,15 +77,25 @@ class RunJob:
     perf: bool = True
     env: dict = field(default_factory=dict)
     aslr: bool = False  # randomise the layout (ASLR on, a random environment pad per run)
+    # > 0: sample where the binary spends its time, every that many ns of CPU time (a
+    # profile job: its runs are never used as timings, and are stored under their own key)
+    profile_period_ns: int = 0
 
     def request(self, cpu: int) -> dict:
-        return {"op": "run", "sha256": self.sha256, "args": list(self.args), "runs": self.runs,
-                "cpu": cpu, "timeout": self.timeout, "expected_output": self.expected_output,
-                "perf": self.perf, "env": dict(self.env), "aslr": self.aslr}
+        message = {"op": "run", "sha256": self.sha256, "args": list(self.args),
+                   "runs": self.runs, "cpu": cpu, "timeout": self.timeout,
+                   "expected_output": self.expected_output, "perf": self.perf,
+                   "env": dict(self.env), "aslr": self.aslr}
+        if self.profile_period_ns:
+            message["profile_period_ns"] = self.profile_period_ns
+        return message
 
     # Fields that are not part of what is measured: where the binary lies on the master (its
     # content is ``sha256``) and how many runs (results of any count of the same job pool).
     NOT_MEASURED = frozenset({"binary", "runs"})
+    # Fields added after measurements were stored: left out of the identity at their default,
+    # so the keys of measurements already stored stay what they were.
+    LATER_OPTIONS = {"profile_period_ns": 0}
 
     def measurement_identity(self) -> dict:
         """Everything a run's verdict and times depend on: every field of the job but
@@ -93,7 +103,9 @@ class RunJob:
         any run option added later), as canonical JSON values.  The CPU is the slot's, not the
         job's; the worker class is added by ``dispatcher.store.measurement_key``."""
         return {f.name: self._canonical(getattr(self, f.name)) for f in fields(self)
-                if f.name not in self.NOT_MEASURED}
+                if f.name not in self.NOT_MEASURED
+                and (f.name not in self.LATER_OPTIONS
+                     or getattr(self, f.name) != self.LATER_OPTIONS[f.name])}
 
     @staticmethod
     def _canonical(value: Any) -> Any:

@@ -109,12 +109,16 @@ def test_kill_and_resume_replays_an_uninterrupted_run(compiler, tmp_path, algori
     tasks.write_text("# one benchmark\nkahan\n")
     a_dir, b_dir = tmp_path / "a", tmp_path / "b"
     a_dir.mkdir(), b_dir.mkdir()
-    # SA decisions depend on measured energies: run B shares A's store, so the same binaries
-    # replay the same measurements. Random-walk proposals do not depend on timing at all.
+    # SA decisions depend on measured energies, and focused proposals on the baseline's
+    # profile: run B shares A's store, so the same binaries replay the same measurements and
+    # the same profile. Unfocused random-walk proposals do not depend on timing at all.
     store_a = a_dir / "store"
     store_b = store_a if store_shared else b_dir / "store"
-    cfg_a = config(a_dir, store_a, {"canary_every": 3}, algorithm=algorithm, seed=11)
-    cfg_b = config(b_dir, store_b, {"canary_every": 3}, algorithm=algorithm, seed=11)
+    focus = "hot" if store_shared else "uniform"
+    cfg_a = config(a_dir, store_a, {"canary_every": 3}, algorithm=algorithm, seed=11,
+                   focus=focus)
+    cfg_b = config(b_dir, store_b, {"canary_every": 3}, algorithm=algorithm, seed=11,
+                   focus=focus)
     run_to_end(cfg_a, "--tasks", str(tasks), "--steps", steps)
     rundir_a = only_rundir(a_dir)
 
@@ -130,6 +134,11 @@ def test_kill_and_resume_replays_an_uninterrupted_run(compiler, tmp_path, algori
         kill_after(proc, rundir_b / "journal.jsonl", kill_at)
     run_to_end(cfg_b, "--resume", str(rundir_b))
 
+    if focus == "hot":  # kept before the baseline, read again by every resume
+        assert Rundir(rundir_b).profile() == Rundir(rundir_a).profile()
+        assert Rundir(rundir_b).profile().functions
+    else:
+        assert not (rundir_b / "profile.json").exists()
     assert step_numbers(rundir_a) == list(range(1, int(steps) + 1))
     assert step_numbers(rundir_b) == list(range(1, int(steps) + 1))  # none twice, none skipped
     assert proposals(rundir_b) == proposals(rundir_a)

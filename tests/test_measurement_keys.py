@@ -12,6 +12,8 @@ from dispatcher.store import Store, binary_key, measurement_key
 from dispatcher.worker import RunJob
 
 SHA = "ab" * 32
+# measurement_key(job(), "local") as computed before profile_period_ns existed
+PINNED_KEY = "0d2fe158c1481483d5a04eda5d389e648bcce021ebfcff44509d448b15477797"
 
 
 def job(**changes) -> RunJob:
@@ -54,7 +56,20 @@ def test_every_request_field_but_the_cpu_and_run_count_is_identity():
     identity = job().measurement_identity()
     request = job().request(cpu=5)
     assert set(request) - {"op", "cpu", "runs"} <= set(identity)
-    assert set(identity) == {f.name for f in dataclasses.fields(RunJob)} - {"binary", "runs"}
+    assert set(identity) == {f.name for f in dataclasses.fields(RunJob)} - {"binary", "runs"} \
+        - set(RunJob.LATER_OPTIONS)
+    # an option added later joins the key once it is set, and is sent then
+    profiled = job(profile_period_ns=100_000)
+    assert set(profiled.request(cpu=5)) - {"op", "cpu", "runs"} \
+        <= set(profiled.measurement_identity())
+    assert set(profiled.measurement_identity()) == set(identity) | {"profile_period_ns"}
+
+
+def test_options_added_later_keep_the_keys_of_measurements_already_stored():
+    """profile_period_ns came after measurements were stored: at its default the key is the
+    one computed before it existed (pinned here)."""
+    assert measurement_key(job(), "local") == PINNED_KEY
+    assert measurement_key(job(profile_period_ns=100_000), "local") != PINNED_KEY
 
 
 def test_store_answers_only_the_job_measured(tmp_path):

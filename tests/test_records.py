@@ -94,9 +94,9 @@ def _write_experiment(tmp_path: Path, **changes) -> Path:
 
 
 def test_an_unknown_version_or_a_damaged_record_is_one_line_naming_file_and_field(tmp_path):
-    path = _write_experiment(tmp_path, version=3)
-    with pytest.raises(RecordError, match=r"experiment.json: rundir format version 3 is not one "
-                                          r"this tool reads \(1, 2\)$"):
+    path = _write_experiment(tmp_path, version=4)
+    with pytest.raises(RecordError, match=r"experiment.json: rundir format version 4 is not one "
+                                          r"this tool reads \(1, 2, 3\)$"):
         read_experiment(path)
     path = _write_experiment(tmp_path, steps=None)
     with pytest.raises(RecordError, match=r"experiment.json: steps: Field required$"):
@@ -128,7 +128,7 @@ def test_resume_refuses_a_rundir_of_another_version_with_one_line(tmp_path):
                           timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip() == (f"Error: {rundir}/experiment.json: rundir format version 9 "
-                                   "is not one this tool reads (1, 2)")
+                                   "is not one this tool reads (1, 2, 3)")
 
 
 # --------------------------------------------------------------------------- the document
@@ -153,7 +153,8 @@ def test_the_format_document_lists_exactly_the_fields_of_each_record():
                                "Candidate", "Pointer", "DecisionCounts", "RemeasureEvent",
                                "CanaryEvent", "ConfirmEvent",
                                "ResumeEvent", "FinishEvent", "SearchState", "RunResult",
-                               "RunRecord", "PerfCount", "BatchEntry"}
+                               "RunRecord", "PerfCount", "BatchEntry", "SampleProfile",
+                               "HotFunctions"}
     for name, fields in documented.items():
         expected = list(types[name].model_fields)
         if name == "StartEvent":  # documented as "every Experiment field" plus its own
@@ -232,3 +233,22 @@ def test_resume_refuses_a_rundir_timed_on_a_worker_class_the_config_lacks(tmp_pa
     assert proc.stderr.strip() == (f"Error: {rundir}: its runs were timed on worker class "
                                    "'local', which this config does not have (elsewhere)")
     assert (rundir / "journal.jsonl").read_bytes() == journal  # nothing appended
+
+
+def test_golden_v3_profile_round_trips_and_is_what_a_resume_reads(tmp_path):
+    """profile.json (version 3), written by a real kahan chain: read back as written, and
+    found by the rundir that holds it."""
+    golden = GOLDEN / "profile-v3.json"
+    data = json.loads(golden.read_text())
+    hot = records.HotFunctions.from_json(data, str(golden))
+    assert hot.to_json() == data
+    assert hot.error is None and hot.samples > 0 and "Summation.add" in hot.functions
+    rundir = tmp_path / "r"
+    shutil.copytree(V2, rundir)
+    assert Rundir(rundir).profile() is None  # version 2: searched with every site alike
+    shutil.copyfile(golden, rundir / "profile.json")
+    assert Rundir(rundir).profile() == hot
+    (rundir / "profile.json").write_text('{"samples": "many"}')
+    with pytest.raises(RundirError, match=r"profile.json: samples: Input should be a valid "
+                                          r"integer"):
+        Rundir(rundir).profile()

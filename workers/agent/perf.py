@@ -118,6 +118,17 @@ class PerfEvents:
                                 ctypes.c_long(group_fd), self._c_flags)
         return int(fd) if fd >= 0 else -int(ctypes.get_errno())
 
+    def open_raw(self, pid: int, attr: bytes) -> int:
+        """perf_event_open(2) of a packed ``attr`` on task ``pid``, any CPU -> fd, or -errno
+        (-ENOSYS where the syscall is unknown here)."""
+        if self.reason is not None:
+            return -38
+        ctypes = self._ctypes
+        buf = ctypes.create_string_buffer(attr, len(attr))
+        fd = self._libc.syscall(self._c_nr, buf, ctypes.c_long(pid), self._c_any_cpu,
+                                ctypes.c_long(-1), self._c_flags)
+        return int(fd) if fd >= 0 else -int(ctypes.get_errno())
+
     def probe(self, names: Iterable[str]) -> dict:
         """-> {"available", "events": {name: "supported"|"unsupported"}, ...}."""
         names = list(names)

@@ -17,14 +17,16 @@ Ops:
 ``has``  (``sha256``)
     present: the binary ``<cache-dir>/<sha256>`` exists and its content hash was verified.
 ``run``  (``sha256``, ``args``, ``runs``, ``cpu``, ``timeout``, ``expected_output``,
-``env``, ``perf``, ``aslr``)
+``env``, ``perf``, ``aslr``, ``profile_period_ns``)
     Runs the binary ``runs`` times in sequence, each pinned to ``cpu``, and returns
     ``{"ok": true, "sha256", "cpu", "spawn", "runs": [record, ...], "failed": n,
     "disturbed": n}`` (the record's fields: ``runner.new_record``).  Failed runs are records,
     never errors.  A run that was disturbed (it migrated between CPUs) is kept, marked, and
     run again, up to ``runs`` extra runs per request, so ``runs`` may hold more records than
     asked.  ``aslr`` (default false): address-space randomisation on and a random-size
-    environment pad per run, instead of the default fixed layout.
+    environment pad per run, instead of the default fixed layout.  ``profile_period_ns``
+    (default 0: none): sample the binary's instruction pointer every that many ns of CPU
+    time and add a ``profile`` to each record (``sampling.Sampler.read_and_close``).
 ``shutdown``
     ``{"ok": true}``, then the agent exits 0.
 
@@ -69,6 +71,7 @@ SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z")
 MAX_RUNS = 10000
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 DEFAULT_TIMEOUT_S = 600.0
+MIN_PROFILE_PERIOD_NS = 10_000  # 100 kHz: beyond that the sampling is the workload
 
 
 class RequestError(Exception):
@@ -148,13 +151,16 @@ def check_sha(sha: object) -> str:
 
 class RunRequest:
     """The fields of a ``run`` request, checked (``parse_run``)."""
-    __slots__ = ("sha", "args", "runs", "cpu", "timeout", "expected", "env", "perf", "aslr")
+    __slots__ = ("sha", "args", "runs", "cpu", "timeout", "expected", "env", "perf", "aslr",
+                 "profile_period_ns")
 
     def __init__(self, sha: str, args: list[str], runs: int, cpu: int, timeout: float,
-                 expected: dict | None, env: dict[str, str], perf: bool, aslr: bool = False):
+                 expected: dict | None, env: dict[str, str], perf: bool, aslr: bool = False,
+                 profile_period_ns: int = 0):
         self.sha, self.args, self.runs, self.cpu = sha, args, runs, cpu
         self.timeout, self.expected, self.env, self.perf = timeout, expected, env, perf
         self.aslr = aslr
+        self.profile_period_ns = profile_period_ns
 
 
 def _is_int(value: object) -> bool:
@@ -213,4 +219,8 @@ def parse_run(request: dict, cpus: frozenset[int]) -> RunRequest:
     aslr = request.get("aslr", False)
     if not isinstance(aslr, bool):
         raise RequestError("aslr must be true or false")
-    return RunRequest(sha, args, runs, cpu, float(timeout), expected, env, perf, aslr)
+    period = request.get("profile_period_ns", 0)
+    if not _is_int(period) or not (period == 0 or MIN_PROFILE_PERIOD_NS <= period <= 10**10):
+        raise RequestError("profile_period_ns must be 0 or an integer in %d..%d"
+                           % (MIN_PROFILE_PERIOD_NS, 10**10))
+    return RunRequest(sha, args, runs, cpu, float(timeout), expected, env, perf, aslr, period)

@@ -36,6 +36,7 @@ from .proc import (
     signal_name,
 )
 from .protocol import RunRequest, one_line
+from .sampling import Sampler
 from .spawn import ENV_PAD_NAME, Spawner, SpawnError, choose, run_paths
 from .watchdog import Watchdog
 
@@ -75,6 +76,7 @@ def new_record(cpus_allowed: str | None) -> dict:
     (perf's cpu-migrations, null without perf), disturbed (null, or why the run must not be
     used: it migrated).  Layout: aslr (whether its address space was randomised, as its
     /proc personality says), env_pad (the length of the random environment pad; null: none).
+    A run of a request with ``profile_period_ns`` also has ``profile`` (``sampling``).
     """
     return {
         "wall_ns": None, "user_s": None, "sys_s": None, "maxrss_kb": None,
@@ -201,16 +203,18 @@ def _scratch_base() -> str | None:
 class Plan:
     """A checked run request: what its runs share, and their records so far."""
     __slots__ = ("req_id", "sha", "argv", "runs", "cpu", "timeout", "expected", "env",
-                 "perf_events", "spawn", "script", "aslr", "records", "started", "disturbed",
-                 "entry")
+                 "perf_events", "spawn", "script", "aslr", "profile_period_ns", "records",
+                 "started", "disturbed", "entry")
 
     def __init__(self, req_id: Any, sha: str, argv: list[str], runs: int, cpu: int,
                  timeout: float, expected: dict | None, env: dict[str, str],
-                 perf_events: list[str] | None, spawn: str, script: Any, aslr: bool = False):
+                 perf_events: list[str] | None, spawn: str, script: Any, aslr: bool = False,
+                 profile_period_ns: int = 0):
         self.req_id, self.sha, self.argv, self.runs, self.cpu = req_id, sha, argv, runs, cpu
         self.timeout, self.expected, self.env = timeout, expected, env
         self.perf_events, self.spawn, self.script = perf_events, spawn, script
         self.aslr = aslr
+        self.profile_period_ns = profile_period_ns
         self.records: list[dict] = []
         self.started = 0  # runs prepared so far (the serve loop's count)
         self.disturbed = 0  # disturbed records so far
@@ -220,7 +224,7 @@ class Plan:
         """A fresh plan of the same request (id ``req_id``), no run started."""
         return Plan(req_id, self.sha, self.argv, self.runs, self.cpu, self.timeout,
                     self.expected, self.env, self.perf_events, self.spawn, self.script,
-                    self.aslr)
+                    self.aslr, self.profile_period_ns)
 
     @property
     def target(self) -> int:
@@ -246,8 +250,8 @@ class Plan:
 class Run:
     """One run of a plan, from its preparation to its record."""
     __slots__ = ("plan", "token", "workdir", "out_path", "err_path", "pid", "pgid", "pidfd",
-                 "gate", "counters", "cpus_allowed", "t0", "t1", "status", "ru", "timed_out",
-                 "failure", "pad", "aslr")
+                 "gate", "counters", "sampler", "cpus_allowed", "t0", "t1", "status", "ru",
+                 "timed_out", "failure", "pad", "aslr")
 
     def __init__(self, plan: Plan, token: int, scratch: str):
         self.plan, self.token = plan, token
@@ -257,6 +261,7 @@ class Run:
         self.pidfd: int | None = None
         self.gate: int | None = None  # written to let the binary go
         self.counters: Any = []
+        self.sampler: Sampler | None = None
         self.cpus_allowed: str | None = None
         self.t0 = self.t1 = self.status = 0
         self.ru: Any = None
@@ -350,7 +355,8 @@ class Runner:
         argv = [binary] + request.args
         return Plan(req_id, request.sha, argv, request.runs, request.cpu, request.timeout,
                     request.expected, env, perf_events, spawner.method,
-                    spawner.script_for(argv, env, request.aslr), request.aslr)
+                    spawner.script_for(argv, env, request.aslr), request.aslr,
+                    request.profile_period_ns)
 
     def run_all(self, plan: Plan) -> dict:
         """Every run of ``plan``, one after the other -> the response."""
@@ -386,6 +392,11 @@ class Runner:
                 if plan.perf_events:
                     assert self._perf is not None
                     run.counters = self._perf.open(pid, plan.perf_events)
+                if plan.profile_period_ns:
+                    self.perf_info()
+                    assert self._perf is not None
+                    run.sampler = Sampler(self._perf, pid, plan.profile_period_ns,
+                                          self._perf.exclude_kernel)
                 limit_cpu_time(pid, plan.timeout)
         except SpawnError as e:
             self.abort(run)
@@ -490,6 +501,13 @@ class Runner:
                     perf[name] = {"unsupported": True}
             if run.failure is None:
                 record["perf"] = perf
+        if plan.profile_period_ns:
+            if run.sampler is not None:
+                record["profile"] = run.sampler.read_and_close(plan.argv[0])
+                run.sampler = None
+            else:
+                record["profile"] = {"error": "sampling needs the forkserver or gated spawner"
+                                     if run.failure is None else "the run did not start"}
         if run.gate is not None:  # never launched
             os.close(run.gate)
             run.gate = None
