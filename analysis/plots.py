@@ -1,4 +1,5 @@
-"""``plot_experiment``: energy against step for one rundir, written to ``<rundir>/plot.png``.
+"""``plot_experiment``: energy against step for one rundir, written to ``<rundir>/plot.png``;
+``plot_predicted`` and ``plot_rewards`` for reward assignment (``analysis.rewards``).
 
 Dots: the energy of every proposal of every step (candidates without a successful run have
 none); crosses: remeasured incumbent energies; a red diamond: the end-of-chain confirmation of
@@ -8,8 +9,11 @@ secondary axis.  Uses matplotlib's object API with the Agg canvas: no display, n
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
@@ -99,3 +103,61 @@ def plot_experiment(rundir: Path) -> Path:
     with atomic_output(out, suffix=".png.tmp") as tmp:
         fig.savefig(tmp, format="png")
     return out
+
+
+# --------------------------------------------------------------------------- reward assignment
+
+def _save(fig: Figure, out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    with atomic_output(out, suffix=".png.tmp") as tmp:
+        fig.savefig(tmp, format="png")
+    return out
+
+
+def plot_predicted(out: Path, benchmark: str, model: str, measured: Sequence[float],
+                   predicted: Mapping[str, Sequence[float] | np.ndarray]) -> Path:
+    """Predicted (in sample) against measured speedup of every candidate, one marker series
+    per hyperparameter setting of ``model``; the diagonal is a perfect fit."""
+    fig = Figure(figsize=(7, 6), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    lo = min([*measured, *(min(p) for p in predicted.values() if len(p))], default=0.9)
+    hi = max([*measured, *(max(p) for p in predicted.values() if len(p))], default=1.1)
+    for slug, values in sorted(predicted.items()):
+        ax.scatter(measured, values, s=10, alpha=0.5, label=slug)
+    ax.plot([lo, hi], [lo, hi], color="black", linewidth=1, linestyle="--")
+    ax.set_xlabel("measured speedup (paired, over the baseline)")
+    ax.set_ylabel("predicted speedup")
+    ax.set_title(f"{benchmark} — {model}")
+    ax.grid(True, alpha=0.3)
+    if len(predicted) <= 20:
+        ax.legend(fontsize="x-small", loc="best")
+    return _save(fig, out)
+
+
+def plot_rewards(out: Path, benchmark: str, slug: str, rewards: pd.DataFrame,
+                 top: int = 30) -> Path:
+    """The ``top`` largest rewards (by magnitude) with their 95% bootstrap intervals."""
+    rows = []
+    for _, r in rewards[rewards["varies"]].iterrows():
+        for side in ("inline", "out"):
+            rows.append((f"{side} {r['name']} ({r['unit']}:{r['round']}, d{r['depth']})",
+                         r[f"reward_{side}"], r[f"low_{side}"], r[f"high_{side}"]))
+    rows.sort(key=lambda t: -abs(t[1]))
+    rows = rows[:top][::-1]
+    fig = Figure(figsize=(9, max(3.0, 0.28 * len(rows) + 1.2)), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    if rows:
+        ys = range(len(rows))
+        values = [r[1] for r in rows]
+        err = [[max(0.0, r[1] - r[2]) for r in rows], [max(0.0, r[3] - r[1]) for r in rows]]
+        ax.errorbar(values, ys, xerr=err, fmt="o", markersize=4, capsize=2)
+        ax.set_yticks(list(ys))
+        ax.set_yticklabels([r[0] for r in rows], fontsize="x-small")
+    ax.axvline(0.0, color="black", linewidth=1)
+    ax.set_xlabel("reward (coefficient, with its 95% bootstrap interval)")
+    ax.set_title(f"{benchmark} — {slug}")
+    ax.grid(True, axis="x", alpha=0.3)
+    return _save(fig, out)

@@ -1,0 +1,194 @@
+"""Reward assignment: from a benchmark's measured candidates to per-decision rewards, the
+optimal tree, and the files a user reads.
+
+    <out>/<benchmark>/fits.csv                        every configuration's held-out scores
+    <out>/<benchmark>/constant-nodes.txt              nodes that never varied (dropped)
+    <out>/<benchmark>/<model>/predicted.png           predicted against measured speedup
+    <out>/<benchmark>/<model>/<hyper>/optimal.sexp    the optimal tree, an overrides file
+    <out>/<benchmark>/<model>/<hyper>/rewards.csv     (and .parquet) one row per node
+    <out>/<benchmark>/<model>/<hyper>/rewards.png     the largest rewards with their intervals
+    <out>/<benchmark>/<model>/<hyper>/report.txt      the fit, in a few lines
+
+The steps are ``analysis.extract`` -> ``analysis.expanded`` -> ``analysis.models`` ->
+``analysis.optimal``; this module runs them for one benchmark and writes the results.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.expanded import ExpandedTree, expand, features, varying
+from analysis.extract import Candidates
+from analysis.models import (
+    Hyper,
+    Score,
+    bootstrap,
+    fit,
+    predicted_speedups,
+    target_values,
+    validate,
+)
+from analysis.optimal import Choice, optimal, to_overrides
+from dispatcher.decisions import write_overrides
+from dispatcher.files import atomic_output, write_text_atomic
+
+MIN_CANDIDATES = 3  # measured trees, the baseline's included, below which nothing is fitted
+
+
+class RewardError(RuntimeError):
+    """Data that cannot be fitted; one line naming the benchmark and what is missing."""
+
+
+@dataclass
+class Fit:
+    """One configuration fitted to one benchmark."""
+
+    hyper: Hyper
+    scores: list[Score]
+    rewards: pd.DataFrame  # one row per node of the expanded tree
+    chosen: dict[int, Choice]
+    predicted: np.ndarray  # in-sample predicted speedup of each measured candidate
+    predicted_optimal: float  # the model's speedup for the optimal tree
+
+
+@dataclass
+class BenchmarkRewards:
+    benchmark: str
+    expanded: ExpandedTree
+    measured: pd.DataFrame  # the rows fitted to
+    failed: int  # candidates kept out: no speedup
+    constant: list[str]  # nodes whose two columns never varied
+    fits: list[Fit] = field(default_factory=list)
+
+    def scores_table(self) -> pd.DataFrame:
+        rows = []
+        for f in self.fits:
+            for s in f.scores:
+                rows.append({"model": f.hyper.model, "gamma": f.hyper.gamma,
+                             "alpha": f.hyper.alpha, "target": f.hyper.target,
+                             "hyperparameters": f.hyper.slug, "split": s.split, "r2": s.r2,
+                             "spearman": s.spearman, "n_test": s.n_test,
+                             "predicted_optimal": f.predicted_optimal})
+        return pd.DataFrame(rows)
+
+
+def assign(candidates: Candidates, hypers: Sequence[Hyper], bootstrap_rounds: int = 100,
+           seed: int = 0) -> BenchmarkRewards:
+    """Fit every configuration of ``hypers`` to ``candidates``."""
+    table = candidates.measured
+    table = table[table["tree"].notna() & np.isfinite(table["speedup"])
+                  & (table["speedup"] > 0)].reset_index(drop=True)
+    failed = len(candidates.table) - len(table)
+    if table["tree"].nunique() < MIN_CANDIDATES:
+        raise RewardError(
+            f"{candidates.benchmark}: {table['tree'].nunique()} distinct measured tree(s); "
+            f"rewards need at least {MIN_CANDIDATES} (run a longer search)")
+    trees = [candidates.trees[t] for t in table["tree"]]
+    expanded = expand([candidates.trees[t] for t in dict.fromkeys(table["tree"])])
+    speedups = table["speedup"].to_numpy(dtype=float)
+    chains = list(table["chain"])
+    by_gamma = {}
+    for gamma in sorted({h.gamma for h in hypers}):
+        X = features(expanded, trees, gamma)
+        by_gamma[gamma] = (X, varying(X))
+    mask_any = next(iter(by_gamma.values()))[1]  # which columns vary does not depend on gamma
+    constant = [f"{n.unit}:{n.round}:{n.key}" for i, n in enumerate(expanded.nodes)
+                if not mask_any[2 * i] and not mask_any[2 * i + 1]]
+    result = BenchmarkRewards(candidates.benchmark, expanded, table, failed, constant)
+    for k, hyper in enumerate(hypers):
+        X, mask = by_gamma[hyper.gamma]
+        Xv = X[:, mask]
+        y = target_values(speedups, hyper.target)
+        coef = np.zeros(X.shape[1])
+        coef[mask] = fit(Xv, y, hyper)
+        low = np.zeros(X.shape[1])
+        high = np.zeros(X.shape[1])
+        if bootstrap_rounds > 0:
+            low[mask], high[mask] = bootstrap(Xv, speedups, hyper, bootstrap_rounds, seed + k)
+        weights = np.repeat([hyper.gamma ** n.depth for n in expanded.nodes], 2)
+        chosen, total = optimal(expanded, coef * weights)
+        result.fits.append(Fit(
+            hyper=hyper, scores=validate(Xv, speedups, chains, hyper, seed),
+            rewards=_rewards_table(expanded, coef, low, high, mask, chosen),
+            chosen=chosen, predicted=predicted_speedups(np.asarray(X @ coef), hyper.target),
+            predicted_optimal=float(predicted_speedups(np.asarray([total]), hyper.target)[0])))
+    return result
+
+
+def _rewards_table(expanded: ExpandedTree, coef: np.ndarray, low: np.ndarray,
+                   high: np.ndarray, mask: np.ndarray, chosen: dict[int, Choice]
+                   ) -> pd.DataFrame:
+    rows = []
+    for i, n in enumerate(expanded.nodes):
+        a, b = 2 * i, 2 * i + 1
+        rows.append({"unit": n.unit, "round": n.round, "key": n.key, "kind": n.kind,
+                     "name": n.name, "depth": n.depth,
+                     "reward_inline": coef[a], "low_inline": low[a], "high_inline": high[a],
+                     "reward_out": coef[b], "low_out": low[b], "high_out": high[b],
+                     "varies": bool(mask[a] or mask[b]),
+                     "supported": bool(mask[a] and (low[a] > 0 or high[a] < 0))
+                     or bool(mask[b] and (low[b] > 0 or high[b] < 0)),
+                     "optimal": chosen[i].action if i in chosen else ""})
+    return pd.DataFrame(rows)
+
+
+def write(result: BenchmarkRewards, out: Path) -> list[Path]:
+    """Write the layout of the module's docstring under ``out``; -> the optimal.sexp files."""
+    from analysis.plots import plot_predicted, plot_rewards
+    bench_dir = out / result.benchmark
+    bench_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_output(bench_dir / "fits.csv") as tmp:
+        result.scores_table().to_csv(tmp, index=False)
+    write_text_atomic(bench_dir / "constant-nodes.txt",
+                      "".join(line + "\n" for line in result.constant))
+    measured = result.measured["speedup"].to_numpy(dtype=float)
+    written = []
+    for model in sorted({f.hyper.model for f in result.fits}):
+        fits = [f for f in result.fits if f.hyper.model == model]
+        plot_predicted(bench_dir / model / "predicted.png", result.benchmark, model,
+                       measured, {f.hyper.slug: f.predicted for f in fits})
+        for f in fits:
+            d = bench_dir / model / f.hyper.slug
+            d.mkdir(parents=True, exist_ok=True)
+            written.append(write_overrides(d / "optimal.sexp",
+                                           to_overrides(result.expanded, f.chosen)))
+            with atomic_output(d / "rewards.csv") as tmp:
+                f.rewards.to_csv(tmp, index=False)
+            with atomic_output(d / "rewards.parquet") as tmp:
+                f.rewards.to_parquet(tmp, index=False)
+            plot_rewards(d / "rewards.png", result.benchmark, f.hyper.slug, f.rewards)
+            write_text_atomic(d / "report.txt", report(result, f))
+    return written
+
+
+def report(result: BenchmarkRewards, f: Fit) -> str:
+    r = f.rewards
+    inline = sum(c.action == "inline" for c in f.chosen.values())
+    lines = [
+        f"benchmark {result.benchmark}, model {f.hyper.model}, {f.hyper.slug}",
+        f"candidates: {len(result.measured)} measured ({result.measured['tree'].nunique()} "
+        f"distinct trees, {result.measured['chain'].nunique()} chain(s)), "
+        f"{result.failed} left out (failed or unmeasured)",
+        f"expanded tree: {len(result.expanded.nodes)} nodes, {int(r['varies'].sum())} varying, "
+        f"{len(result.constant)} constant (dropped)",
+        f"rewards supported by the data (95% bootstrap interval excludes 0): "
+        f"{int(r['supported'].sum())}",
+    ]
+    for s in f.scores:
+        lines.append(f"held out ({s.split} split, {s.n_test} rows): R^2 {_fmt(s.r2)}, "
+                     f"Spearman {_fmt(s.spearman)}")
+    lines.append(f"optimal tree: {len(f.chosen)} calls pinned ({inline} inline, "
+                 f"{len(f.chosen) - inline} out of line); predicted speedup "
+                 f"{f.predicted_optimal:.3f}")
+    best = result.measured["speedup"].max()
+    lines.append(f"best measured candidate: speedup {best:.3f}")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{x:.3f}"
