@@ -92,7 +92,7 @@ def assign_rewards(rundirs, batch_log, out, benchmarks, models, gammas, alphas, 
         except OSError as exc:
             _fail(f"{out}: cannot write the results: {exc.strerror or exc}")
         table = result.scores_table()
-        best = table.sort_values("spearman", ascending=False, na_position="last").head(1)
+        best = table[table["spearman"].notna()].sort_values("spearman", ascending=False).head(1)
         line = (f"{bench}: {len(result.measured)} candidates, {len(result.expanded.nodes)} "
                 f"nodes ({len(result.constant)} constant), {len(written)} optimal trees "
                 f"in {out / bench}")
