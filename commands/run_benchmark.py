@@ -10,7 +10,7 @@ import click
 
 from commands.common import report_lost_workers, show_warnings
 from dispatcher.benchmark import Benchmark, ManifestError, resolve_benchmark
-from dispatcher.compile import CompileError, CompileJob
+from dispatcher.compile import CompileError, CompileJob, OverridesMismatch
 from dispatcher.compiler import CompilerNotFound
 from dispatcher.config import ConfigError, load_config
 from dispatcher.decisions import DecisionDump, DecisionFileError, read_dumps, read_overrides
@@ -92,6 +92,8 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
     try:
         try:
             compiled = session.compiler.compile(CompileJob(bench, overrides))
+        except OverridesMismatch as exc:
+            raise click.ClickException(f"{decisions}: {exc}") from None
         except CompileError as exc:
             raise click.ClickException(f"{bench.name}: compile failed: {exc}") from None
         job = RunJob(sha256=compiled.sha256, binary=compiled.binary, args=bench_size.args,
