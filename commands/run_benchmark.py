@@ -12,7 +12,7 @@ from commands.common import report_lost_workers, show_warnings
 from dispatcher.benchmark import Benchmark, ManifestError, resolve_benchmark
 from dispatcher.compile import CompileError, CompileJob, OverridesMismatch
 from dispatcher.compiler import CompilerNotFound
-from dispatcher.config import ConfigError, load_config
+from dispatcher.config import MAX_RUNS, ConfigError, load_config
 from dispatcher.decisions import DecisionDump, DecisionFileError, read_dumps, read_overrides
 from dispatcher.measure import PairingPolicy, ReferenceFailed
 from dispatcher.records import RunResult
@@ -57,7 +57,8 @@ def cached_results(session: Session, job: RunJob) -> list[RunResult]:
 @click.command()
 @click.argument("benchmark")
 @click.argument("decisions", required=False, type=click.Path(path_type=Path))
-@click.option("--runs", type=click.IntRange(min=1), help="Runs per worker (default: config).")
+@click.option("--runs", type=click.IntRange(1, MAX_RUNS),
+              help="Runs per worker (default: config).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="Config file (default: configs/local.yaml).")
 @click.option("--size", help="Benchmark size from its manifest (default: config).")

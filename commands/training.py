@@ -22,7 +22,14 @@ from dispatcher.benchmark import (
     resolve_benchmark,
 )
 from dispatcher.compiler import CompilerNotFound
-from dispatcher.config import ConfigError, load_config
+from dispatcher.config import (
+    MAX_CHAINS,
+    MAX_RUNS,
+    MAX_SEED,
+    MAX_STEPS,
+    ConfigError,
+    load_config,
+)
 from dispatcher.experiment import Chain, ChainStatus, new_experiment, params_of
 from dispatcher.records import FORMAT_VERSION, BatchEntry
 from dispatcher.rundir import Rundir, RundirError, append_batch_log
@@ -58,14 +65,14 @@ def _progress_line(status: ChainStatus, slots_busy: float, width: int = 20) -> s
 @click.option("--tasks", "tasks_file", type=click.Path(path_type=Path),
               help="File listing the benchmarks, one per line (default: the training split).")
 @click.option("--algorithm", type=click.Choice(["sa", "random-walk"]))
-@click.option("--steps", type=click.IntRange(min=1))
-@click.option("--chains", "chains_per_task", type=click.IntRange(min=1),
+@click.option("--steps", type=click.IntRange(1, MAX_STEPS))
+@click.option("--chains", "chains_per_task", type=click.IntRange(1, MAX_CHAINS),
               help="Chains per benchmark.")
-@click.option("--seed", type=int)
+@click.option("--seed", type=click.IntRange(-MAX_SEED, MAX_SEED))
 @click.option("--size", help="Benchmark size (default: config run.size).")
-@click.option("--runs", type=click.IntRange(min=1),
+@click.option("--runs", type=click.IntRange(1, MAX_RUNS),
               help="The fewest pairs (candidate and baseline runs) per candidate.")
-@click.option("--max-pairs", type=click.IntRange(min=1),
+@click.option("--max-pairs", type=click.IntRange(1, MAX_RUNS),
               help="The most pairs per candidate (default: config measure.max_pairs).")
 @click.option("--resume", "resume", multiple=True, type=click.Path(path_type=Path),
               help="Continue this rundir exactly where it stopped (repeatable).")

@@ -14,10 +14,22 @@ import yaml
 
 from dispatcher.benchmark import build_benchmark, resolve_benchmark
 from dispatcher.compile import CompileError, CompileJob, CompileService, OverridesMismatch
-from dispatcher.config import ConfigError, load_config
+from dispatcher.config import (
+    MAX_ATTEMPTS,
+    MAX_BACKOFF_S,
+    MAX_CHAINS,
+    MAX_PARALLEL,
+    MAX_RUNS,
+    MAX_SECONDS,
+    MAX_SEED,
+    MAX_STEPS,
+    ConfigError,
+    load_config,
+)
 from dispatcher.decisions import Override, read_dumps, write_overrides
 from dispatcher.local import LocalBackend
 from dispatcher.scheduler import Scheduler
+from dispatcher.ssh import MAX_CACHE_MB
 from dispatcher.store import Store
 from dispatcher.tree import Tree, to_overrides
 from dispatcher.worker import RunJob
@@ -105,7 +117,7 @@ def test_bad_config_is_one_clear_line(tmp_path, text, message):
      "ssh.hosts[0].host: duplicate key (line 4)"),
     ("run: {runs: 3, runs: 3}\n", "run.runs: duplicate key (line 1)"),
     ("run:\n  timeout: 1" + "0" * 400 + "\n", "run.timeout: expected a positive number of "
-     "seconds, got 1" + "0" * 400),  # an int too large for a float
+     "seconds, at most 86400, got 1" + "0" * 400),  # an int too large for a float
 ])
 def test_duplicate_keys_and_non_finite_numbers_are_one_exact_line(tmp_path, text, message):
     path = tmp_path / "bad.yaml"
@@ -122,6 +134,69 @@ def test_a_config_that_is_not_utf8_is_one_line(tmp_path):
         load_config(path)
     assert str(err.value) == (f"{path}: expected UTF-8 text (invalid continuation byte at "
                               "byte 20, line 2)")
+
+
+# Every count and duration of the config, as (section, key, bound, what the error expects).
+_BOUNDED = [
+    ("run", "timeout", MAX_SECONDS, "a positive number of seconds, at most 86400"),
+    ("run", "runs", MAX_RUNS, "a positive integer, at most 10000"),
+    ("compile", "jobs", MAX_PARALLEL, "a positive integer, at most 1024"),
+    ("scheduler", "attempts", MAX_ATTEMPTS, "a positive integer, at most 100"),
+    ("scheduler", "quarantine_after", MAX_CHAINS, "a positive integer, at most 1000"),
+    ("scheduler", "backoff_s", MAX_BACKOFF_S, "a positive number of seconds, at most 3600"),
+    ("scheduler", "backoff_max_s", MAX_SECONDS, "a positive number of seconds, at most 86400"),
+    ("measure", "max_pairs", MAX_RUNS, "a positive integer, at most 10000"),
+    ("measure", "canary_every", MAX_STEPS, "a number of steps from 0 (never) to 1000000"),
+    ("search", "steps", MAX_STEPS, "a positive integer, at most 1000000"),
+    ("search", "chains", MAX_CHAINS, "a positive integer, at most 1000"),
+    ("search", "baseline_runs", MAX_RUNS, "a positive integer, at most 10000"),
+    ("search", "candidates_per_step", MAX_PARALLEL, "a positive integer, at most 1024"),
+    ("search", "remeasure_every", MAX_STEPS, "a number of steps from 0 (never) to 1000000"),
+    ("search", "max_flips", MAX_CHAINS, "a positive integer, at most 1000"),
+    ("search", "seed", MAX_SEED, f"an integer from -{MAX_SEED} to {MAX_SEED}"),
+    ("ssh", "connect_timeout", MAX_BACKOFF_S, "a positive number of seconds, at most 3600"),
+    ("local", "lock_wait", 86400, "seconds in 0..86400"),
+]
+_SSH_HOST = {"host": "a", "rundir": "r", "cpus": [1]}
+
+
+@pytest.mark.parametrize("section, key, bound, expected", _BOUNDED,
+                         ids=[f"{s}.{k}" for s, k, *_ in _BOUNDED])
+def test_counts_and_durations_have_a_documented_upper_bound(tmp_path, section, key, bound,
+                                                            expected):
+    """A million seconds (or a zero too many) is refused in one line naming the file and key,
+    not found when a job reaches a worker; the bound itself is accepted and documented."""
+    path = tmp_path / "c.yaml"
+
+    def config(value):
+        data = {section: {key: value}}
+        if section == "ssh":
+            data["ssh"].update(user="u", hosts=[_SSH_HOST])
+        path.write_text(yaml.safe_dump(data))
+        return load_config(path)
+
+    config(bound)
+    for value in (bound + 1, 1_000_000_000, 1e6, 2 ** 64):
+        if value <= bound or (isinstance(value, float) and "seconds" not in expected):
+            continue
+        with pytest.raises(ConfigError) as err:
+            config(value)
+        assert str(err.value) == f"{path}: {section}.{key}: expected {expected}, got {value!r}"
+    docs = (REPO / "configs" / ("example-ssh.yaml" if section == "ssh" else "local.yaml"))
+    # The key's line and the comment lines that continue it.
+    documented = re.search(rf"^ *{key}:.*#.*(?:\n +#.*)*", docs.read_text(), re.MULTILINE)
+    documented = documented and re.search(rf"\b(?:at most|to) {bound}\b", documented[0])
+    assert documented or key in ("seed", "lock_wait"), f"{key}: bound not in {docs}"
+
+
+def test_an_ssh_hosts_cache_limit_is_bounded(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"ssh": {"user": "u", "hosts": [
+        {**_SSH_HOST, "cache_limit_mb": MAX_CACHE_MB + 1}]}}))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == (f"{path}: ssh.hosts[0].cache_limit_mb: expected a positive "
+                              f"integer, at most {MAX_CACHE_MB}, got {MAX_CACHE_MB + 1}")
 
 
 def test_merge_keys_and_finite_floats_are_not_refused(tmp_path):
