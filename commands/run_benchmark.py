@@ -72,10 +72,11 @@ def cached_results(session: Session, job: RunJob) -> list[RunResult]:
 def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
                   config_path: Path | None, size: str | None, csv_only: bool, summary: bool,
                   remeasure: bool, compare: bool) -> None:
-    """Compile BENCHMARK (a bundled name or a directory) with DECISIONS (an overrides file;
-    none: the compiler's heuristic), run it on every worker slot and print one CSV line per
-    worker: worker, overrides file, run times in seconds.  With DECISIONS, the summary also
-    gives its speedup over the heuristic, measured as the search measures candidates."""
+    """Compile BENCHMARK (a bundled name, or a directory's path: ./mine) with DECISIONS (an
+    overrides file; none: the compiler's heuristic), run it on every worker slot and print one
+    CSV line per worker: worker, overrides file, run times in seconds.  With DECISIONS, the
+    summary also gives its speedup over the heuristic, measured as the search measures
+    candidates."""
     try:
         config = load_config(config_path)
         bench = resolve_benchmark(benchmark)

@@ -37,7 +37,8 @@ from dispatcher.session import Session
 
 
 def read_tasks(path: Path) -> list[str]:
-    """One benchmark (bundled name or directory) per line; # starts a comment."""
+    """One benchmark per line (a bundled name, or a directory's path: ./mine); # starts a
+    comment."""
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
