@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import faulthandler
+import hashlib
 import signal
 import sys
 import threading
@@ -15,6 +16,7 @@ from rich.text import Text
 
 from commands.common import report_lost_workers, show_warnings
 from dispatcher.benchmark import (
+    BUNDLED_DIR,
     Benchmark,
     ManifestError,
     bundled_benchmarks,
@@ -40,11 +42,40 @@ def read_tasks(path: Path) -> list[str]:
     """One benchmark per line (a bundled name, or a directory's path: ./mine); # starts a
     comment."""
     try:
-        lines = path.read_text().splitlines()
+        lines = path.read_bytes().decode("utf-8").splitlines()
     except OSError as exc:
         raise click.ClickException(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise click.ClickException(f"{path}: expected UTF-8 text ({exc.reason} at byte "
+                                   f"{exc.start})") from None
     tasks = [line.split("#", 1)[0].strip() for line in lines]
     return [t for t in tasks if t]
+
+
+def task_benchmarks(path: Path) -> list[Benchmark]:
+    """The tasks file's benchmarks, each once: one listed twice (by name, or by two paths to
+    one directory) would run the same chain twice, and its second rundir would collide with
+    the first after the first had started."""
+    tasks = read_tasks(path)
+    benches = [resolve_benchmark(t) for t in tasks]
+    first: dict[Path, int] = {}
+    for i, bench in enumerate(benches):
+        j = first.setdefault(bench.directory.resolve(), i)
+        if j != i:
+            raise click.ClickException(
+                f"{path}: {tasks[i]}: the same benchmark as {tasks[j]} ({bench.directory}): "
+                "list it once (--chains N runs several chains of it)")
+    return benches
+
+
+def rundir_name(bench: Benchmark, algorithm: str, seed: int, stamp: str) -> str:
+    """``<benchmark>-<algorithm>-s<seed>-<stamp>``.  A user's benchmark directory has a digest
+    of its path after its name, so that it never takes the rundir name of the bundled
+    benchmark it is named after (nor of another directory of the same name)."""
+    name = bench.name
+    if bench.directory.resolve() != (BUNDLED_DIR / bench.name).resolve():
+        name += "-" + hashlib.sha256(str(bench.directory.resolve()).encode()).hexdigest()[:8]
+    return f"{name}-{algorithm}-s{seed}-{stamp}"
 
 
 def _progress_line(status: ChainStatus, slots_busy: float, width: int = 20) -> str:
@@ -108,7 +139,7 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
             plans: list[tuple[Benchmark, Rundir | None]] = [
                 (load_benchmark(rd.experiment.benchmark), rd) for rd in rundirs]
         else:
-            benches = ([resolve_benchmark(t) for t in read_tasks(tasks_file)] if tasks_file
+            benches = (task_benchmarks(tasks_file) if tasks_file
                        else bundled_benchmarks("training"))
             if not benches:
                 raise click.ClickException(f"{tasks_file}: no benchmark listed (one name or "
@@ -138,7 +169,7 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
                     exp = new_experiment(bench, k, config, slots, worker_class,
                                          algorithm=algorithm, steps=steps, seed=seed, size=size,
                                          runs=runs, max_pairs=max_pairs)
-                    path = s.rundirs / f"{bench.name}-{exp.algorithm}-s{exp.seed}-{stamp}"
+                    path = s.rundirs / rundir_name(bench, exp.algorithm, exp.seed, stamp)
                     exp = exp.model_copy(update={"rundir": str(path.resolve())})
                     bench.size(exp.size)  # an unknown size fails before anything starts
                     rd = Rundir.create(path, exp, config.raw)
