@@ -289,6 +289,10 @@ def test_entries_the_compiler_would_pass_over_are_refused(compiler, store):
         pins = tuple(to_overrides(tree))
         assert {o.unit for o in pins} == set(units)
         assert service.compile(CompileJob(bench, pins)).sha256  # every unit and round: fine
+        # Units taken from the unit cache bring their dumps: their rounds are seen too.
+        extra = Override("Main", 0, "C(Main.nowhere@main.ml:1:0-1)", "inline")
+        again = service.compile(CompileJob(bench, pins + (extra,)))
+        assert again.units_reused == len(units) - 1
         pin = next(o for o in pins if o.unit == "Main")
         rounds = sorted(tree.rounds("Main"))
         assert rounds == list(range(len(rounds))) and len(rounds) > 1  # -O3: several
@@ -311,8 +315,8 @@ def test_entries_the_compiler_would_pass_over_are_refused(compiler, store):
         assert service.compile(CompileJob(bench, (o2,), flags=("-O2",))).sha256
         with pytest.raises(OverridesMismatch, match=r"ran round 0 of Main \(flags: -g\)$"):
             service.compile(CompileJob(bench, (o2,), flags=("-g",)))
-        # Nothing of a refused candidate is kept: three candidates stored, no staging left.
-        assert len(list(store.compiled.glob("*/*"))) == 3
+        # Nothing of a refused candidate is kept: four candidates stored, no staging left.
+        assert len(list(store.compiled.glob("*/*"))) == 4
         assert not list(store.compiled.glob("*/.*")) and not list(store.compiled.glob(".*"))
     finally:
         service.close()
