@@ -10,9 +10,9 @@ import click
 
 from commands.common import report_lost_workers, show_warnings
 from dispatcher.benchmark import Benchmark, ManifestError, resolve_benchmark
-from dispatcher.compile import CompileError, CompileJob
+from dispatcher.compile import CompileError, CompileJob, OverridesMismatch
 from dispatcher.compiler import CompilerNotFound
-from dispatcher.config import ConfigError, load_config
+from dispatcher.config import MAX_RUNS, ConfigError, load_config
 from dispatcher.decisions import DecisionDump, DecisionFileError, read_dumps, read_overrides
 from dispatcher.measure import PairingPolicy, ReferenceFailed
 from dispatcher.records import RunResult
@@ -57,7 +57,8 @@ def cached_results(session: Session, job: RunJob) -> list[RunResult]:
 @click.command()
 @click.argument("benchmark")
 @click.argument("decisions", required=False, type=click.Path(path_type=Path))
-@click.option("--runs", type=click.IntRange(min=1), help="Runs per worker (default: config).")
+@click.option("--runs", type=click.IntRange(1, MAX_RUNS),
+              help="Runs per worker (default: config).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="Config file (default: configs/local.yaml).")
 @click.option("--size", help="Benchmark size from its manifest (default: config).")
@@ -71,10 +72,11 @@ def cached_results(session: Session, job: RunJob) -> list[RunResult]:
 def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
                   config_path: Path | None, size: str | None, csv_only: bool, summary: bool,
                   remeasure: bool, compare: bool) -> None:
-    """Compile BENCHMARK (a bundled name or a directory) with DECISIONS (an overrides file;
-    none: the compiler's heuristic), run it on every worker slot and print one CSV line per
-    worker: worker, overrides file, run times in seconds.  With DECISIONS, the summary also
-    gives its speedup over the heuristic, measured as the search measures candidates."""
+    """Compile BENCHMARK (a bundled name, or a directory's path: ./mine) with DECISIONS (an
+    overrides file; none: the compiler's heuristic), run it on every worker slot and print one
+    CSV line per worker: worker, overrides file, run times in seconds.  With DECISIONS, the
+    summary also gives its speedup over the heuristic, measured as the search measures
+    candidates."""
     try:
         config = load_config(config_path)
         bench = resolve_benchmark(benchmark)
@@ -92,6 +94,8 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
     try:
         try:
             compiled = session.compiler.compile(CompileJob(bench, overrides))
+        except OverridesMismatch as exc:
+            raise click.ClickException(f"{decisions}: {exc}") from None
         except CompileError as exc:
             raise click.ClickException(f"{bench.name}: compile failed: {exc}") from None
         job = RunJob(sha256=compiled.sha256, binary=compiled.binary, args=bench_size.args,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import faulthandler
+import hashlib
 import signal
 import sys
 import threading
@@ -15,6 +16,7 @@ from rich.text import Text
 
 from commands.common import report_lost_workers, show_warnings
 from dispatcher.benchmark import (
+    BUNDLED_DIR,
     Benchmark,
     ManifestError,
     bundled_benchmarks,
@@ -22,7 +24,14 @@ from dispatcher.benchmark import (
     resolve_benchmark,
 )
 from dispatcher.compiler import CompilerNotFound
-from dispatcher.config import ConfigError, load_config
+from dispatcher.config import (
+    MAX_CHAINS,
+    MAX_RUNS,
+    MAX_SEED,
+    MAX_STEPS,
+    ConfigError,
+    load_config,
+)
 from dispatcher.experiment import Chain, ChainStatus, new_experiment, params_of
 from dispatcher.records import FORMAT_VERSION, BatchEntry
 from dispatcher.rundir import Rundir, RundirError, append_batch_log
@@ -30,13 +39,43 @@ from dispatcher.session import Session
 
 
 def read_tasks(path: Path) -> list[str]:
-    """One benchmark (bundled name or directory) per line; # starts a comment."""
+    """One benchmark per line (a bundled name, or a directory's path: ./mine); # starts a
+    comment."""
     try:
-        lines = path.read_text().splitlines()
+        lines = path.read_bytes().decode("utf-8").splitlines()
     except OSError as exc:
         raise click.ClickException(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise click.ClickException(f"{path}: expected UTF-8 text ({exc.reason} at byte "
+                                   f"{exc.start})") from None
     tasks = [line.split("#", 1)[0].strip() for line in lines]
     return [t for t in tasks if t]
+
+
+def task_benchmarks(path: Path) -> list[Benchmark]:
+    """The tasks file's benchmarks, each once: one listed twice (by name, or by two paths to
+    one directory) would run the same chain twice, and its second rundir would collide with
+    the first after the first had started."""
+    tasks = read_tasks(path)
+    benches = [resolve_benchmark(t) for t in tasks]
+    first: dict[Path, int] = {}
+    for i, bench in enumerate(benches):
+        j = first.setdefault(bench.directory.resolve(), i)
+        if j != i:
+            raise click.ClickException(
+                f"{path}: {tasks[i]}: the same benchmark as {tasks[j]} ({bench.directory}): "
+                "list it once (--chains N runs several chains of it)")
+    return benches
+
+
+def rundir_name(bench: Benchmark, algorithm: str, seed: int, stamp: str) -> str:
+    """``<benchmark>-<algorithm>-s<seed>-<stamp>``.  A user's benchmark directory has a digest
+    of its path after its name, so that it never takes the rundir name of the bundled
+    benchmark it is named after (nor of another directory of the same name)."""
+    name = bench.name
+    if bench.directory.resolve() != (BUNDLED_DIR / bench.name).resolve():
+        name += "-" + hashlib.sha256(str(bench.directory.resolve()).encode()).hexdigest()[:8]
+    return f"{name}-{algorithm}-s{seed}-{stamp}"
 
 
 def _progress_line(status: ChainStatus, slots_busy: float, width: int = 20) -> str:
@@ -58,14 +97,14 @@ def _progress_line(status: ChainStatus, slots_busy: float, width: int = 20) -> s
 @click.option("--tasks", "tasks_file", type=click.Path(path_type=Path),
               help="File listing the benchmarks, one per line (default: the training split).")
 @click.option("--algorithm", type=click.Choice(["sa", "random-walk"]))
-@click.option("--steps", type=click.IntRange(min=1))
-@click.option("--chains", "chains_per_task", type=click.IntRange(min=1),
+@click.option("--steps", type=click.IntRange(1, MAX_STEPS))
+@click.option("--chains", "chains_per_task", type=click.IntRange(1, MAX_CHAINS),
               help="Chains per benchmark.")
-@click.option("--seed", type=int)
+@click.option("--seed", type=click.IntRange(-MAX_SEED, MAX_SEED))
 @click.option("--size", help="Benchmark size (default: config run.size).")
-@click.option("--runs", type=click.IntRange(min=1),
+@click.option("--runs", type=click.IntRange(1, MAX_RUNS),
               help="The fewest pairs (candidate and baseline runs) per candidate.")
-@click.option("--max-pairs", type=click.IntRange(min=1),
+@click.option("--max-pairs", type=click.IntRange(1, MAX_RUNS),
               help="The most pairs per candidate (default: config measure.max_pairs).")
 @click.option("--resume", "resume", multiple=True, type=click.Path(path_type=Path),
               help="Continue this rundir exactly where it stopped (repeatable).")
@@ -100,7 +139,7 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
             plans: list[tuple[Benchmark, Rundir | None]] = [
                 (load_benchmark(rd.experiment.benchmark), rd) for rd in rundirs]
         else:
-            benches = ([resolve_benchmark(t) for t in read_tasks(tasks_file)] if tasks_file
+            benches = (task_benchmarks(tasks_file) if tasks_file
                        else bundled_benchmarks("training"))
             if not benches:
                 raise click.ClickException(f"{tasks_file}: no benchmark listed (one name or "
@@ -130,7 +169,7 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
                     exp = new_experiment(bench, k, config, slots, worker_class,
                                          algorithm=algorithm, steps=steps, seed=seed, size=size,
                                          runs=runs, max_pairs=max_pairs)
-                    path = s.rundirs / f"{bench.name}-{exp.algorithm}-s{exp.seed}-{stamp}"
+                    path = s.rundirs / rundir_name(bench, exp.algorithm, exp.seed, stamp)
                     exp = exp.model_copy(update={"rundir": str(path.resolve())})
                     bench.size(exp.size)  # an unknown size fails before anything starts
                     rd = Rundir.create(path, exp, config.raw)

@@ -502,23 +502,33 @@ def bundled_benchmarks(split: str | None = None) -> list[Benchmark]:
     return [b for b in benches if split is None or b.split == split]
 
 
+def is_benchmark_path(name_or_path: str) -> bool:
+    """Whether a benchmark argument is a path: it holds a slash (``./kahan``, ``/x/kahan``)
+    or is ``.``, ``..`` or ``benchmark.yaml``.  Anything else is a bundled benchmark's name,
+    whatever the working directory holds."""
+    s = str(name_or_path)
+    return "/" in s or os.sep in s or s in (".", "..", MANIFEST_NAME)
+
+
 def resolve_benchmark(name_or_path: str) -> Benchmark:
     """A benchmark from a directory path, or else a bundled benchmark's name.
 
-    Anything containing ``/`` or naming an existing directory (or benchmark.yaml) is a path;
-    other strings are looked up among the bundled benchmarks.
+    A bare name always means the bundled benchmark, never a folder of that name in the working
+    directory (which would silently give another program under the same name): a directory is
+    given as a path (``is_benchmark_path``).
     """
     s = str(name_or_path)
-    if "/" in s or os.sep in s or Path(s).is_dir() or Path(s).name == MANIFEST_NAME:
+    if is_benchmark_path(s):
         return load_benchmark(s)
     names = _bundled_names()
     if s in names:
         return load_benchmark(BUNDLED_DIR / s)
+    local = (f"; for the directory {s} here, write ./{s}"
+             if Path(s).is_dir() else "; or give the path of a benchmark directory")
     raise ManifestError(
         BUNDLED_DIR,
         s,
-        f"unknown benchmark (known: {', '.join(names) or 'none'}; "
-        "or give the path of a benchmark directory)",
+        f"unknown benchmark (known: {', '.join(names) or 'none'}{local})",
     )
 
 

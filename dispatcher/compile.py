@@ -11,6 +11,11 @@ store under its inputs, which include the .cmi/.cmx of the units compiled before
 compiles that unit, and the later ones only if its .cmi/.cmx changed; the link always runs.
 The binary and dumps are byte-identical to a whole build (tested).  Two compiles needing the
 same unit at once compile it once.
+
+Entries the compiler would pass over silently are refused (``OverridesMismatch``): one for a
+unit the benchmark does not have, before compiling, and one for a round the compiler did not
+run for its unit, known from the dumps it wrote, before the candidate is stored.  A search's
+entries come from the compiler's own dumps, so they always pass.
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from pathlib import Path
 
 from dispatcher.benchmark import Benchmark, BuildError, build_benchmark
 from dispatcher.compiler import Compiler
-from dispatcher.decisions import Override, overrides_text
+from dispatcher.decisions import DUMP_NAME, Override, overrides_text
 from dispatcher.store import Artifact, Store, compile_key, unit_key
 
 
@@ -62,6 +67,44 @@ class CompileError(RuntimeError):
     def __init__(self, message: str, output: str):
         super().__init__(message)
         self.output = output
+
+
+class OverridesMismatch(CompileError):
+    """Override entries the compiler would pass over without a word: for a unit the benchmark
+    does not have (``main`` for ``Main``) or a round the compiler did not run.  The message
+    names the entry by its index in the job's overrides (an overrides file's order)."""
+
+
+def check_override_units(job: CompileJob) -> None:
+    """Every entry names one of the benchmark's compilation units, exactly (each unit is
+    given only its own entries, so any other would be dropped)."""
+    units = [u.module for u in job.benchmark.units() if u.is_impl]
+    known = set(units)
+    for i, o in enumerate(job.overrides):
+        if o.unit not in known:
+            same = [u for u in units if u.lower() == o.unit.lower()]
+            hint = f"did you mean {same[0]}? " if same else ""
+            raise OverridesMismatch(f"override {i}: unit {o.unit}: {job.benchmark.name} has no "
+                                    f"such unit ({hint}its units: {', '.join(units)})", "")
+
+
+def check_override_rounds(job: CompileJob, decision_files: list[Path], output: str) -> None:
+    """Every entry names a round the compiler ran for its unit: it writes one dump per unit
+    and round (``<prefix>.<round>.decisions.sexp``), whatever it decided."""
+    stems = {u.source[:-3]: u.module for u in job.benchmark.units() if u.is_impl}
+    ran: dict[str, set[int]] = {}
+    for f in decision_files:
+        m = DUMP_NAME.match(f.name)
+        if m and m["prefix"] in stems:
+            ran.setdefault(stems[m["prefix"]], set()).add(int(m["round"]))
+    for i, o in enumerate(job.overrides):
+        rounds = ran.get(o.unit, set())
+        if o.round not in rounds:
+            did = (f"rounds 0 to {max(rounds)}" if len(rounds) > 1 else
+                   f"round {min(rounds)}" if rounds else "no round")
+            raise OverridesMismatch(
+                f"override {i}: unit {o.unit} round {o.round}: the compiler ran {did} of "
+                f"{o.unit} (flags: {' '.join(job.effective_flags) or 'none'})", output)
 
 
 class StoreUnitCache:
@@ -150,6 +193,7 @@ class CompileService:
 
     def _compile(self, key: str, job: CompileJob, source_hash: str) -> CompileResult:
         t0 = time.monotonic()
+        check_override_units(job)
         cached = self.store.artifact(key)
         if cached is not None:
             return CompileResult(cached, True, time.monotonic() - t0)
@@ -174,6 +218,7 @@ class CompileService:
                                          dump_decisions=True, unit_cache=self.units)
             except BuildError as exc:
                 raise CompileError(str(exc), exc.output) from None
+            check_override_rounds(job, result.decision_files, result.compiler_output)
             # Keep what analysis needs, not the object files.
             result.binary.rename(staging / "binary")
             for dump in result.decision_files:

@@ -83,6 +83,19 @@ class _StrictLoader(yaml.SafeLoader):
                                     f"expected a finite number, got {node.value}")
 
 
+#: Upper bounds of the config's counts and durations (documented in configs/local.yaml): past
+#: them a value is a slip (a million seconds, a zero too many) that would fail hours later, or
+#: never, in a job; it is refused up front with the file and key instead.
+MAX_SECONDS = 24 * 3600  # run.timeout, scheduler.backoff_max_s (and local.lock_wait)
+MAX_BACKOFF_S = 3600  # scheduler.backoff_s, ssh.connect_timeout
+MAX_RUNS = 10_000  # run.runs, search.baseline_runs, measure.max_pairs
+MAX_STEPS = 1_000_000  # search.steps, search.remeasure_every, measure.canary_every
+MAX_CHAINS = 1_000  # search.chains, search.max_flips, scheduler.quarantine_after
+MAX_ATTEMPTS = 100  # scheduler.attempts
+MAX_PARALLEL = 1_024  # compile.jobs, search.candidates_per_step
+MAX_SEED = 2 ** 63 - 1  # search.seed, either sign
+
+
 def _finite_number(v: Any) -> bool:
     """An int or float (not a bool) that is finite as a float (a huge int is not)."""
     if not isinstance(v, (int, float)) or isinstance(v, bool):
@@ -183,16 +196,25 @@ class ConfigReader:
             raise self.fail(f"{key}.{unknown[0]}", f"one of {', '.join(sorted(allowed))}",)
         return value
 
-    def positive_int(self, data: dict, key: str, name: str, default: int) -> int:
+    def positive_int(self, data: dict, key: str, name: str, default: int, *, most: int) -> int:
         v = data.get(key, default)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise self.fail(name, "a positive integer", v)
+        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= most:
+            raise self.fail(name, f"a positive integer, at most {most}", v)
         return v
 
-    def positive_number(self, data: dict, key: str, name: str, default: float) -> float:
+    def count(self, data: dict, key: str, name: str, default: int, *, most: int,
+              what: str = "a number of steps") -> int:
+        """A whole number where 0 means never."""
         v = data.get(key, default)
-        if not _finite_number(v) or v <= 0:
-            raise self.fail(name, "a positive number", v)
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= most:
+            raise self.fail(name, f"{what} from 0 (never) to {most}", v)
+        return v
+
+    def positive_number(self, data: dict, key: str, name: str, default: float, *, most: float,
+                        what: str = "a positive number") -> float:
+        v = data.get(key, default)
+        if not _finite_number(v) or not 0 < v <= most:
+            raise self.fail(name, f"{what}, at most {most:g}", v)
         return float(v)
 
     def local_path(self, value: Any, name: str, expected: str = "a file path") -> Path:
@@ -230,9 +252,8 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
             backends[name] = backend_spec(name).parse(raw, r)
 
     run = r.section(data, "run", {"runs", "timeout", "perf", "size", "aslr"})
-    timeout = run.get("timeout", RunConfig.timeout)
-    if not _finite_number(timeout) or timeout <= 0:
-        raise r.fail("run.timeout", "a positive number of seconds", timeout)
+    timeout = r.positive_number(run, "timeout", "run.timeout", RunConfig.timeout,
+                                most=MAX_SECONDS, what="a positive number of seconds")
     perf = run.get("perf", True)
     if not isinstance(perf, bool):
         raise r.fail("run.perf", "true or false", perf)
@@ -247,35 +268,38 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
     jobs_raw = compile_.get("jobs", "auto")
     master = backend_spec(backend).master_cpus(backends[backend])
     jobs = (len(master) if master else (os.cpu_count() or 1)) if jobs_raw == "auto" else \
-        r.positive_int(compile_, "jobs", "compile.jobs", 1)
+        r.positive_int(compile_, "jobs", "compile.jobs", 1, most=MAX_PARALLEL)
 
     search = _search_config(r, data, path)
     sched = r.section(data, "scheduler", {"attempts", "quarantine_after", "backoff_s",
                                           "backoff_max_s"})
     scheduler = SchedulerConfig(
-        attempts=r.positive_int(sched, "attempts", "scheduler.attempts", 3),
+        attempts=r.positive_int(sched, "attempts", "scheduler.attempts", 3, most=MAX_ATTEMPTS),
         quarantine_after=r.positive_int(sched, "quarantine_after", "scheduler.quarantine_after",
-                                        5),
-        backoff_s=r.positive_number(sched, "backoff_s", "scheduler.backoff_s", 1.0),
-        backoff_max_s=r.positive_number(sched, "backoff_max_s", "scheduler.backoff_max_s", 60.0))
+                                        5, most=MAX_CHAINS),
+        backoff_s=r.positive_number(sched, "backoff_s", "scheduler.backoff_s", 1.0,
+                                    most=MAX_BACKOFF_S, what="a positive number of seconds"),
+        backoff_max_s=r.positive_number(sched, "backoff_max_s", "scheduler.backoff_max_s", 60.0,
+                                        most=MAX_SECONDS, what="a positive number of seconds"))
     m = r.section(data, "measure", {"max_pairs", "half_width", "canary_every", "confirm"})
     half_width = m.get("half_width", MeasureConfig.half_width)
     if not _finite_number(half_width) or not 0 < half_width < 1:
         raise r.fail("measure.half_width", "a fraction between 0 and 1 (0.01: +-1%)",
                      half_width)
-    canary_every = m.get("canary_every", MeasureConfig.canary_every)
-    if not isinstance(canary_every, int) or isinstance(canary_every, bool) or canary_every < 0:
-        raise r.fail("measure.canary_every", "a number of steps (0: never)", canary_every)
+    canary_every = r.count(m, "canary_every", "measure.canary_every",
+                           MeasureConfig.canary_every, most=MAX_STEPS)
     confirm = m.get("confirm", True)
     if not isinstance(confirm, bool):
         raise r.fail("measure.confirm", "true or false", confirm)
     measure = MeasureConfig(
-        max_pairs=r.positive_int(m, "max_pairs", "measure.max_pairs", MeasureConfig.max_pairs),
+        max_pairs=r.positive_int(m, "max_pairs", "measure.max_pairs", MeasureConfig.max_pairs,
+                                 most=MAX_RUNS),
         half_width=float(half_width), canary_every=canary_every, confirm=confirm)
     return Config(path=path, backend=backend, store=store, search=search, scheduler=scheduler,
                   backends=backends, measure=measure,
-                  run=RunConfig(runs=r.positive_int(run, "runs", "run.runs", RunConfig.runs),
-                                timeout=float(timeout), perf=perf, size=size, aslr=aslr),
+                  run=RunConfig(runs=r.positive_int(run, "runs", "run.runs", RunConfig.runs,
+                                                    most=MAX_RUNS),
+                                timeout=timeout, perf=perf, size=size, aslr=aslr),
                   compile_jobs=jobs, raw=data)
 
 
@@ -296,14 +320,12 @@ def _search_config(r: ConfigReader, data: dict, path: Path | None) -> SearchConf
     if focus not in ("hot", "uniform"):
         raise r.fail("search.focus", "hot or uniform", focus)
     seed = d.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise r.fail("search.seed", "an integer", seed)
+    if not isinstance(seed, int) or isinstance(seed, bool) or abs(seed) > MAX_SEED:
+        raise r.fail("search.seed", f"an integer from -{MAX_SEED} to {MAX_SEED}", seed)
     cps = d.get("candidates_per_step", "auto")
-    candidates = None if cps == "auto" else r.positive_int(d, "candidates_per_step",
-                                                           "search.candidates_per_step", 1)
-    remeasure = d.get("remeasure_every", 10)
-    if not isinstance(remeasure, int) or isinstance(remeasure, bool) or remeasure < 0:
-        raise r.fail("search.remeasure_every", "a number of steps (0: never)", remeasure)
+    candidates = None if cps == "auto" else r.positive_int(
+        d, "candidates_per_step", "search.candidates_per_step", 1, most=MAX_PARALLEL)
+    remeasure = r.count(d, "remeasure_every", "search.remeasure_every", 10, most=MAX_STEPS)
     paths: dict[str, Path] = {}
     for key in ("rundirs", "batch_log"):
         v = d.get(key, str(getattr(SearchConfig, key)))
@@ -313,11 +335,13 @@ def _search_config(r: ConfigReader, data: dict, path: Path | None) -> SearchConf
         paths[key] = p if p.is_absolute() else Path.cwd() / p
     return SearchConfig(
         algorithm=algorithm, seed=seed, candidates_per_step=candidates,
-        steps=r.positive_int(d, "steps", "search.steps", 300),
-        chains=r.positive_int(d, "chains", "search.chains", 1),
-        baseline_runs=r.positive_int(d, "baseline_runs", "search.baseline_runs", 10),
+        steps=r.positive_int(d, "steps", "search.steps", 300, most=MAX_STEPS),
+        chains=r.positive_int(d, "chains", "search.chains", 1, most=MAX_CHAINS),
+        baseline_runs=r.positive_int(d, "baseline_runs", "search.baseline_runs", 10,
+                                     most=MAX_RUNS),
         remeasure_every=remeasure,
-        max_flips=r.positive_int(d, "max_flips", "search.max_flips", 2), focus=focus,
+        max_flips=r.positive_int(d, "max_flips", "search.max_flips", 2, most=MAX_CHAINS),
+        focus=focus,
         t_start=temps["t_start"], t_end=temps["t_end"], rundirs=paths["rundirs"],
         batch_log=paths["batch_log"])
 
@@ -326,9 +350,15 @@ def load_config(path: Path | str | None = None) -> Config:
     """Load and validate a config file (default: ``configs/local.yaml``)."""
     path = Path(path) if path is not None else DEFAULT_CONFIG
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path}: expected UTF-8 text ({exc.reason} at byte {exc.start}, "
+                          f"line {line})") from None
     try:
         data = yaml.load(text, Loader=_StrictLoader)
     except _KeyPathError as exc:

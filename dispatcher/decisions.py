@@ -231,51 +231,192 @@ def write_overrides(path: Path | str, overrides: Iterable[Override]) -> Path:
     return write_text_atomic(Path(path), overrides_text(overrides))
 
 
-def parse_overrides(text: str, source: str = "<overrides>") -> list[Override]:
-    """Read an overrides file, with a one-line error naming the file for anything malformed.
+#: The most entries an overrides file may hold.  The compiler's dump lists every key that
+#: matched nothing, and with the default 8 MiB stack it dies of a stack overflow past about
+#: 260,000 entries for one unit and round (measured, compiler/README.md); a search's files hold
+#: a few thousand.  Reading 100,000 entries takes about a second on the master.
+MAX_OVERRIDES = 100_000
 
-    The compiler checks the same things with line and column; this lets the master refuse a
-    bad file before it starts compiling anything.
-    """
+# An overrides file in the layout ``overrides_text`` writes (sections and fields in its order,
+# no comments) is read entry by entry with one regular expression, several times faster than
+# the token reader; any other layout takes the general path, which also says what is wrong.
+_STRING = r'"([^"\\]*(?:\\["\\nt][^"\\]*)*)"'
+_HEAD = re.compile(r'\s*\(\s*inlining_overrides\s*\(\s*version\s+' + str(FORMAT_VERSION)
+                   + r'\s*\)\s*\(\s*overrides(?=[\s()])')
+_ENTRY = re.compile(r'\s*\(\s*\(\s*unit\s*(?:' + _STRING + r'|\s([^\s()";]+))\s*\)\s*'
+                    r'\(\s*round\s+([0-9]+)\s*\)\s*\(\s*key\s*' + _STRING + r'\s*\)\s*'
+                    r'\(\s*action\s+([^\s()";]+)\s*\)\s*\)')
+_TAIL = re.compile(r'\s*\)\s*\)\s*\Z')
+_ENTRY_FIELDS = ("unit", "round", "key", "action")
+
+
+def _atom(text: str):
+    """An atom as ``read_sexp`` gives it: an int for digits, else a ``Symbol``."""
+    return int(text) if _INT.match(text) else sexpdata.Symbol(text)
+
+
+def _unescape(s: str) -> str:
+    return _ESCAPE.sub(lambda e: _UNESCAPE[e.group(1)], s) if "\\" in s else s
+
+
+def _fast_entries(text: str) -> list[tuple] | None:
+    """(unit string, unit atom, round, key, action) per entry of a file in the master's own
+    layout; None for any other text."""
+    head = _HEAD.match(text)
+    if head is None:
+        return None
+    rows = []
+    pos = head.end()
+    match = _ENTRY.match
+    while (m := match(text, pos)) is not None:
+        rows.append(m.groups())
+        pos = m.end()
+    return rows if _TAIL.match(text, pos) else None
+
+
+def _general_entries(text: str, source: str) -> list:
+    """The entries of any well-formed overrides file, each as its s-expression."""
     try:
-        form = sexpdata.loads(text)
-    except Exception as exc:
-        raise DecisionFileError(f"{source}: not a valid s-expression ({exc})") from None
+        form = read_sexp(text)
+    except ValueError:
+        try:  # not in the compiler's syntax: the general reader, and its error message
+            form = sexpdata.loads(text)
+        except Exception as exc:  # sexpdata raises several types
+            raise DecisionFileError(f"{source}: not a valid s-expression ({exc})") from None
     if not isinstance(form, list) or not form or _sym(form[0]) != "inlining_overrides":
         raise DecisionFileError(
             f"{source}: expected (inlining_overrides (version 1) (overrides ...))")
-    sections = _fields(form[1:], source)
+    sections = {}
+    for section in form[1:]:
+        name = _sym(section[0]) if isinstance(section, list) and section else None
+        if name not in ("version", "overrides"):
+            raise DecisionFileError(f"{source}: expected (version {FORMAT_VERSION}) and "
+                                    f"(overrides ...), got {sexpdata.dumps(section)[:60]}")
+        if name in sections:
+            raise DecisionFileError(f"{source}: ({name} ...) given twice")
+        sections[name] = section[1:]
     if sections.get("version") != [FORMAT_VERSION]:
         raise DecisionFileError(f"{source}: expected (version {FORMAT_VERSION})")
     if "overrides" not in sections:
         raise DecisionFileError(f"{source}: missing (overrides ...)")
-    out = []
-    for i, entry in enumerate(sections["overrides"]):
-        where = f"{source}: override {i}"
-        if not isinstance(entry, list):
-            raise DecisionFileError(f"{where}: expected ((unit U) (round N) (key K) (action A))")
-        f = _fields(entry, where)
-        unknown = set(f) - {"unit", "round", "key", "action"}
-        if unknown:
-            raise DecisionFileError(f"{where}: unknown field {sorted(unknown)[0]}")
+    return sections["overrides"]
+
+
+def _entry_fields(entry, where: str) -> dict:
+    """An entry's s-expression as {field: value}, each of the four fields at most once."""
+    if not isinstance(entry, list):
+        raise DecisionFileError(f"{where}: expected ((unit U) (round N) (key K) (action A))")
+    fields = {}
+    for item in entry:
+        if not isinstance(item, list) or len(item) != 2 or _sym(item[0]) is None:
+            raise DecisionFileError(f"{where}: expected (field value) pairs, got "
+                                    f"{sexpdata.dumps(item)[:60]}")
+        name = _sym(item[0])
+        if name not in _ENTRY_FIELDS:
+            raise DecisionFileError(f"{where}: unknown field {name} (expected one of "
+                                    f"{', '.join(_ENTRY_FIELDS)})")
+        if name in fields:
+            raise DecisionFileError(f"{where}: field {name} given twice")
+        fields[name] = item[1]
+    return fields
+
+
+def _number(value) -> bool:
+    """An atom that reads as a number (sexpdata makes ints and floats of them)."""
+    if isinstance(value, sexpdata.Symbol):
+        value = value.value()
         try:
-            round_ = _one(f, "round", where)
-            if not isinstance(round_, int) or isinstance(round_, bool) or round_ < 0:
-                raise DecisionFileError(f"{where}: round: expected a non-negative integer")
-            out.append(Override(unit=_text(_one(f, "unit", where)), round=round_,
-                                key=_text(_one(f, "key", where)),
-                                action=_text(_one(f, "action", where))))
-        except (TypeError, ValueError) as exc:
-            if isinstance(exc, DecisionFileError):
-                raise
-            raise DecisionFileError(f"{where}: {exc}") from None
+            float(value)
+        except ValueError:
+            return False
+        return True
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _describe(value) -> str:
+    if isinstance(value, list):
+        return "a list"
+    if _number(value):
+        return f"the number {value.value() if isinstance(value, sexpdata.Symbol) else value}"
+    if isinstance(value, sexpdata.Symbol):
+        return f"the atom {value.value()}"
+    return f"the string {value!r}"
+
+
+def _entry(fields: dict, where: str) -> Override:
+    """One entry's fields checked as the compiler checks them, and more strictly in two ways:
+    a key must be a quoted string (every real key holds parentheses, which an atom cannot) and
+    a unit a name, not a number."""
+    for name in _ENTRY_FIELDS:
+        if name not in fields:
+            raise DecisionFileError(f"{where}: missing field ({name} ...)")
+    unit, round_, key, action = (fields[n] for n in _ENTRY_FIELDS)
+    if _number(unit) or not isinstance(unit, (str, sexpdata.Symbol)) or unit == "":
+        raise DecisionFileError(f"{where}: unit: expected a module name (an atom or a string), "
+                                f"got {_describe(unit)}")
+    if (not isinstance(round_, int) or isinstance(round_, bool)
+            or not 0 <= round_ < 10 ** 8):  # the compiler reads at most 8 digits
+        raise DecisionFileError(f"{where}: round: expected a non-negative integer, "
+                                f"got {_describe(round_)}")
+    if not isinstance(key, str) or isinstance(key, sexpdata.Symbol) or not key:
+        raise DecisionFileError(f"{where}: key: expected a call-site key in double quotes, "
+                                f"got {_describe(key)}")
+    if _sym(action) not in ACTIONS:
+        raise DecisionFileError(f"{where}: action: expected one of {', '.join(ACTIONS)}, "
+                                f"got {_describe(action)}")
+    return Override(unit=unit.value() if isinstance(unit, sexpdata.Symbol) else unit,
+                    round=round_, key=key, action=action.value())
+
+
+def parse_overrides(text: str, source: str = "<overrides>") -> list[Override]:
+    """Read an overrides file, with a one-line error naming the file (and the entry, counted
+    from 0) for anything malformed, conflicting or too large.
+
+    The compiler checks the same things with line and column; this lets the master refuse a
+    bad file before it starts compiling anything.  Entries come back in file order, an entry
+    repeated with the same action included.
+    """
+    rows = _fast_entries(text)
+    entries: list = rows if rows is not None else _general_entries(text, source)
+    if len(entries) > MAX_OVERRIDES:
+        raise DecisionFileError(f"{source}: {len(entries):,} override entries, more than the "
+                                f"limit of {MAX_OVERRIDES:,} (compiler/README.md)")
+    out = []
+    seen: dict[tuple[str, int, str], tuple[int, str]] = {}
+    for i, entry in enumerate(entries):
+        if rows is not None:
+            unit_string, unit_atom, round_, key, action = entry
+            unit = unit_atom if unit_string is None else _unescape(unit_string)
+            key = _unescape(key)
+            if (unit and key and action in ACTIONS and len(round_) <= 8
+                    and (unit_atom is None or unit_atom[0].isalpha())):
+                o = Override(unit, int(round_), key, action)
+            else:  # the general check, for its message
+                o = _entry({"unit": unit if unit_atom is None else _atom(unit_atom),
+                            "round": int(round_), "key": key, "action": _atom(action)},
+                           f"{source}: override {i}")
+        else:
+            o = _entry(_entry_fields(entry, f"{source}: override {i}"),
+                       f"{source}: override {i}")
+        first = seen.setdefault((o.unit, o.round, o.key), (i, o.action))
+        if first[1] != o.action:
+            raise DecisionFileError(
+                f"{source}: override {i}: conflicting actions for key {o.key!r} in unit "
+                f"{o.unit} round {o.round}: {o.action} here, {first[1]} in override {first[0]}")
+        out.append(o)
     return out
 
 
 def read_overrides(path: Path | str) -> list[Override]:
     path = Path(path)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise DecisionFileError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise DecisionFileError(f"{path}: expected UTF-8 text ({exc.reason} at byte "
+                                f"{exc.start}, line {line})") from None
     return parse_overrides(text, str(path))

@@ -30,7 +30,7 @@ from pathlib import Path
 import paramiko
 
 from dispatcher.backend import BackendContext, BackendSpec, PermanentLoss
-from dispatcher.config import ConfigReader
+from dispatcher.config import MAX_BACKOFF_S, ConfigReader
 from dispatcher.files import sha256_file
 from dispatcher.worker import (
     AGENT_PATH,
@@ -51,6 +51,7 @@ LOCK_WAIT_S = 30.0  # how long a new agent waits for the lock of an agent that i
 JOB_SLACK_S = 30.0  # beyond 1.5 x the runs' own timeouts, before a silent agent is presumed hung
 STALE_UPLOAD_S = 3600.0  # partial uploads older than this are removed on connect
 HOST_RETRY_S = 1.0  # after a failed connect, the host's other slots fail fast this long
+MAX_CACHE_MB = 1 << 20  # ssh.hosts[].cache_limit_mb: at most 1 TiB of binaries on a worker
 
 
 @dataclass(frozen=True)
@@ -520,7 +521,8 @@ def parse_config(section: dict, r: ConfigReader) -> SshConfig:
     tofu = d.get("trust_on_first_use", False)
     if not isinstance(tofu, bool):
         raise r.fail("ssh.trust_on_first_use", "true or false", tofu)
-    timeout = r.positive_number(d, "connect_timeout", "ssh.connect_timeout", 10.0)
+    timeout = r.positive_number(d, "connect_timeout", "ssh.connect_timeout", 10.0,
+                                most=MAX_BACKOFF_S, what="a positive number of seconds")
     hosts_raw = d.get("hosts")
     if not isinstance(hosts_raw, list) or not hosts_raw:
         raise r.fail("ssh.hosts", "a non-empty list of hosts", hosts_raw)
@@ -565,7 +567,8 @@ def parse_config(section: dict, r: ConfigReader) -> SshConfig:
         python = h.get("python", "python3")
         if not isinstance(python, str) or not python or any(c in python for c in "\0\n"):
             raise r.fail(f"{where}.python", "the worker's python3 (a command or path)", python)
-        limit_mb = r.positive_int(h, "cache_limit_mb", f"{where}.cache_limit_mb", 2048)
+        limit_mb = r.positive_int(h, "cache_limit_mb", f"{where}.cache_limit_mb", 2048,
+                                  most=MAX_CACHE_MB)
         worker_class = h.get("worker_class", "ssh")
         if not isinstance(worker_class, str) or not worker_class or "\0" in worker_class:
             raise r.fail(f"{where}.worker_class", "a non-empty string", worker_class)

@@ -339,10 +339,31 @@ def test_user_benchmark_directory_works_like_a_bundled_one(compiler, tmp_path, m
     assert sorted(p.name for p in d.iterdir()) == ["benchmark.yaml", "main.ml", "util.ml"]
 
 
-def test_user_benchmark_relative_name_in_cwd(tmp_path, monkeypatch):
+def test_a_bare_name_is_the_bundled_benchmark_whatever_the_working_directory_holds(
+        tmp_path, monkeypatch):
+    """A folder named like a bundled benchmark in the working directory must not silently
+    replace it; the folder is reached by a path."""
+    bundled = BUNDLED[0]
+    mine = _make_bench(tmp_path, _replace("name: demo", f"name: {bundled.name}"),
+                       name=bundled.name)
+    monkeypatch.chdir(tmp_path)
+    assert resolve_benchmark(bundled.name) == bundled
+    for path in (f"./{bundled.name}", str(mine), f"{bundled.name}/", f"./{bundled.name}/"
+                 "benchmark.yaml"):
+        assert resolve_benchmark(path).directory == mine, path
+    monkeypatch.chdir(mine)  # "." and a bare benchmark.yaml are paths too
+    assert resolve_benchmark(".").directory == mine
+    assert resolve_benchmark("benchmark.yaml").directory == mine
+
+
+def test_a_bare_name_of_a_local_folder_only_points_to_its_path(tmp_path, monkeypatch):
     _make_bench(tmp_path)
     monkeypatch.chdir(tmp_path)
-    assert resolve_benchmark("demo").directory == tmp_path / "demo"
+    with pytest.raises(ManifestError) as err:
+        resolve_benchmark("demo")
+    assert str(err.value).endswith("; for the directory demo here, write ./demo)")
+    assert "\n" not in str(err.value)
+    assert resolve_benchmark("./demo").directory == tmp_path / "demo"
 
 
 def test_flags_override_and_rebuild_in_same_directory(compiler, tmp_path):

@@ -3,20 +3,35 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
 from dispatcher.benchmark import build_benchmark, resolve_benchmark
-from dispatcher.compile import CompileError, CompileJob, CompileService
-from dispatcher.config import ConfigError, load_config
+from dispatcher.compile import CompileError, CompileJob, CompileService, OverridesMismatch
+from dispatcher.config import (
+    MAX_ATTEMPTS,
+    MAX_BACKOFF_S,
+    MAX_CHAINS,
+    MAX_PARALLEL,
+    MAX_RUNS,
+    MAX_SECONDS,
+    MAX_SEED,
+    MAX_STEPS,
+    ConfigError,
+    load_config,
+)
 from dispatcher.decisions import Override, read_dumps, write_overrides
 from dispatcher.local import LocalBackend
 from dispatcher.scheduler import Scheduler
+from dispatcher.ssh import MAX_CACHE_MB
 from dispatcher.store import Store
+from dispatcher.tree import Tree, to_overrides
 from dispatcher.worker import RunJob
 
 REPO = Path(__file__).resolve().parent.parent
@@ -102,7 +117,7 @@ def test_bad_config_is_one_clear_line(tmp_path, text, message):
      "ssh.hosts[0].host: duplicate key (line 4)"),
     ("run: {runs: 3, runs: 3}\n", "run.runs: duplicate key (line 1)"),
     ("run:\n  timeout: 1" + "0" * 400 + "\n", "run.timeout: expected a positive number of "
-     "seconds, got 1" + "0" * 400),  # an int too large for a float
+     "seconds, at most 86400, got 1" + "0" * 400),  # an int too large for a float
 ])
 def test_duplicate_keys_and_non_finite_numbers_are_one_exact_line(tmp_path, text, message):
     path = tmp_path / "bad.yaml"
@@ -110,6 +125,78 @@ def test_duplicate_keys_and_non_finite_numbers_are_one_exact_line(tmp_path, text
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert str(err.value) == f"{path}: {message}"
+
+
+def test_a_config_that_is_not_utf8_is_one_line(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("run:\n  runs: 3  # tr\xe8s peu\n".encode("latin-1"))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == (f"{path}: expected UTF-8 text (invalid continuation byte at "
+                              "byte 20, line 2)")
+
+
+# Every count and duration of the config, as (section, key, bound, what the error expects).
+_BOUNDED = [
+    ("run", "timeout", MAX_SECONDS, "a positive number of seconds, at most 86400"),
+    ("run", "runs", MAX_RUNS, "a positive integer, at most 10000"),
+    ("compile", "jobs", MAX_PARALLEL, "a positive integer, at most 1024"),
+    ("scheduler", "attempts", MAX_ATTEMPTS, "a positive integer, at most 100"),
+    ("scheduler", "quarantine_after", MAX_CHAINS, "a positive integer, at most 1000"),
+    ("scheduler", "backoff_s", MAX_BACKOFF_S, "a positive number of seconds, at most 3600"),
+    ("scheduler", "backoff_max_s", MAX_SECONDS, "a positive number of seconds, at most 86400"),
+    ("measure", "max_pairs", MAX_RUNS, "a positive integer, at most 10000"),
+    ("measure", "canary_every", MAX_STEPS, "a number of steps from 0 (never) to 1000000"),
+    ("search", "steps", MAX_STEPS, "a positive integer, at most 1000000"),
+    ("search", "chains", MAX_CHAINS, "a positive integer, at most 1000"),
+    ("search", "baseline_runs", MAX_RUNS, "a positive integer, at most 10000"),
+    ("search", "candidates_per_step", MAX_PARALLEL, "a positive integer, at most 1024"),
+    ("search", "remeasure_every", MAX_STEPS, "a number of steps from 0 (never) to 1000000"),
+    ("search", "max_flips", MAX_CHAINS, "a positive integer, at most 1000"),
+    ("search", "seed", MAX_SEED, f"an integer from -{MAX_SEED} to {MAX_SEED}"),
+    ("ssh", "connect_timeout", MAX_BACKOFF_S, "a positive number of seconds, at most 3600"),
+    ("local", "lock_wait", 86400, "seconds in 0..86400"),
+]
+_SSH_HOST = {"host": "a", "rundir": "r", "cpus": [1]}
+
+
+@pytest.mark.parametrize("section, key, bound, expected", _BOUNDED,
+                         ids=[f"{s}.{k}" for s, k, *_ in _BOUNDED])
+def test_counts_and_durations_have_a_documented_upper_bound(tmp_path, section, key, bound,
+                                                            expected):
+    """A million seconds (or a zero too many) is refused in one line naming the file and key,
+    not found when a job reaches a worker; the bound itself is accepted and documented."""
+    path = tmp_path / "c.yaml"
+
+    def config(value):
+        data = {section: {key: value}}
+        if section == "ssh":
+            data["ssh"].update(user="u", hosts=[_SSH_HOST])
+        path.write_text(yaml.safe_dump(data))
+        return load_config(path)
+
+    config(bound)
+    for value in (bound + 1, 1_000_000_000, 1e6, 2 ** 64):
+        if value <= bound or (isinstance(value, float) and "seconds" not in expected):
+            continue
+        with pytest.raises(ConfigError) as err:
+            config(value)
+        assert str(err.value) == f"{path}: {section}.{key}: expected {expected}, got {value!r}"
+    docs = (REPO / "configs" / ("example-ssh.yaml" if section == "ssh" else "local.yaml"))
+    # The key's line and the comment lines that continue it.
+    documented = re.search(rf"^ *{key}:.*#.*(?:\n +#.*)*", docs.read_text(), re.MULTILINE)
+    documented = documented and re.search(rf"\b(?:at most|to) {bound}\b", documented[0])
+    assert documented or key in ("seed", "lock_wait"), f"{key}: bound not in {docs}"
+
+
+def test_an_ssh_hosts_cache_limit_is_bounded(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"ssh": {"user": "u", "hosts": [
+        {**_SSH_HOST, "cache_limit_mb": MAX_CACHE_MB + 1}]}}))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == (f"{path}: ssh.hosts[0].cache_limit_mb: expected a positive "
+                              f"integer, at most {MAX_CACHE_MB}, got {MAX_CACHE_MB + 1}")
 
 
 def test_merge_keys_and_finite_floats_are_not_refused(tmp_path):
@@ -189,6 +276,52 @@ def test_compile_failure_is_reported(compiler, store, tmp_path):
         service.close()
 
 
+def test_entries_the_compiler_would_pass_over_are_refused(compiler, store):
+    """A unit spelt in another case, or a round the compiler does not run, would be dropped
+    without a word (the dump says ``(entries 0)``): refused, naming the entry.  A search's
+    pins, taken from the compiler's dumps, always pass."""
+    bench = resolve_benchmark("kahan")
+    units = [u.module for u in bench.units() if u.is_impl]
+    service = CompileService(store, compiler)
+    try:
+        base = service.compile(CompileJob(bench))
+        tree = Tree.from_dumps(read_dumps(base.artifact.decision_files))
+        pins = tuple(to_overrides(tree))
+        assert {o.unit for o in pins} == set(units)
+        assert service.compile(CompileJob(bench, pins)).sha256  # every unit and round: fine
+        # Units taken from the unit cache bring their dumps: their rounds are seen too.
+        extra = Override("Main", 0, "C(Main.nowhere@main.ml:1:0-1)", "inline")
+        again = service.compile(CompileJob(bench, pins + (extra,)))
+        assert again.units_reused == len(units) - 1
+        pin = next(o for o in pins if o.unit == "Main")
+        rounds = sorted(tree.rounds("Main"))
+        assert rounds == list(range(len(rounds))) and len(rounds) > 1  # -O3: several
+        with pytest.raises(OverridesMismatch) as err:
+            service.compile(CompileJob(bench, (pin, replace(pin, unit="main"))))
+        assert str(err.value) == (f"override 1: unit main: kahan has no such unit (did you "
+                                  f"mean Main? its units: {', '.join(units)})")
+        with pytest.raises(OverridesMismatch) as err:
+            service.compile(CompileJob(bench, (Override("Nowhere", 0, pin.key, "inline"),)))
+        assert str(err.value) == (f"override 0: unit Nowhere: kahan has no such unit (its "
+                                  f"units: {', '.join(units)})")
+        late = Override("Main", len(rounds), pin.key, pin.action)
+        with pytest.raises(OverridesMismatch) as err:
+            service.compile(CompileJob(bench, (pin, late)))
+        assert str(err.value) == (f"override 1: unit Main round {len(rounds)}: the compiler "
+                                  f"ran rounds 0 to {len(rounds) - 1} of Main (flags: "
+                                  f"{' '.join(bench.flags)})")
+        # The rounds are the compiler's: fewer under -O2, one without -O flags.
+        o2 = Override("Main", 1, pin.key, pin.action)
+        assert service.compile(CompileJob(bench, (o2,), flags=("-O2",))).sha256
+        with pytest.raises(OverridesMismatch, match=r"ran round 0 of Main \(flags: -g\)$"):
+            service.compile(CompileJob(bench, (o2,), flags=("-g",)))
+        # Nothing of a refused candidate is kept: four candidates stored, no staging left.
+        assert len(list(store.compiled.glob("*/*"))) == 4
+        assert not list(store.compiled.glob("*/.*")) and not list(store.compiled.glob(".*"))
+    finally:
+        service.close()
+
+
 # -- unit-level incremental compiles (beneath the whole-candidate cache)
 
 def _sha(path: Path) -> str:
@@ -238,12 +371,10 @@ def test_units_are_reused_and_dependents_rebuilt_identically_to_a_whole_build(
         # Both changes at once: Summation and Series as in the last candidate, only Main new.
         both = service.compile(CompileJob(bench, in_main + in_summation))
         assert (both.units_compiled, both.units_reused) == (1, 2)
-        # Entries for no unit of the program change the candidate, not a single unit.
-        nowhere = service.compile(CompileJob(bench, (Override("Nowhere", 0, "C(x)", "inline"),)))
-        assert not nowhere.cached and nowhere.artifact.key != base.artifact.key
-        assert (nowhere.units_compiled, nowhere.units_reused) == (0, 3)
-        assert nowhere.sha256 == base.sha256
-        assert (service.units.misses, service.units.hits) == (3 + 1 + 3 + 1, 2 + 2 + 3)
+        # Entries for no unit of the program are refused before anything is compiled.
+        with pytest.raises(OverridesMismatch):
+            service.compile(CompileJob(bench, (Override("Nowhere", 0, "C(x)", "inline"),)))
+        assert (service.units.misses, service.units.hits) == (3 + 1 + 3 + 1, 2 + 2)
     finally:
         service.close()
 
@@ -271,7 +402,8 @@ def test_a_damaged_unit_entry_is_compiled_again(compiler, store, tmp_path):
         base = service.compile(CompileJob(bench))
         (cmx,) = list(store.units.glob("*/*/arith.cmx"))
         cmx.write_bytes(cmx.read_bytes()[:-10])  # as if cut short by a crash
-        again = service.compile(CompileJob(bench, (Override("Nowhere", 0, "C(x)", "inline"),)))
+        shutil.rmtree(base.artifact.directory)  # the candidate gone, its units kept
+        again = service.compile(CompileJob(bench))
         # Arith compiled again; its .cmx is the same as before, so Main is still reused.
         assert (again.units_compiled, again.units_reused) == (1, 1)
         assert again.sha256 == base.sha256
@@ -279,7 +411,8 @@ def test_a_damaged_unit_entry_is_compiled_again(compiler, store, tmp_path):
         (main_meta,) = [m for m in store.units.glob("*/*/meta.json")
                         if "main.cmx" in m.read_text()]
         main_meta.write_text('{"files": {"main.cm')
-        third = service.compile(CompileJob(bench, (Override("Nowhere", 1, "C(x)", "inline"),)))
+        shutil.rmtree(again.artifact.directory)
+        third = service.compile(CompileJob(bench))
         assert (third.units_compiled, third.units_reused) == (1, 1)
         assert third.sha256 == base.sha256
         for meta in store.units.glob("*/*/meta.json"):
@@ -355,8 +488,27 @@ def test_run_benchmark_user_dir_overrides_and_measured_once(compiler, tmp_path):
     assert times[0] == times[1]  # the second reused the first's measurement
 
 
+_PIN = '((unit Main) (round 0) (key "C(Main.f@main.ml:1:2-3)") (action inline))'
+_BAD_OVERRIDES = {  # case: (file contents, what the one line must say)
+    "conflict": (f"{_PIN}\n{_PIN.replace('inline', 'dont_inline')}",
+                 "ov.sexp: override 1: conflicting actions for key "
+                 "'C(Main.f@main.ml:1:2-3)' in unit Main round 0: dont_inline here, inline in "
+                 "override 0"),
+    "not_utf8_key": (_PIN.replace("Main.f", "Main.\udcff"), "ov.sexp: expected UTF-8 text"),
+    "number_key": ("((unit Main) (round 0) (key 42) (action inline))",
+                   "ov.sexp: override 0: key: expected a call-site key in double quotes, got "
+                   "the number 42"),
+    "wrong_case_unit": (_PIN.replace("unit Main", "unit main"),
+                        "ov.sexp: override 0: unit main: hamming has no such unit (did you mean "
+                        "Main? its units: Lstream, Smooth, Main)"),
+    "missing_round": (_PIN.replace("round 0", "round 3"),
+                      "ov.sexp: override 0: unit Main round 3: the compiler ran rounds 0 to 2 "
+                      "of Main (flags: -O3)"),
+}
+
+
 @pytest.mark.parametrize("case", ["unknown_bench", "bad_sexp", "missing_sexp", "bad_config",
-                                  "compile_failure"])
+                                  "config_not_utf8", "compile_failure", *_BAD_OVERRIDES])
 def test_run_benchmark_bad_input(tmp_path, case):
     config = write_config(tmp_path)
     args = ["hamming"]
@@ -369,10 +521,16 @@ def test_run_benchmark_bad_input(tmp_path, case):
         args.append(str(tmp_path / "nope.sexp"))
     elif case == "bad_config":
         config.write_text("run:\n  runs: -1\n")
+    elif case == "config_not_utf8":
+        config.write_bytes(config.read_bytes() + "# d\xe9j\xe0 vu\n".encode("latin-1"))
     elif case == "compile_failure":
         d = small_benchmark(tmp_path, "broken")
         (d / "main.ml").write_text("let () = print_int \"x\"\n")
         args = [str(d)]
+    elif case in _BAD_OVERRIDES:
+        text = f"(inlining_overrides (version 1)\n (overrides\n{_BAD_OVERRIDES[case][0]}))\n"
+        (tmp_path / "ov.sexp").write_bytes(text.encode("utf-8", "surrogateescape"))
+        args.append(str(tmp_path / "ov.sexp"))
     proc = run_cli(*args, "--config", str(config))
     assert proc.returncode != 0
     err = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -380,8 +538,12 @@ def test_run_benchmark_bad_input(tmp_path, case):
     assert "Traceback" not in proc.stderr
     expected = {"unknown_bench": "no-such-benchmark", "bad_sexp": "bad.sexp",
                 "missing_sexp": "nope.sexp", "bad_config": "config.yaml",
-                "compile_failure": "broken"}[case]
+                "config_not_utf8": "config.yaml: expected UTF-8 text (invalid continuation "
+                                   "byte at byte",
+                "compile_failure": "broken",
+                **{k: v[1] for k, v in _BAD_OVERRIDES.items()}}[case]
     assert expected in err[0]
+    assert not proc.stdout  # nothing was run
 
 
 def test_submit_survives_a_compile_that_finishes_at_once(compiler, store, tmp_path):

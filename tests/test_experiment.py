@@ -214,10 +214,33 @@ def test_sa_rundir_contents_and_ctrl_c(compiler, tmp_path):
     assert state["step"] == step.step and state["rng"] == step.rng
 
 
+def test_a_user_benchmark_named_like_a_bundled_one_gets_its_own_rundir(compiler, tmp_path):
+    """Both run, each in its own rundir, both listed: the second used to collide with the
+    first's rundir name and abort the batch, leaving a rundir that held only ``start``."""
+    mine = tmp_path / "mine" / "kahan"
+    shutil.copytree(REPO / "benchmarks" / "kahan", mine)
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text(f"kahan\n{mine}\n")
+    cfg = config(tmp_path, tmp_path / "store", measure={"canary_every": 0, "confirm": False},
+                 candidates_per_step=1)
+    proc = run_to_end(cfg, "--tasks", str(tasks), "--steps", "1")
+    rundirs = sorted((tmp_path / "rundirs").iterdir())
+    assert len(rundirs) == 2, proc.stderr
+    benchmarks = {Rundir(r).experiment.benchmark: r for r in rundirs}
+    assert set(benchmarks) == {str(REPO / "benchmarks" / "kahan"), str(mine)}
+    assert all(Rundir(r).finished_completed() for r in rundirs)
+    assert benchmarks[str(mine)].name != benchmarks[str(REPO / "benchmarks" / "kahan")].name
+    assert all(r.name.startswith("kahan-") for r in rundirs)
+    assert sorted(e.rundir for e in read_batch_log(tmp_path / "batch.log")) == \
+        sorted(str(r) for r in rundirs)
+
+
 def test_bad_inputs_fail_with_one_line(tmp_path):
     cfg = config(tmp_path, tmp_path / "store")
     (tmp_path / "tasks.txt").write_text("no-such-benchmark\n")
     (tmp_path / "empty.txt").write_text("# nothing yet\n\n")
+    (tmp_path / "twice.txt").write_text(f"kahan\n{REPO}/benchmarks/kahan\n")
+    (tmp_path / "latin1.txt").write_bytes("# d\xe9j\xe0 vu\nkahan\n".encode("latin-1"))
     rundir = tmp_path / "finished"
     shutil.copytree(REPO / "tests" / "golden" / "rundir-v2", rundir)
     for args, expected in [(["--tasks", str(tmp_path / "tasks.txt")], "no-such-benchmark"),
@@ -228,12 +251,18 @@ def test_bad_inputs_fail_with_one_line(tmp_path):
                            (["--resume", str(rundir), "--steps", "9", "--seed", "3"],
                             "--steps, --seed cannot be used with --resume"),
                            (["--resume", str(rundir), "--resume", str(rundir)],
-                            "given to --resume twice")]:
+                            "given to --resume twice"),
+                           (["--tasks", str(tmp_path / "twice.txt")],
+                            f"twice.txt: {REPO}/benchmarks/kahan: the same benchmark as kahan"),
+                           (["--tasks", str(tmp_path / "latin1.txt")],
+                            "latin1.txt: expected UTF-8 text (invalid continuation byte at "
+                            "byte 3)")]:
         proc = subprocess.run(command(cfg, *args), cwd=REPO, capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode != 0
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and expected in lines[0], proc.stderr
+    assert not list((tmp_path / "rundirs").glob("*"))  # refused before any rundir was made
     # A finished rundir is left as it is: no second finish.
     journal = (rundir / "journal.jsonl").read_bytes()
     proc = subprocess.run(command(cfg, "--resume", str(rundir)), cwd=REPO, capture_output=True,
