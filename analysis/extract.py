@@ -55,6 +55,7 @@ class Candidates:
     benchmark: str
     table: pd.DataFrame
     trees: dict[str, Tree] = field(default_factory=dict)
+    directory: str | None = None  # the benchmark's directory, as the rundirs recorded it
 
     @property
     def measured(self) -> pd.DataFrame:
@@ -104,8 +105,8 @@ def _median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 
-def rundir_rows(rundir: Path, trees: dict[str, Tree]) -> tuple[str, list[dict]]:
-    """(benchmark, rows) of one rundir; its trees are added to ``trees``."""
+def rundir_rows(rundir: Path, trees: dict[str, Tree]) -> tuple[Experiment, list[dict]]:
+    """(experiment, rows) of one rundir; its trees are added to ``trees``."""
     experiment, events = _read(rundir)
     chain = str(rundir)
     baseline = next(e for e in events if isinstance(e, BaselineEvent))
@@ -162,18 +163,21 @@ def rundir_rows(rundir: Path, trees: dict[str, Tree]) -> tuple[str, list[dict]]:
             if row["failed"] and row["error"] is None:
                 row["error"] = "no paired measurement"
             rows.append(row)
-    return experiment.task, rows
+    return experiment, rows
 
 
 def extract(rundirs: Iterable[Path]) -> dict[str, Candidates]:
     """The candidates of every benchmark found in ``rundirs``, by benchmark name."""
     by_bench: dict[str, list[dict]] = {}
     trees: dict[str, dict[str, Tree]] = {}
+    directories: dict[str, str] = {}
     for rundir in rundirs:
         found: dict[str, Tree] = {}
-        bench, rows = rundir_rows(Path(rundir), found)
+        experiment, rows = rundir_rows(Path(rundir), found)
+        bench = experiment.task
         by_bench.setdefault(bench, []).extend(rows)
         trees.setdefault(bench, {}).update(found)
+        directories.setdefault(bench, experiment.benchmark)
     out = {}
     for bench, rows in by_bench.items():
         table = pd.DataFrame(rows)
@@ -182,5 +186,5 @@ def extract(rundirs: Iterable[Path]) -> dict[str, Candidates]:
                 table[column] = math.nan
         extra = sorted(c for c in table.columns if c not in COLUMNS)
         table = table[list(COLUMNS) + extra]
-        out[bench] = Candidates(bench, table, trees[bench])
+        out[bench] = Candidates(bench, table, trees[bench], directories[bench])
     return out

@@ -1,6 +1,7 @@
 """Reward assignment: from a benchmark's measured candidates to per-decision rewards, the
 optimal tree, and the files a user reads.
 
+    <out>/<benchmark>/sources.json                    the benchmark's directory and rundirs
     <out>/<benchmark>/fits.csv                        every configuration's held-out scores
     <out>/<benchmark>/constant-nodes.txt              nodes that never varied (dropped)
     <out>/<benchmark>/<model>/predicted.png           predicted against measured speedup
@@ -35,7 +36,7 @@ from analysis.models import (
 )
 from analysis.optimal import Choice, optimal, to_overrides
 from dispatcher.decisions import write_overrides
-from dispatcher.files import atomic_output, write_text_atomic
+from dispatcher.files import atomic_output, write_json_atomic, write_text_atomic
 
 MIN_CANDIDATES = 3  # measured trees, the baseline's included, below which nothing is fitted
 
@@ -59,6 +60,7 @@ class Fit:
 @dataclass
 class BenchmarkRewards:
     benchmark: str
+    directory: str | None  # the benchmark's directory (run-all-benchmarks compiles it)
     expanded: ExpandedTree
     measured: pd.DataFrame  # the rows fitted to
     failed: int  # candidates kept out: no speedup
@@ -99,7 +101,8 @@ def assign(candidates: Candidates, hypers: Sequence[Hyper], bootstrap_rounds: in
     mask_any = next(iter(by_gamma.values()))[1]  # which columns vary does not depend on gamma
     constant = [f"{n.unit}:{n.round}:{n.key}" for i, n in enumerate(expanded.nodes)
                 if not mask_any[2 * i] and not mask_any[2 * i + 1]]
-    result = BenchmarkRewards(candidates.benchmark, expanded, table, failed, constant)
+    result = BenchmarkRewards(candidates.benchmark, candidates.directory, expanded, table,
+                              failed, constant)
     for k, hyper in enumerate(hypers):
         X, mask = by_gamma[hyper.gamma]
         Xv = X[:, mask]
@@ -142,6 +145,9 @@ def write(result: BenchmarkRewards, out: Path) -> list[Path]:
     from analysis.plots import plot_predicted, plot_rewards
     bench_dir = out / result.benchmark
     bench_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(bench_dir / "sources.json", {
+        "benchmark": result.benchmark, "directory": result.directory,
+        "rundirs": sorted(set(result.measured["chain"]))})
     with atomic_output(bench_dir / "fits.csv") as tmp:
         result.scores_table().to_csv(tmp, index=False)
     write_text_atomic(bench_dir / "constant-nodes.txt",
