@@ -10,7 +10,9 @@ Each configuration is validated two ways: a seeded shuffled split by candidate (
 and, when there are several chains, a split by chain (each chain held out in turn, its
 predictions pooled), each scored by R^2 and Spearman's rank correlation on the held-out rows.
 A reward's 95% interval comes from a bootstrap over candidates (percentiles of the refitted
-coefficients), so a user sees which rewards the data supports.
+coefficients), so a user sees which rewards the data supports.  Every call is in a tree either
+inlined or out of line, so only the difference of its two coefficients (its *net* reward: what
+inlining it adds) is determined by the data; each side alone takes a share of a constant.
 """
 from __future__ import annotations
 
@@ -123,9 +125,9 @@ def validate(X: sp.csr_matrix, speedups: np.ndarray, chains: Sequence[str], hype
 
 
 def bootstrap(X: sp.csr_matrix, speedups: np.ndarray, hyper: Hyper, rounds: int = 100,
-              seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Per-coefficient 95% percentile intervals over ``rounds`` refits on candidates drawn
-    with replacement."""
+              seed: int = 0) -> np.ndarray:
+    """The coefficients of ``rounds`` refits on candidates drawn with replacement (one row
+    each): percentiles of any function of them give its interval."""
     y = target_values(speedups, hyper.target)
     rng = np.random.default_rng(seed)
     n = len(y)
@@ -133,4 +135,4 @@ def bootstrap(X: sp.csr_matrix, speedups: np.ndarray, hyper: Hyper, rounds: int 
     for b in range(rounds):
         pick = rng.integers(0, n, n)
         draws[b] = fit(X[pick], y[pick], hyper)
-    return np.percentile(draws, 2.5, axis=0), np.percentile(draws, 97.5, axis=0)
+    return draws

@@ -138,12 +138,13 @@ def plot_predicted(out: Path, benchmark: str, model: str, measured: Sequence[flo
 
 def plot_rewards(out: Path, benchmark: str, slug: str, rewards: pd.DataFrame,
                  top: int = 30) -> Path:
-    """The ``top`` largest rewards (by magnitude) with their 95% bootstrap intervals."""
+    """The ``top`` largest net rewards (what inlining a call adds, by magnitude) with their 95%
+    bootstrap intervals."""
     rows = []
-    for _, r in rewards[rewards["varies"]].iterrows():
-        for side in ("inline", "out"):
-            rows.append((f"{side} {r['name']} ({r['unit']}:{r['round']}, d{r['depth']})",
-                         r[f"reward_{side}"], r[f"low_{side}"], r[f"high_{side}"]))
+    calls = rewards[rewards["varies"] & (rewards["kind"] == "call")]
+    for _, r in calls.iterrows():
+        rows.append((f"{r['name']} ({r['unit']}:{r['round']}, depth {r['depth']})",
+                     r["net"], r["low_net"], r["high_net"]))
     rows.sort(key=lambda t: -abs(t[1]))
     rows = rows[:top][::-1]
     fig = Figure(figsize=(9, max(3.0, 0.28 * len(rows) + 1.2)), dpi=100)
@@ -157,7 +158,7 @@ def plot_rewards(out: Path, benchmark: str, slug: str, rewards: pd.DataFrame,
         ax.set_yticks(list(ys))
         ax.set_yticklabels([r[0] for r in rows], fontsize="x-small")
     ax.axvline(0.0, color="black", linewidth=1)
-    ax.set_xlabel("reward (coefficient, with its 95% bootstrap interval)")
+    ax.set_xlabel("net reward of inlining (inline - out), with its 95% bootstrap interval")
     ax.set_title(f"{benchmark} — {slug}")
     ax.grid(True, axis="x", alpha=0.3)
     return _save(fig, out)

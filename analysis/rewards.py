@@ -109,33 +109,42 @@ def assign(candidates: Candidates, hypers: Sequence[Hyper], bootstrap_rounds: in
         y = target_values(speedups, hyper.target)
         coef = np.zeros(X.shape[1])
         coef[mask] = fit(Xv, y, hyper)
-        low = np.zeros(X.shape[1])
-        high = np.zeros(X.shape[1])
+        draws = np.zeros((max(bootstrap_rounds, 1), X.shape[1]))
         if bootstrap_rounds > 0:
-            low[mask], high[mask] = bootstrap(Xv, speedups, hyper, bootstrap_rounds, seed + k)
+            draws[:, mask] = bootstrap(Xv, speedups, hyper, bootstrap_rounds, seed + k)
+        else:
+            draws[:, :] = coef
         weights = np.repeat([hyper.gamma ** n.depth for n in expanded.nodes], 2)
         chosen, total = optimal(expanded, coef * weights)
         result.fits.append(Fit(
             hyper=hyper, scores=validate(Xv, speedups, chains, hyper, seed),
-            rewards=_rewards_table(expanded, coef, low, high, mask, chosen),
+            rewards=_rewards_table(expanded, coef, draws, mask, chosen),
             chosen=chosen, predicted=predicted_speedups(np.asarray(X @ coef), hyper.target),
             predicted_optimal=float(predicted_speedups(np.asarray([total]), hyper.target)[0])))
     return result
 
 
-def _rewards_table(expanded: ExpandedTree, coef: np.ndarray, low: np.ndarray,
-                   high: np.ndarray, mask: np.ndarray, chosen: dict[int, Choice]
-                   ) -> pd.DataFrame:
+def _rewards_table(expanded: ExpandedTree, coef: np.ndarray, draws: np.ndarray,
+                   mask: np.ndarray, chosen: dict[int, Choice]) -> pd.DataFrame:
+    """One row per node: both coefficients with their intervals, and the net reward of
+    inlining it (``inline - out``, the quantity the data determines) with its interval;
+    ``supported``: that interval excludes 0."""
+    low, high = np.percentile(draws, 2.5, axis=0), np.percentile(draws, 97.5, axis=0)
+    net_draws = draws[:, 0::2] - draws[:, 1::2]
+    net_low, net_high = np.percentile(net_draws, 2.5, axis=0), np.percentile(net_draws, 97.5,
+                                                                              axis=0)
     rows = []
     for i, n in enumerate(expanded.nodes):
         a, b = 2 * i, 2 * i + 1
+        varies = bool(mask[a] or mask[b])
         rows.append({"unit": n.unit, "round": n.round, "key": n.key, "kind": n.kind,
                      "name": n.name, "depth": n.depth,
+                     "net": coef[a] - coef[b], "low_net": net_low[i], "high_net": net_high[i],
                      "reward_inline": coef[a], "low_inline": low[a], "high_inline": high[a],
                      "reward_out": coef[b], "low_out": low[b], "high_out": high[b],
-                     "varies": bool(mask[a] or mask[b]),
-                     "supported": bool(mask[a] and (low[a] > 0 or high[a] < 0))
-                     or bool(mask[b] and (low[b] > 0 or high[b] < 0)),
+                     "varies": varies,
+                     "supported": varies and n.kind == "call"
+                     and bool(net_low[i] > 0 or net_high[i] < 0),
                      "optimal": chosen[i].action if i in chosen else ""})
     return pd.DataFrame(rows)
 
@@ -182,7 +191,7 @@ def report(result: BenchmarkRewards, f: Fit) -> str:
         f"{result.failed} left out (failed or unmeasured)",
         f"expanded tree: {len(result.expanded.nodes)} nodes, {int(r['varies'].sum())} varying, "
         f"{len(result.constant)} constant (dropped)",
-        f"rewards supported by the data (95% bootstrap interval excludes 0): "
+        f"calls whose net reward the data supports (95% bootstrap interval excludes 0): "
         f"{int(r['supported'].sum())}",
     ]
     for s in f.scores:

@@ -122,9 +122,12 @@ def test_models_recover_the_planted_rewards_and_the_optimal_tree(model):
     assert chosen["Main.g2"] == "dont_inline" and chosen["Main.h"] == "inline"
     planted_best = math.exp(0.10 + 0.05 - 0.02 + H_REWARD)
     assert fit.predicted_optimal == pytest.approx(planted_best, rel=0.03)
-    # the large planted rewards are supported by their bootstrap intervals
-    g1 = r.loc["Main.g1"]
-    assert g1["low_inline"] <= g1["reward_inline"] <= g1["high_inline"] and g1["supported"]
+    # the planted net rewards are supported by their bootstrap intervals; the idle ones not
+    for g in ("g1", "g2", "g4"):
+        row = r.loc[f"Main.{g}"]
+        assert row["low_net"] <= row["net"] <= row["high_net"] and row["supported"], g
+        assert row["low_net"] <= PLANTED[g] <= row["high_net"] or model == "lasso", g
+    assert not r.loc["Main.g3", "supported"] and not r.loc["Main.g5", "supported"]
     scores = {s.split: s for s in fit.scores}
     assert scores["shuffle"].r2 > 0.9 and scores["chain"].spearman > 0.9
 
@@ -186,7 +189,8 @@ def test_a_real_search_gives_rewards_and_an_optimal_tree_the_compiler_honours(co
         assert (d / name).is_file(), name
     assert (out / "tinysum" / "ridge" / "predicted.png").is_file()
     rewards = pd.read_parquet(d / "rewards.parquet")
-    assert {"key", "reward_inline", "low_inline", "high_inline", "optimal"} <= set(rewards)
+    assert {"key", "net", "low_net", "high_net", "reward_inline", "reward_out",
+            "optimal"} <= set(rewards)
     candidates = extract([next((tmp_path / "rundirs").iterdir())])["tinysum"]
     assert len(candidates.table) == 9 and candidates.table["step"].tolist()[0] == 0
 
