@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from dispatcher.backend import MODULES, backend_spec
+from dispatcher.files import TextFileError, read_utf8
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "local.yaml"
@@ -350,15 +351,9 @@ def load_config(path: Path | str | None = None) -> Config:
     """Load and validate a config file (default: ``configs/local.yaml``)."""
     path = Path(path) if path is not None else DEFAULT_CONFIG
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(f"{path}: expected UTF-8 text ({exc.reason} at byte {exc.start}, "
-                          f"line {line})") from None
+        text = read_utf8(path)
+    except TextFileError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         data = yaml.load(text, Loader=_StrictLoader)
     except _KeyPathError as exc:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import sexpdata
 
-from dispatcher.files import write_text_atomic
+from dispatcher.files import TextFileError, read_utf8, write_text_atomic
 
 FORMAT_VERSION = 1
 ACTIONS = ("inline", "dont_inline", "specialise")
@@ -410,13 +410,7 @@ def parse_overrides(text: str, source: str = "<overrides>") -> list[Override]:
 def read_overrides(path: Path | str) -> list[Override]:
     path = Path(path)
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise DecisionFileError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise DecisionFileError(f"{path}: expected UTF-8 text ({exc.reason} at byte "
-                                f"{exc.start}, line {line})") from None
+        text = read_utf8(path)
+    except TextFileError as exc:
+        raise DecisionFileError(str(exc)) from None
     return parse_overrides(text, str(path))

@@ -24,6 +24,25 @@ def sha256_file(path: Path | str) -> str:
     return h.hexdigest()
 
 
+class TextFileError(ValueError):
+    """A text file that cannot be read, or is not UTF-8; the message is one line naming it."""
+
+
+def read_utf8(path: Path) -> str:
+    """The text of ``path``; TextFileError (the path, and why: the OS error, or where the
+    first byte that is not UTF-8 lies) if it cannot be read."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TextFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise TextFileError(f"{path}: expected UTF-8 text ({exc.reason} at byte {exc.start}, "
+                            f"line {line})") from None
+
+
 def write_text_atomic(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
