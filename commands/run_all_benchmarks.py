@@ -50,7 +50,7 @@ def _fail(message: str) -> NoReturn:
 
 
 @dataclass(frozen=True)
-class Tree:
+class OptimalTree:
     """One optimal tree to measure."""
 
     hyper: str
@@ -65,7 +65,7 @@ class Target:
     name: str
     bench: Benchmark
     rundirs: tuple[str, ...]
-    trees: tuple[Tree, ...]
+    trees: tuple[OptimalTree, ...]
 
 
 def _names(directory: Path) -> list[str]:
@@ -137,7 +137,7 @@ def collect(rewards: Path, model: str, benchmarks: tuple[str, ...],
         trees = []
         for h, path in sorted(chosen.items()):
             try:
-                trees.append(Tree(h, path, tuple(read_overrides(path))))
+                trees.append(OptimalTree(h, path, tuple(read_overrides(path))))
             except DecisionFileError as exc:
                 _fail(str(exc))
         targets.append(Target(name, bench, rundirs, tuple(trees)))
@@ -258,14 +258,14 @@ def run_all_benchmarks(model: str, benchmarks: tuple[str, ...], rewards: Path, r
         click.echo(f"{PROG}: {message}", err=True)
 
     # (comparison, benchmark, tree): two trees that compile to one binary share one future
-    pending: list[tuple[Future[Comparison], Target, Tree]] = []
+    pending: list[tuple[Future[Comparison], Target, OptimalTree]] = []
 
     def finish_done() -> None:
         for item in [p for p in pending if p[0].done()]:
             pending.remove(item)
             finish(*item)
 
-    def finish(future: Future[Comparison], target: Target, tree: Tree) -> None:
+    def finish(future: Future[Comparison], target: Target, tree: OptimalTree) -> None:
         label = f"{target.name}/{model}/{tree.hyper}"
         try:
             compared = future.result()
@@ -288,10 +288,10 @@ def run_all_benchmarks(model: str, benchmarks: tuple[str, ...], rewards: Path, r
     # Every build is asked for at once (the compile pool takes them in turn, each benchmark's
     # heuristic first); a comparison starts as soon as its build is done, and its CSV is
     # written as soon as it ends.
-    compiling: list[tuple[Future[CompileResult], Target, Tree | None]] = []
+    compiling: list[tuple[Future[CompileResult], Target, OptimalTree | None]] = []
     no_heuristic: set[str] = set()
 
-    def start(future: Future[CompileResult], target: Target, tree: Tree | None) -> None:
+    def start(future: Future[CompileResult], target: Target, tree: OptimalTree | None) -> None:
         if target.name in no_heuristic:
             return
         try:
