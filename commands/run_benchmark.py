@@ -3,18 +3,23 @@ from __future__ import annotations
 
 import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import click
 
-from commands.common import report_lost_workers, show_warnings
+from commands.common import (
+    heuristic_comparison,
+    pairing_policy,
+    report_lost_workers,
+    run_job,
+    show_warnings,
+)
 from dispatcher.benchmark import Benchmark, ManifestError, resolve_benchmark
 from dispatcher.compile import CompileError, CompileJob, OverridesMismatch
 from dispatcher.compiler import CompilerNotFound
 from dispatcher.config import MAX_RUNS, ConfigError, load_config
 from dispatcher.decisions import DecisionDump, DecisionFileError, read_dumps, read_overrides
-from dispatcher.measure import PairingPolicy, ReferenceFailed
+from dispatcher.measure import ReferenceFailed
 from dispatcher.records import RunResult
 from dispatcher.session import Session
 from dispatcher.worker import AgentError, RunJob
@@ -98,10 +103,7 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
             raise click.ClickException(f"{decisions}: {exc}") from None
         except CompileError as exc:
             raise click.ClickException(f"{bench.name}: compile failed: {exc}") from None
-        job = RunJob(sha256=compiled.sha256, binary=compiled.binary, args=bench_size.args,
-                     runs=runs, timeout=config.run.timeout,
-                     expected_output=bench_size.expected.to_json(), perf=config.run.perf,
-                     aslr=config.run.aslr)
+        job = run_job(config, bench_size, compiled, runs)
         if not remeasure:
             results = cached_results(session, job)
             if results:
@@ -149,15 +151,9 @@ def compare_with_heuristic(session: Session, bench: Benchmark, job: RunJob, runs
                            remeasure: bool) -> str:
     """The speedup of ``job``'s binary over the heuristic build: paired, interleaved, on one
     slot, as the search measures a candidate (docs/measurement.md)."""
-    m = session.config.measure
-    policy = PairingPolicy(min_pairs=runs, max_pairs=max(m.max_pairs, runs),
-                           half_width=m.half_width)
-    worker_class = session.scheduler.slots[0].worker_class
     try:
-        heuristic = session.compiler.compile(CompileJob(bench))
-        reference = replace(job, sha256=heuristic.sha256, binary=heuristic.binary)
-        compared = session.measurements.compare(reference, job, worker_class, policy,
-                                                reuse=not remeasure).result()
+        compared = heuristic_comparison(session, bench, job, pairing_policy(session.config, runs),
+                                        remeasure).result()
     except (AgentError, ReferenceFailed, CompileError) as exc:  # said, not raised: the
         return f"speedup over the heuristic: not measured ({exc})"  # runs above stand
     speedup, low, high = compared.interval

@@ -1,0 +1,185 @@
+"""What ``run-all-benchmarks`` measured, judged: per benchmark and hyperparameters the speedup of
+the optimal tree over the heuristic with its 95% interval, per benchmark the best and the median
+over hyperparameters, and the hyperparameters to use in general.
+
+The general choice is the one of least total regret across benchmarks, where the regret of
+hyperparameters h on benchmark b is how far h's speedup falls short of the best measured on b,
+on the log scale:
+
+    regret(b, h) = log(best speedup on b) - log(speedup of h on b)
+
+A hyperparameter setting not measured on a benchmark (its optimal tree missing there, or its
+measurement failed) is charged that benchmark's worst regret, so skipping a benchmark never pays.
+Benchmarks where nothing was measured take no part.  Ties go to the setting measured on more
+benchmarks, then to the first by name.
+
+Pure functions of made-up or measured ``Outcome``s; the command does the measuring.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One optimal tree measured against the heuristic (``speedup`` None: no pairs)."""
+
+    benchmark: str
+    hyper: str
+    speedup: float | None
+    low: float | None = None
+    high: float | None = None
+    pairs: int = 0
+    worker: str | None = None
+    stopped: str = ""
+
+    @property
+    def significant(self) -> bool | None:
+        """Whether the 95% interval excludes 1 (None without an interval)."""
+        if self.low is None or self.high is None:
+            return None
+        return not self.low <= 1.0 <= self.high
+
+
+@dataclass(frozen=True)
+class BenchmarkSummary:
+    benchmark: str
+    best: float
+    median: float
+    best_hypers: tuple[str, ...]  # every setting reaching the best speedup
+    measured: int  # settings with a speedup
+
+
+@dataclass(frozen=True)
+class Regret:
+    hyper: str
+    total: float
+    measured: int  # benchmarks where it was measured
+    missing: tuple[str, ...]  # benchmarks where it was not (charged their worst regret)
+
+
+def _measured(outcomes: Iterable[Outcome]) -> dict[str, dict[str, float]]:
+    """benchmark -> hyper -> speedup, for outcomes with a speedup."""
+    out: dict[str, dict[str, float]] = {}
+    for o in outcomes:
+        if o.speedup is not None:
+            if not o.speedup > 0 or math.isinf(o.speedup):
+                raise ValueError(f"{o.benchmark} {o.hyper}: speedup {o.speedup!r} is not "
+                                 "positive and finite")
+            out.setdefault(o.benchmark, {})[o.hyper] = o.speedup
+    return out
+
+
+def per_benchmark(outcomes: Iterable[Outcome]) -> list[BenchmarkSummary]:
+    """Best and median speedup over each benchmark's measured settings, by benchmark name."""
+    rows = []
+    for bench, speedups in sorted(_measured(outcomes).items()):
+        best = max(speedups.values())
+        rows.append(BenchmarkSummary(
+            bench, best, statistics.median(speedups.values()),
+            tuple(sorted(h for h, s in speedups.items() if s == best)), len(speedups)))
+    return rows
+
+
+def regrets(outcomes: Iterable[Outcome]) -> dict[str, dict[str, float]]:
+    """benchmark -> hyper -> regret, for every setting measured on any benchmark (a missing
+    one gets that benchmark's worst regret)."""
+    measured = _measured(outcomes)
+    hypers = sorted({h for speedups in measured.values() for h in speedups})
+    table: dict[str, dict[str, float]] = {}
+    for bench, speedups in measured.items():
+        best = math.log(max(speedups.values()))
+        own = {h: best - math.log(s) for h, s in speedups.items()}
+        worst = max(own.values())
+        table[bench] = {h: own.get(h, worst) for h in hypers}
+    return table
+
+
+def total_regrets(outcomes: Sequence[Outcome]) -> list[Regret]:
+    """Every setting's regret summed over benchmarks, least first (see the module's doc)."""
+    measured = _measured(outcomes)
+    table = regrets(outcomes)
+    rows = []
+    for h in sorted({h for per in table.values() for h in per}):
+        rows.append(Regret(h, math.fsum(per[h] for per in table.values()),
+                           sum(h in measured[b] for b in table),
+                           tuple(sorted(b for b in table if h not in measured[b]))))
+    return sorted(rows, key=lambda r: (round(r.total, 12), -r.measured, r.hyper))
+
+
+def choose(outcomes: Sequence[Outcome]) -> Regret | None:
+    """The hyperparameters to use in general (None when nothing was measured)."""
+    ranked = total_regrets(outcomes)
+    return ranked[0] if ranked else None
+
+
+# --------------------------------------------------------------------------- printing
+
+
+def format_speedup(o: Outcome) -> str:
+    if o.speedup is None:
+        return f"- ({o.stopped or 'not measured'})"
+    if o.low is None or o.high is None:
+        return f"{o.speedup:.3f}"
+    return f"{o.speedup:.3f} [{o.low:.3f}, {o.high:.3f}]"
+
+
+def _significant(o: Outcome) -> str:
+    s = o.significant
+    return "-" if s is None else "yes" if s else "no"
+
+
+def print_tables(outcomes: Sequence[Outcome], file: TextIO | None = None) -> None:
+    """The measurements, the per-benchmark summary, the regret ranking and the general choice
+    (rich tables, plain text when not on a terminal)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    out = file or sys.stdout
+    tty = out.isatty()
+    console = Console(file=out, width=None if tty else 10_000, highlight=False,
+                      force_terminal=tty, color_system="auto" if tty else None)
+
+    def table(*columns: str, right: Iterable[str] = ()) -> Table:
+        t = Table(box=box.SIMPLE_HEAD, expand=False, show_edge=False)
+        for name in columns:
+            t.add_column(name, justify="right" if name in set(right) else "left",
+                         no_wrap=not tty, overflow="fold")
+        return t
+
+    measured = table("benchmark", "hyperparameters", "speedup [95% CI]", "significant",
+                     "pairs", "worker", right=("speedup [95% CI]", "pairs"))
+    for o in sorted(outcomes, key=lambda o: (o.benchmark, o.hyper)):
+        measured.add_row(o.benchmark, o.hyper, format_speedup(o), _significant(o),
+                         str(o.pairs), o.worker or "-")
+    console.print(measured)
+    summaries = per_benchmark(outcomes)
+    if not summaries:
+        console.print("no speedup measured: no hyperparameters to choose")
+        return
+    console.print()
+    bench = table("benchmark", "best speedup", "median speedup", "measured",
+                  "best hyperparameters", right=("best speedup", "median speedup", "measured"))
+    for s in summaries:
+        bench.add_row(s.benchmark, f"{s.best:.3f}", f"{s.median:.3f}", str(s.measured),
+                      ", ".join(s.best_hypers))
+    console.print(bench)
+    console.print()
+    ranked = total_regrets(outcomes)
+    regret = table("hyperparameters", "total regret", "benchmarks measured", "missing on",
+                   right=("total regret", "benchmarks measured"))
+    for r in ranked:
+        regret.add_row(r.hyper, f"{r.total:.4f}", f"{r.measured}/{len(summaries)}",
+                       ", ".join(r.missing) or "-")
+    console.print(regret)
+    best = ranked[0]
+    console.print(f"hyperparameters to use in general: {best.hyper} (least total regret "
+                  f"{best.total:.4f} over {len(summaries)} benchmark"
+                  f"{'s' if len(summaries) != 1 else ''}; regret = log(best speedup) - "
+                  "log(its speedup))")
