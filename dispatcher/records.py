@@ -116,6 +116,9 @@ class RunRecord(Record):
     # length of the random environment pad of a randomised run (null: none).
     aslr: Optional[bool] = None
     env_pad: Optional[int] = None
+    # Processes the binary left running after it exited, killed by the agent (more than 0
+    # fails the run); null: not looked for (older agents, an agent inside another program).
+    strays: Optional[int] = None
 
     @property
     def wall_s(self) -> float:
@@ -127,7 +130,10 @@ class RunRecord(Record):
         return self.failure is None and self.disturbed is None
 
     def to_json(self) -> dict[str, Any]:
-        d = self.model_dump(mode="json", exclude={"perf"})
+        # strays is written only when looked for, so records of earlier agents (the golden
+        # rundir's) write out as they were read
+        d = self.model_dump(mode="json", exclude={"perf"} | (
+            {"strays"} if self.strays is None else set()))
         d["perf"] = None if self.perf is None else {k: v.to_json() for k, v in self.perf.items()}
         return d
 
