@@ -14,6 +14,7 @@ same unit at once compile it once.
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import threading
@@ -25,7 +26,7 @@ from pathlib import Path
 from dispatcher.benchmark import Benchmark, BuildError, build_benchmark
 from dispatcher.compiler import Compiler
 from dispatcher.decisions import Override, overrides_text
-from dispatcher.store import Artifact, Store, compile_key, unit_key
+from dispatcher.store import Artifact, Store, StoreError, compile_key, store_error, unit_key
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,15 @@ class CompileResult:
     @property
     def sha256(self) -> str:
         return self.artifact.sha256
+
+
+_DISK_ERRORS = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EROFS))
+
+
+def _full_disk(output: str) -> bool:
+    """A tool's output says the file system is full (or read-only): a build that failed
+    for lack of room says nothing about its candidate."""
+    return any(text in output for text in _DISK_ERRORS)
 
 
 class CompileError(RuntimeError):
@@ -153,7 +163,10 @@ class CompileService:
         cached = self.store.artifact(key)
         if cached is not None:
             return CompileResult(cached, True, time.monotonic() - t0)
-        staging = self.store.staging_dir(key)
+        try:
+            staging = self.store.staging_dir(key)
+        except OSError as exc:
+            raise store_error(exc, f"{job.benchmark.name}: cannot compile in the store") from None
         try:
             if job.overrides:
                 (staging / "overrides.sexp").write_text(overrides_text(job.overrides))
@@ -173,6 +186,10 @@ class CompileService:
                                          flags=job.effective_flags, overrides=overrides,
                                          dump_decisions=True, unit_cache=self.units)
             except BuildError as exc:
+                if _full_disk(exc.output):  # the store's disk, not the candidate: the
+                    # search must not go on as if the candidate did not compile
+                    raise StoreError(f"{self.store.root}: cannot compile in the store: "
+                                     f"{exc}") from None
                 raise CompileError(str(exc), exc.output) from None
             # Keep what analysis needs, not the object files.
             result.binary.rename(staging / "binary")
@@ -187,6 +204,9 @@ class CompileService:
                 "source_hash": source_hash,
                 "overrides": len(job.overrides),
                 "units_compiled": result.units_compiled, "units_reused": result.units_reused})
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise store_error(exc, f"{job.benchmark.name}: cannot compile in the store") from None
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise

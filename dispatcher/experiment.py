@@ -11,7 +11,6 @@ reads: data flows one way.
 from __future__ import annotations
 
 import random
-import shutil
 import threading
 import time
 from concurrent import futures
@@ -176,11 +175,7 @@ class Chain:
 
     def _save_candidate(self, d: Path, compiled: CompileResult,
                         results: list[RunResult]) -> None:
-        for f in compiled.artifact.decision_files:
-            shutil.copyfile(f, d / f.name)
-        overrides = compiled.artifact.directory / "overrides.sexp"
-        if overrides.exists():
-            shutil.copyfile(overrides, d / "overrides.sexp")
+        compiled.artifact.export(d)  # its dumps and overrides.sexp, uncompressed
         self.rundir.write_measurements(d, results)
 
     # -- the search
