@@ -132,15 +132,22 @@ class CompileService:
         self._inflight: dict[str, Future] = {}
         self._lock = threading.Lock()
         self.units = StoreUnitCache(store, compiler.identity)
+        # Who may still run each compiled candidate's binary: compile key -> the threads
+        # (search chains) that submitted it or took it from the store, until they release it.
+        self._holders: dict[str, set[int]] = {}
+        self.binaries_dropped = 0
 
     def key(self, job: CompileJob, source_hash: str | None = None) -> str:
         return compile_key(self.compiler.identity, source_hash or job.benchmark.source_hash(),
                            job.effective_flags, overrides_text(job.overrides))
 
     def submit(self, job: CompileJob) -> Future[CompileResult]:
+        """Compile ``job`` (or find it stored); the calling thread holds the result's binary
+        until it ``release``s it."""
         source_hash = job.benchmark.source_hash()  # reads every source file: once per job
         key = self.key(job, source_hash)
         with self._lock:
+            self._holders.setdefault(key, set()).add(threading.get_ident())
             running = self._inflight.get(key)
             if running is not None:
                 return running
@@ -153,6 +160,37 @@ class CompileService:
 
     def compile(self, job: CompileJob) -> CompileResult:
         return self.submit(job).result()
+
+    def stored(self, key: str) -> Artifact | None:
+        """The stored candidate ``key`` with its binary (None: compile it), held by the
+        calling thread as ``submit`` holds what it compiles."""
+        with self._lock:
+            self._holders.setdefault(key, set()).add(threading.get_ident())
+        return self.store.artifact(key)
+
+    def release(self, keep: set[str | None]) -> None:
+        """The calling thread no longer runs the binaries it holds, but those of ``keep``.
+        A binary no thread holds any more is dropped from the store (its entry stays, and a
+        later compile of it makes the same binary again): a search keeps only the binaries
+        a later step may run.  Not while another process has the store open: one of its
+        jobs may be about to run one (store-gc collects them later)."""
+        me = threading.get_ident()
+        with self._lock:
+            free = [key for key, threads in self._holders.items()
+                    if me in threads and key not in keep and len(threads) == 1]
+            for key, threads in list(self._holders.items()):
+                if me in threads and key not in keep:
+                    threads.discard(me)
+                    if not threads:
+                        del self._holders[key]
+            if not free or self.store.others_open():
+                return
+            held_shas = {self.store.artifact_sha(k) for k in self._holders}
+            for key in free:
+                # an agents' copy of the same content may serve a binary still held
+                agent_copy = self.store.artifact_sha(key) not in held_shas
+                if self.store.drop_binary(key, agent_copy=agent_copy):
+                    self.binaries_dropped += 1
 
     def _forget(self, key: str) -> None:
         with self._lock:

@@ -3,6 +3,7 @@
 Layout (every write is a temporary name, then a rename, so a crash never leaves a half entry):
 
     <root>/lock                      flock'd: shared by every open Store, exclusive by a sweep
+    <root>/users/<pid>-<random>      one per open Store, flock'd by it (``others_open``)
     <root>/compiled/<kk>/<key>/      meta.json, binary, outputs.tar.gz (the decision dumps,
                                      overrides.sexp, compiler-output.txt)
     <root>/units/<uu>/<ukey>/        meta.json (file names and sha256s, compiler output),
@@ -20,9 +21,10 @@ the others' compiles.
 What a candidate leaves is compressed: its text outputs in one gzip'd tar, a unit's files in
 another (about 6x smaller, and two files instead of a dozen, each taking a disk block).  Entries
 written before that hold the same files uncompressed, side by side, and are read as they are.
-The binary is the bulk (about 2 MB): it stays only while a rundir may still run it
-(``store-gc``, ``dispatcher.gc``).  An entry without its binary is compiled again when a
-binary is needed; the build is reproducible, so it is the same binary.
+The binary is the bulk (about 2 MB): it stays only while a search may still run it (the
+compile service drops it when no chain holds it any more, ``CompileService.release``) or a
+rundir may (``store-gc``, ``dispatcher.gc``).  An entry without its binary is compiled again
+when a binary is needed; the build is reproducible, so it is the same binary.
 
 A measurement key hashes everything a run's verdict and times depend on: the job's
 ``RunJob.measurement_identity()`` (binary sha256, arguments, environment, expected output,
@@ -61,7 +63,8 @@ UNIT_FILES = "files.tar.gz"  # a unit entry's files
 OVERRIDES = "overrides.sexp"
 COMPILER_OUTPUT = "compiler-output.txt"
 LOCK = "lock"
-AREAS = ("compiled", "units", "measurements", "comparisons", "worker-cache")
+USERS = "users"
+AREAS = ("compiled", "units", "measurements", "comparisons", "worker-cache", USERS)
 
 
 class StoreError(RuntimeError):
@@ -220,6 +223,7 @@ class Store:
         self.units = self.root / "units"
         self._lock = threading.Lock()
         self._lock_fd: int | None = None
+        self._user: tuple[Path, int] | None = None  # this Store's file in users/, its fd
         if self.root.exists() and not self.root.is_dir():
             raise StoreError(f"{self.root}: the store must be a directory; this is not one")
         try:
@@ -232,6 +236,14 @@ class Store:
         if self.try_exclusive():
             self.sweep()
         self.share()
+        try:
+            (self.root / USERS).mkdir(exist_ok=True)
+            fd, name = tempfile.mkstemp(dir=self.root / USERS, prefix=f"{os.getpid()}-")
+        except OSError as exc:
+            self.close()
+            raise store_error(exc, "cannot open the store") from None
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self._user = (Path(name), fd)
 
     # -- the store's lock
 
@@ -249,7 +261,38 @@ class Store:
         assert self._lock_fd is not None
         fcntl.flock(self._lock_fd, fcntl.LOCK_SH)
 
+    def others_open(self) -> bool:
+        """Whether another Store has this store open now (in any process; a Store of a
+        process that died is forgotten here)."""
+        own = self._user[0].name if self._user is not None else None
+        try:
+            names = os.listdir(self.root / USERS)
+        except OSError:
+            return True  # cannot tell: assume so
+        for name in names:
+            if name == own:
+                continue
+            path = self.root / USERS / name
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return True
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True  # held: its Store is open
+            finally:
+                os.close(fd)
+            path.unlink(missing_ok=True)  # its process died without closing it
+        return False
+
     def close(self) -> None:
+        user, self._user = self._user, None
+        if user is not None:
+            user[0].unlink(missing_ok=True)
+            os.close(user[1])
         fd, self._lock_fd = self._lock_fd, None
         if fd is not None:
             os.close(fd)
@@ -275,8 +318,11 @@ class Store:
                     names = os.listdir(parent)
                 except OSError:
                     continue
+                own = self._user[0].name if self._user is not None else None
                 for name in names:
-                    if name.startswith(".") or name.endswith(".tmp"):
+                    if name == own:
+                        continue
+                    if name.startswith(".") or name.endswith(".tmp") or area == USERS:
                         path = parent / name
                         size += disk_usage(path)
                         count += 1
@@ -355,12 +401,18 @@ class Store:
         for p in plain.values():
             p.unlink()
 
-    def drop_binary(self, key: str) -> int:
+    def drop_binary(self, key: str, agent_copy: bool = False) -> int:
         """Remove the binary of entry ``key`` (its outputs and measurements stay); the next
-        compile of it makes it again -> bytes freed (0 while another link keeps them)."""
+        compile of it makes it again.  ``agent_copy``: remove the local agents' copy too if
+        it is a link of this very file (no agent may be about to run it).  -> bytes freed
+        (0 while another link keeps them)."""
         binary = self._artifact_dir(key) / "binary"
         try:
             st = binary.stat()
+            copy = self.worker_cache / str(self.artifact_sha(key))
+            if agent_copy and copy.exists() and os.path.samefile(copy, binary):
+                copy.unlink()
+                st = binary.stat()
             binary.unlink()
         except FileNotFoundError:
             return 0

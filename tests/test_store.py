@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import yaml
 from dispatcher.benchmark import build_benchmark, resolve_benchmark
 from dispatcher.compile import CompileJob, CompileService
 from dispatcher.decisions import Override
+from dispatcher.local import install_binary
 from dispatcher.records import BaselineEvent, FinishEvent, StepEvent
 from dispatcher.rundir import Rundir
 from dispatcher.store import Store, StoreError, pack, unpack
@@ -258,6 +260,52 @@ def test_pack_round_trips_and_a_dropped_binary_is_compiled_again(compiler, tmp_p
         store.close()
 
 
+def test_binaries_leave_the_store_when_no_chain_runs_them_any_more(compiler, tmp_path):
+    """A search keeps only the binaries a later step may run: each thread (chain) holds what
+    it compiled or took from the store until it releases it; the last release drops the
+    binary and the agents' copy of it, unless another process has the store open."""
+    bench = resolve_benchmark("kahan")
+    store = Store(tmp_path / "store")
+    service = CompileService(store, compiler)
+    try:
+        base = service.compile(CompileJob(bench))
+        flip = next(Override(d.unit, d.round, d.key, "dont_inline")
+                    for dump in base.artifact.dumps() if dump.unit == "Main"
+                    for d in dump.decisions if d.action == "inline")
+        job = CompileJob(bench, (flip,))
+        other = {}
+
+        def chain() -> None:  # a second chain compiling the same candidate
+            other["result"] = service.compile(job)
+            other["release"] = threading.Event()
+            other["release"].wait(60)
+            service.release(set())
+
+        helper = threading.Thread(target=chain)
+        helper.start()
+        mine = service.compile(job)
+        while "release" not in other:
+            time.sleep(0.01)
+        key = mine.artifact.key
+        install_binary(store.worker_cache, mine.sha256, mine.binary)  # an agent's copy
+        service.release({base.artifact.key})  # this chain is done with it, not the other
+        assert store.has_binary(key) and store.has_binary(base.artifact.key)
+        other["release"].set()
+        helper.join()
+        assert not store.has_binary(key) and store.artifact(key) is None
+        assert not (store.worker_cache / mine.sha256).exists()  # the space is free
+        assert mine.artifact.decision_texts()  # the entry stays
+        assert service.binaries_dropped == 1
+        again = service.compile(job)  # compiled again when needed: the same binary
+        assert not again.cached and again.sha256 == mine.sha256
+        with Store(tmp_path / "store"):  # another master: it may be about to run them
+            service.release(set())
+            assert store.has_binary(key) and store.has_binary(base.artifact.key)
+    finally:
+        service.close()
+        store.close()
+
+
 # --------------------------------------------------------------------------- store-gc
 
 def _keys(rundir: Path) -> tuple[set, set]:
@@ -323,6 +371,8 @@ def test_store_gc_keeps_what_rundirs_need_and_a_resume_still_works(compiler, tmp
     run_to_end(cfg, "--resume", str(rundir))
     events = Rundir(rundir).events()
     assert isinstance(events[-1], FinishEvent) and events[-1].reason == "completed"
+    with Store(store_root) as store:  # a chain that completed holds no binary any more
+        assert not [k for k in store.artifact_keys() if store.has_binary(k)]
     gc = cli("store-gc", "--config", str(cfg), "--rundir", str(rundir))
     assert gc.returncode == 0, gc.stderr
     with Store(store_root) as store:  # finished: no binary is needed any more
