@@ -7,7 +7,7 @@ import click
 
 from dispatcher.config import ConfigError, load_config
 from dispatcher.gc import collect, needs_of, rundirs_of
-from dispatcher.rundir import RundirError
+from dispatcher.rundir import JOURNAL, RundirError
 from dispatcher.store import StoreError
 
 
@@ -46,6 +46,9 @@ def store_gc(config_path: Path | None, batch_logs: tuple[Path, ...],
                     f"{logs[0]}: no such batch log (search.batch_log, relative to the working "
                     "directory): give --batch-log or --rundir, so that what rundirs need is "
                     "kept")
+        for rundir in rundirs:  # named by hand: a typo must not cost its candidates
+            if not (rundir / JOURNAL).is_file():
+                raise click.ClickException(f"{rundir}: not a rundir (no {JOURNAL})")
         needs = needs_of([*rundirs_of(logs), *rundirs])
         for note in needs.notes:
             click.echo(f"note: {note}", err=True)

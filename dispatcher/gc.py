@@ -102,7 +102,9 @@ class Collected:
 
 def collect(root: Path, needs: Needs, keep_units: bool = False) -> Collected:
     """Remove from the store at ``root`` what ``needs`` does not name (module docstring).
-    StoreError (one line) if another process has the store open."""
+    StoreError (one line) if there is no store there or another process has it open."""
+    if not (root / "compiled").is_dir():
+        raise StoreError(f"{root}: no store there")
     store = Store(root)
     try:
         if not store.try_exclusive():

@@ -378,3 +378,28 @@ def test_store_gc_keeps_what_rundirs_need_and_a_resume_still_works(compiler, tmp
     with Store(store_root) as store:  # finished: no binary is needed any more
         assert set(store.artifact_keys()) == _keys(rundir)[0]
         assert not [k for k in store.artifact_keys() if store.has_binary(k)]
+
+
+def test_store_gc_refuses_what_would_cost_candidates_by_mistake(tmp_path):
+    """Without rundirs to go by, store-gc would remove every candidate: a missing batch log,
+    a --rundir that is not one, or no store at all is one line, and nothing is removed."""
+    cfg = write_config(tmp_path, tmp_path / "store")
+    with Store(tmp_path / "store"):
+        pass
+    before = _files(tmp_path / "store")
+    line = one_line_error(cli("store-gc", "--config", str(cfg), cwd=tmp_path))
+    assert line == (f"Error: {tmp_path / 'batch.log'}: no such batch log (search.batch_log, relative to the "
+                    "working directory): give --batch-log or --rundir, so that what rundirs "
+                    "need is kept")
+    line = one_line_error(cli("store-gc", "--config", str(cfg), "--rundir",
+                              str(tmp_path / "typo")))
+    assert line == f"Error: {tmp_path / 'typo'}: not a rundir (no journal.jsonl)"
+    assert _files(tmp_path / "store") == before
+    (tmp_path / "x").mkdir()
+    elsewhere = write_config(tmp_path / "x", tmp_path / "nowhere")
+    rundir = tmp_path / "r"
+    rundir.mkdir()
+    (rundir / "journal.jsonl").write_text("")
+    line = one_line_error(cli("store-gc", "--config", str(elsewhere), "--rundir", str(rundir)))
+    assert line == f"Error: {tmp_path / 'nowhere'}: no store there"
+    assert not (tmp_path / "nowhere").exists()
