@@ -18,10 +18,11 @@ from dispatcher.benchmark import Benchmark, ManifestError, resolve_benchmark
 from dispatcher.compile import CompileError, CompileJob, OverridesMismatch
 from dispatcher.compiler import CompilerNotFound
 from dispatcher.config import MAX_RUNS, ConfigError, load_config
-from dispatcher.decisions import DecisionDump, DecisionFileError, read_dumps, read_overrides
+from dispatcher.decisions import DecisionDump, DecisionFileError, read_overrides
 from dispatcher.measure import ReferenceFailed
 from dispatcher.records import RunResult
 from dispatcher.session import Session
+from dispatcher.store import StoreError
 from dispatcher.worker import AgentError, RunJob
 
 
@@ -88,7 +89,7 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
         overrides = tuple(read_overrides(decisions)) if decisions else ()
         bench_size = bench.size(size or config.run.size)
         session = Session(config, compile_jobs=1)
-    except (ConfigError, ManifestError, DecisionFileError, CompilerNotFound) as exc:
+    except (ConfigError, ManifestError, DecisionFileError, CompilerNotFound, StoreError) as exc:
         raise click.ClickException(str(exc)) from None
     runs = runs or config.run.runs
     show_warnings()
@@ -103,6 +104,8 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
             raise click.ClickException(f"{decisions}: {exc}") from None
         except CompileError as exc:
             raise click.ClickException(f"{bench.name}: compile failed: {exc}") from None
+        except StoreError as exc:
+            raise click.ClickException(str(exc)) from None
         job = run_job(config, bench_size, compiled, runs)
         if not remeasure:
             results = cached_results(session, job)
@@ -117,7 +120,10 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
                 except AgentError as exc:
                     errors.append(str(exc))
             for r in results:  # what was measured is kept, whatever else failed
-                session.store.add_measurement(r, job)
+                try:
+                    session.store.add_measurement(r, job)
+                except StoreError as exc:
+                    errors.append(str(exc))
         if (decisions and compare and not csv_only and results
                 and not any(r.failed for r in results)):
             speedup_line = compare_with_heuristic(session, bench, job, runs, remeasure)
@@ -139,7 +145,7 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
                                                  else "disturbed" if rec.failure is None
                                                  else "failed" for rec in r.records)]))
     if not csv_only:
-        for line in summary_lines(results, read_dumps(compiled.artifact.decision_files)):
+        for line in summary_lines(results, compiled.artifact.dumps()):
             click.echo(line, err=not summary)
         if speedup_line:
             click.echo(speedup_line, err=not summary)
@@ -154,8 +160,8 @@ def compare_with_heuristic(session: Session, bench: Benchmark, job: RunJob, runs
     try:
         compared = heuristic_comparison(session, bench, job, pairing_policy(session.config, runs),
                                         remeasure).result()
-    except (AgentError, ReferenceFailed, CompileError) as exc:  # said, not raised: the
-        return f"speedup over the heuristic: not measured ({exc})"  # runs above stand
+    except (AgentError, ReferenceFailed, CompileError, StoreError) as exc:  # said, not raised:
+        return f"speedup over the heuristic: not measured ({exc})"  # the runs above stand
     speedup, low, high = compared.interval
     if speedup is None:
         return f"speedup over the heuristic: none ({compared.stopped}, no pairs)"

@@ -36,6 +36,7 @@ from dispatcher.experiment import Chain, ChainStatus, new_experiment, params_of
 from dispatcher.records import FORMAT_VERSION, BatchEntry
 from dispatcher.rundir import Rundir, RundirError, append_batch_log
 from dispatcher.session import Session
+from dispatcher.store import StoreError
 
 
 def read_tasks(path: Path) -> list[str]:
@@ -146,7 +147,7 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
                                        "directory per line; # starts a comment)")
             plans = [(b, None) for b in benches]
         session = Session(config)
-    except (ConfigError, ManifestError, CompilerNotFound, RundirError) as exc:
+    except (ConfigError, ManifestError, CompilerNotFound, RundirError, StoreError) as exc:
         raise click.ClickException(str(exc)) from None
     show_warnings()
     classes = session.worker_classes

@@ -12,6 +12,7 @@ naming the file and the field.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -586,12 +587,27 @@ _UNIT_INPUTS_VERSION = "benchmark-unit-v1"
 _READ_BY_LATER_UNITS = (".cmi", ".cmx")
 
 
+# OCaml's words for a failure of the external tool it runs (assembler, C compiler, linker):
+# they say which tool, not why; the tool's own line before them does.
+_TOOL_FAILED = ("Error during linking", "Assembler error", "Error while building custom runtime")
+_DISK_ERRORS = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EROFS))
+
+
 def _first_error_line(output: str) -> str:
-    for line in output.splitlines():
-        if line.startswith("Error"):
-            return line.strip()
-    lines = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith(("$ ", "# "))]
-    return lines[-1].strip() if lines else "no output"
+    """One line saying why a command failed: OCaml's first ``Error`` line, followed by the
+    failing tool's own first line when OCaml only names the tool (``/usr/bin/ld: final link
+    failed: No space left on device``), or by any line reporting a full or read-only disk."""
+    lines = [ln.strip() for ln in output.splitlines()
+             if ln.strip() and not ln.startswith(("$ ", "# "))]
+    first = next((i for i, ln in enumerate(lines) if ln.startswith("Error")), None)
+    if first is None:
+        return lines[-1] if lines else "no output"
+    error = lines[first]
+    why = next((ln for ln in lines if any(text in ln for text in _DISK_ERRORS)), None)
+    if why is None and any(words in error for words in _TOOL_FAILED):
+        why = next((ln for ln in lines[:first] if not ln.startswith(
+            ("File ", "collect2: error: ld returned"))), None)
+    return f"{error}: {why}" if why and why not in error else error
 
 
 def _snapshot(directory: Path) -> dict[str, tuple[int, int, int]]:

@@ -19,6 +19,7 @@ entries come from the compiler's own dumps, so they always pass.
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import threading
@@ -30,7 +31,7 @@ from pathlib import Path
 from dispatcher.benchmark import Benchmark, BuildError, build_benchmark
 from dispatcher.compiler import Compiler
 from dispatcher.decisions import DUMP_NAME, Override, overrides_text
-from dispatcher.store import Artifact, Store, compile_key, unit_key
+from dispatcher.store import Artifact, Store, StoreError, compile_key, store_error, unit_key
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,15 @@ class CompileResult:
     @property
     def sha256(self) -> str:
         return self.artifact.sha256
+
+
+_DISK_ERRORS = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EROFS))
+
+
+def _full_disk(output: str) -> bool:
+    """A tool's output says the file system is full (or read-only): a build that failed
+    for lack of room says nothing about its candidate."""
+    return any(text in output for text in _DISK_ERRORS)
 
 
 class CompileError(RuntimeError):
@@ -165,15 +175,22 @@ class CompileService:
         self._inflight: dict[str, Future] = {}
         self._lock = threading.Lock()
         self.units = StoreUnitCache(store, compiler.identity)
+        # Who may still run each compiled candidate's binary: compile key -> the threads
+        # (search chains) that submitted it or took it from the store, until they release it.
+        self._holders: dict[str, set[int]] = {}
+        self.binaries_dropped = 0
 
     def key(self, job: CompileJob, source_hash: str | None = None) -> str:
         return compile_key(self.compiler.identity, source_hash or job.benchmark.source_hash(),
                            job.effective_flags, overrides_text(job.overrides))
 
     def submit(self, job: CompileJob) -> Future[CompileResult]:
+        """Compile ``job`` (or find it stored); the calling thread holds the result's binary
+        until it ``release``s it."""
         source_hash = job.benchmark.source_hash()  # reads every source file: once per job
         key = self.key(job, source_hash)
         with self._lock:
+            self._holders.setdefault(key, set()).add(threading.get_ident())
             running = self._inflight.get(key)
             if running is not None:
                 return running
@@ -187,6 +204,37 @@ class CompileService:
     def compile(self, job: CompileJob) -> CompileResult:
         return self.submit(job).result()
 
+    def stored(self, key: str) -> Artifact | None:
+        """The stored candidate ``key`` with its binary (None: compile it), held by the
+        calling thread as ``submit`` holds what it compiles."""
+        with self._lock:
+            self._holders.setdefault(key, set()).add(threading.get_ident())
+        return self.store.artifact(key)
+
+    def release(self, keep: set[str | None]) -> None:
+        """The calling thread no longer runs the binaries it holds, but those of ``keep``.
+        A binary no thread holds any more is dropped from the store (its entry stays, and a
+        later compile of it makes the same binary again): a search keeps only the binaries
+        a later step may run.  Not while another process has the store open: one of its
+        jobs may be about to run one (store-gc collects them later)."""
+        me = threading.get_ident()
+        with self._lock:
+            free = [key for key, threads in self._holders.items()
+                    if me in threads and key not in keep and len(threads) == 1]
+            for key, threads in list(self._holders.items()):
+                if me in threads and key not in keep:
+                    threads.discard(me)
+                    if not threads:
+                        del self._holders[key]
+            if not free or self.store.others_open():
+                return
+            held_shas = {self.store.artifact_sha(k) for k in self._holders}
+            for key in free:
+                # an agents' copy of the same content may serve a binary still held
+                agent_copy = self.store.artifact_sha(key) not in held_shas
+                if self.store.drop_binary(key, agent_copy=agent_copy):
+                    self.binaries_dropped += 1
+
     def _forget(self, key: str) -> None:
         with self._lock:
             self._inflight.pop(key, None)
@@ -197,7 +245,10 @@ class CompileService:
         cached = self.store.artifact(key)
         if cached is not None:
             return CompileResult(cached, True, time.monotonic() - t0)
-        staging = self.store.staging_dir(key)
+        try:
+            staging = self.store.staging_dir(key)
+        except OSError as exc:
+            raise store_error(exc, f"{job.benchmark.name}: cannot compile in the store") from None
         try:
             if job.overrides:
                 (staging / "overrides.sexp").write_text(overrides_text(job.overrides))
@@ -217,6 +268,10 @@ class CompileService:
                                          flags=job.effective_flags, overrides=overrides,
                                          dump_decisions=True, unit_cache=self.units)
             except BuildError as exc:
+                if _full_disk(exc.output):  # the store's disk, not the candidate: the
+                    # search must not go on as if the candidate did not compile
+                    raise StoreError(f"{self.store.root}: cannot compile in the store: "
+                                     f"{exc}") from None
                 raise CompileError(str(exc), exc.output) from None
             check_override_rounds(job, result.decision_files, result.compiler_output)
             # Keep what analysis needs, not the object files.
@@ -232,6 +287,9 @@ class CompileService:
                 "source_hash": source_hash,
                 "overrides": len(job.overrides),
                 "units_compiled": result.units_compiled, "units_reused": result.units_reused})
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise store_error(exc, f"{job.benchmark.name}: cannot compile in the store") from None
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise

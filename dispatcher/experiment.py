@@ -11,7 +11,6 @@ reads: data flows one way.
 from __future__ import annotations
 
 import random
-import shutil
 import statistics
 import threading
 import time
@@ -181,11 +180,7 @@ class Chain:
 
     def _save_candidate(self, d: Path, compiled: CompileResult,
                         results: list[RunResult]) -> None:
-        for f in compiled.artifact.decision_files:
-            shutil.copyfile(f, d / f.name)
-        overrides = compiled.artifact.directory / "overrides.sexp"
-        if overrides.exists():
-            shutil.copyfile(overrides, d / "overrides.sexp")
+        compiled.artifact.export(d)  # its dumps and overrides.sexp, uncompressed
         self.rundir.write_measurements(d, results)
 
     # -- the search
@@ -339,18 +334,21 @@ class Chain:
                               busy_s=sum(self.measurements.scheduler.busy_s.values()))
             self.rundir.append(event)
             self.rundir.write_state(event.state())
+            # Binaries no later step runs leave the store (compiled again if ever needed).
+            self.compiler.release({self._reference.key, incumbent.artifact, best.artifact})
             self.status.step, self.status.best_energy = step, best.energy
             if p.canary_every and step % p.canary_every == 0:
                 self._canary(step)  # after the step: a resume never repeats it
         if p.confirm and best.step > 0:
             self._confirm(best)
         self.rundir.append(FinishEvent(reason="completed"))
+        self.compiler.release(set())
         self.status.state = "finished"
 
     def _binary_of(self, incumbent: Pointer) -> Artifact:
         """A journaled candidate's compiled artifact: from the store, or (a wiped or different
         store, e.g. a rundir resumed elsewhere) compiled again from its dir's proposal."""
-        artifact = self.compiler.store.artifact(incumbent.artifact or "")
+        artifact = self.compiler.stored(incumbent.artifact or "")
         if artifact is not None:
             return artifact
         proposal = self.rundir.path / incumbent.dir / "overrides.sexp"

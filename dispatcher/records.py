@@ -144,6 +144,9 @@ class RunRecord(Record):
     aslr: Optional[bool] = None
     env_pad: Optional[int] = None
     profile: Optional[SampleProfile] = None  # only in runs of a profile job; never timed
+    # Processes the binary left running after it exited, killed by the agent (more than 0
+    # fails the run); null: not looked for (older agents, an agent inside another program).
+    strays: Optional[int] = None
 
     @property
     def wall_s(self) -> float:
@@ -155,7 +158,10 @@ class RunRecord(Record):
         return self.failure is None and self.disturbed is None
 
     def to_json(self) -> dict[str, Any]:
-        d = self.model_dump(mode="json", exclude={"perf", "profile"})
+        # strays is written only when looked for, and profile only in a profile job's runs,
+        # so records of earlier agents (the golden rundir's) write out as they were read
+        d = self.model_dump(mode="json", exclude={"perf", "profile"} | (
+            {"strays"} if self.strays is None else set()))
         d["perf"] = None if self.perf is None else {k: v.to_json() for k, v in self.perf.items()}
         if self.profile is not None:  # absent from every timed run
             d["profile"] = self.profile.to_json()

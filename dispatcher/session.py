@@ -23,14 +23,19 @@ from dispatcher.store import Store
 class Session:
     def __init__(self, config: Config, compile_jobs: int | None = None,
                  compile_service: type[CompileService] = CompileService):
-        """Raises CompilerNotFound if the patched compiler is not built.  ``compile_service``:
-        a subclass to use (bench scripts instrument it)."""
+        """Raises CompilerNotFound if the patched compiler is not built, StoreError if the
+        store cannot be used.  ``compile_service``: a subclass to use (bench scripts
+        instrument it)."""
         self.config = config
         self.spec: BackendSpec = backend_spec(config.backend)
         self.store = Store(config.store)
-        self.compiler = compile_service(self.store, locate_compiler(),
-                                        jobs=compile_jobs or config.compile_jobs,
-                                        cpus=self.master_cpus)
+        try:
+            self.compiler = compile_service(self.store, locate_compiler(),
+                                            jobs=compile_jobs or config.compile_jobs,
+                                            cpus=self.master_cpus)
+        except BaseException:
+            self.store.close()
+            raise
         self._backend: Backend | None = None
         self._scheduler: Scheduler | None = None
         self._measurements: MeasurementService | None = None
@@ -84,6 +89,7 @@ class Session:
                 self._backend.close()
         finally:
             self.compiler.close()
+            self.store.close()
 
     def __enter__(self) -> Session:
         return self

@@ -2,11 +2,14 @@
 
 Layout (every write is a temporary name, then a rename, so a crash never leaves a half entry):
 
-    <root>/compiled/<kk>/<key>/      binary, *.decisions.sexp, overrides.sexp,
-                                     compiler-output.txt, meta.json
-    <root>/units/<uu>/<ukey>/        one compilation unit's .cmi/.cmx/.o/*.decisions.sexp,
-                                     meta.json (file names and sha256s, compiler output)
+    <root>/lock                      flock'd: shared by every open Store, exclusive by a sweep
+    <root>/users/<pid>-<random>      one per open Store, flock'd by it (``others_open``)
+    <root>/compiled/<kk>/<key>/      meta.json, binary, outputs.tar.gz (the decision dumps,
+                                     overrides.sexp, compiler-output.txt)
+    <root>/units/<uu>/<ukey>/        meta.json (file names and sha256s, compiler output),
+                                     files.tar.gz (the unit's .cmi/.cmx/.o/*.decisions.sexp)
     <root>/measurements/<bb>/<bkey>.<mkey>.json   one job's results on one worker class
+    <root>/comparisons/<cc>/<key>.json             paired comparisons (dispatcher.measure)
     <root>/worker-cache/<sha256>     binaries handed to local agents
 
 A compile key hashes (compiler identity, benchmark sources, flags, canonical overrides): one
@@ -14,6 +17,14 @@ whole candidate.  Beneath it, a unit key hashes (compiler identity, one unit's c
 ``build_benchmark`` names them: command with flags and its own overrides' content, its source,
 the .cmi/.cmx of the units before it), so candidates that differ in one unit's overrides share
 the others' compiles.
+
+What a candidate leaves is compressed: its text outputs in one gzip'd tar, a unit's files in
+another (about 6x smaller, and two files instead of a dozen, each taking a disk block).  Entries
+written before that hold the same files uncompressed, side by side, and are read as they are.
+The binary is the bulk (about 2 MB): it stays only while a search may still run it (the
+compile service drops it when no chain holds it any more, ``CompileService.release``) or a
+rundir may (``store-gc``, ``dispatcher.gc``).  An entry without its binary is compiled again
+when a binary is needed; the build is reproducible, so it is the same binary.
 
 A measurement key hashes everything a run's verdict and times depend on: the job's
 ``RunJob.measurement_identity()`` (binary sha256, arguments, environment, expected output,
@@ -23,20 +34,52 @@ changed expected output, environment or setting is measured afresh.  A measureme
 named ``<binary key>.<measurement key>.json``, the binary key hashing (sha256, arguments,
 worker class), so every stored measurement of one binary can be listed too.  Entries written
 before keys covered the settings (``<binary key>.json``) are never read.
+
+Staging directories (``.<key>.*`` beside where an entry goes) of a master that was killed are
+swept when a store is opened by a process that finds no other holder of ``<root>/lock`` (so no
+other process can be writing one), and by ``store-gc``.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
+import io
 import json
 import os
 import shutil
+import tarfile
 import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from dispatcher.decisions import DUMP_NAME, DecisionDump, parse_dump
 from dispatcher.files import sha256_file, write_json_atomic
 from dispatcher.worker import RunJob, RunResult
+
+OUTPUTS = "outputs.tar.gz"  # a compiled entry's text outputs
+UNIT_FILES = "files.tar.gz"  # a unit entry's files
+OVERRIDES = "overrides.sexp"
+COMPILER_OUTPUT = "compiler-output.txt"
+LOCK = "lock"
+USERS = "users"
+AREAS = ("compiled", "units", "measurements", "comparisons", "worker-cache", USERS)
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used or written; the message is one line naming the path."""
+
+
+def store_error(exc: OSError, what: str) -> StoreError:
+    """``exc`` as one line: the path it names, ``what`` was being done, and why."""
+    path = exc.filename if exc.filename is not None else "?"
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.ENOSPC:
+        reason += " (the store's file system is full)"
+    elif exc.errno == errno.EROFS:
+        reason += " (the store must be writable)"
+    return StoreError(f"{path}: {what}: {reason}")
 
 
 def _hash(obj) -> str:
@@ -63,6 +106,31 @@ def binary_key(sha256: str, args: tuple[str, ...], worker_class: str) -> str:
     return _hash({"binary": sha256, "args": list(args), "worker_class": worker_class})
 
 
+def pack(path: Path, files: dict[str, bytes]) -> None:
+    """Write ``files`` (name -> content) as one gzip'd tar."""
+    with tarfile.open(path, "w:gz", compresslevel=6) as tar:
+        for name, data in sorted(files.items()):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+
+
+def unpack(path: Path) -> dict[str, bytes]:
+    """name -> content of the plain files in a gzip'd tar written by ``pack``."""
+    out = {}
+    with tarfile.open(path, "r:gz") as tar:
+        for member in tar.getmembers():
+            f = tar.extractfile(member) if member.isfile() and "/" not in member.name else None
+            if f is not None:
+                out[member.name] = f.read()
+    return out
+
+
+def _is_output(name: str) -> bool:
+    return name in (OVERRIDES, COMPILER_OUTPUT) or DUMP_NAME.match(name) is not None
+
+
 @dataclass(frozen=True)
 class Artifact:
     """A compiled candidate as stored."""
@@ -75,13 +143,43 @@ class Artifact:
     def binary(self) -> Path:
         return self.directory / "binary"
 
+    def outputs(self) -> dict[str, bytes]:
+        """name -> content of its decision dumps, overrides.sexp (if any) and compiler
+        output, from the packed file or (an entry of an earlier version) the plain files."""
+        packed = self.directory / OUTPUTS
+        if packed.exists():
+            return unpack(packed)
+        return {p.name: p.read_bytes() for p in self.directory.iterdir() if _is_output(p.name)}
+
+    def decision_texts(self) -> dict[str, str]:
+        """Dump file name -> text, sorted by name."""
+        return {name: data.decode() for name, data in sorted(self.outputs().items())
+                if DUMP_NAME.match(name)}
+
+    def dumps(self) -> list[DecisionDump]:
+        """Its decision dumps, sorted by (unit, round)."""
+        return sorted((parse_dump(text, f"{self.directory}/{name}")
+                       for name, text in self.decision_texts().items()),
+                      key=lambda d: (d.unit, d.round))
+
     @property
-    def decision_files(self) -> list[Path]:
-        return sorted(self.directory.glob("*.decisions.sexp"))
+    def overrides_text(self) -> str | None:
+        data = self.outputs().get(OVERRIDES)
+        return None if data is None else data.decode()
 
     @property
     def compiler_output(self) -> str:
-        return (self.directory / "compiler-output.txt").read_text()
+        return self.outputs().get(COMPILER_OUTPUT, b"").decode()
+
+    def export(self, dest: Path) -> list[Path]:
+        """Write its decision dumps and overrides.sexp, uncompressed, into ``dest`` (what a
+        rundir keeps of a candidate) -> the files written."""
+        written = []
+        for name, data in sorted(self.outputs().items()):
+            if name != COMPILER_OUTPUT:
+                (dest / name).write_bytes(data)
+                written.append(dest / name)
+        return written
 
 
 @dataclass(frozen=True)
@@ -96,27 +194,143 @@ class UnitEntry:
     def restore(self, outdir: Path) -> bool:
         """Copy the unit's files into ``outdir``; False (nothing usable) if one of them is not
         what was stored, e.g. cut short by a crash before it reached the disk."""
+        try:
+            packed = self.directory / UNIT_FILES
+            if packed.exists():
+                contents = unpack(packed)
+            else:  # an entry of an earlier version: the files side by side
+                contents = {name: (self.directory / name).read_bytes() for name in self.files}
+        except (OSError, tarfile.TarError, EOFError):
+            return False
         for name, digest in self.files.items():
-            try:
-                data = (self.directory / name).read_bytes()
-            except OSError:
+            data = contents.get(name)
+            if data is None or hashlib.sha256(data).hexdigest() != digest:
                 return False
-            if hashlib.sha256(data).hexdigest() != digest:
-                return False
-            (outdir / name).write_bytes(data)
+        for name in self.files:
+            (outdir / name).write_bytes(contents[name])
         return True
 
 
 class Store:
     def __init__(self, root: Path):
+        """Open (creating it if need be) the store at ``root``: StoreError if it cannot be
+        used (not a directory, not writable, a full disk).  Holds a shared lock on it until
+        ``close``; sweeps killed writers' staging files first when no one else holds it."""
         self.root = Path(root)
         self.compiled = self.root / "compiled"
         self.measurements = self.root / "measurements"
         self.worker_cache = self.root / "worker-cache"
         self.units = self.root / "units"
-        for d in (self.compiled, self.measurements, self.worker_cache, self.units):
-            d.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._lock_fd: int | None = None
+        self._user: tuple[Path, int] | None = None  # this Store's file in users/, its fd
+        if self.root.exists() and not self.root.is_dir():
+            raise StoreError(f"{self.root}: the store must be a directory; this is not one")
+        try:
+            for d in (self.compiled, self.measurements, self.worker_cache, self.units):
+                d.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                                    0o644)
+        except OSError as exc:
+            raise store_error(exc, "cannot open the store") from None
+        if self.try_exclusive():
+            self.sweep()
+        self.share()
+        try:
+            (self.root / USERS).mkdir(exist_ok=True)
+            fd, name = tempfile.mkstemp(dir=self.root / USERS, prefix=f"{os.getpid()}-")
+        except OSError as exc:
+            self.close()
+            raise store_error(exc, "cannot open the store") from None
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self._user = (Path(name), fd)
+
+    # -- the store's lock
+
+    def try_exclusive(self) -> bool:
+        """Hold the store's lock alone (no other open Store anywhere), if no one else holds it."""
+        assert self._lock_fd is not None
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+
+    def share(self) -> None:
+        """Hold the store's lock shared (waits while a sweep or a gc holds it alone)."""
+        assert self._lock_fd is not None
+        fcntl.flock(self._lock_fd, fcntl.LOCK_SH)
+
+    def others_open(self) -> bool:
+        """Whether another Store has this store open now (in any process; a Store of a
+        process that died is forgotten here)."""
+        own = self._user[0].name if self._user is not None else None
+        try:
+            names = os.listdir(self.root / USERS)
+        except OSError:
+            return True  # cannot tell: assume so
+        for name in names:
+            if name == own:
+                continue
+            path = self.root / USERS / name
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return True
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True  # held: its Store is open
+            finally:
+                os.close(fd)
+            path.unlink(missing_ok=True)  # its process died without closing it
+        return False
+
+    def close(self) -> None:
+        user, self._user = self._user, None
+        if user is not None:
+            user[0].unlink(missing_ok=True)
+            os.close(user[1])
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def sweep(self) -> tuple[int, int]:
+        """Remove what killed writers left: staging directories and entries moved aside
+        (``.<key>.*``) and temporary files (``.*.tmp``, ``*.tmp``) -> (count, bytes).  Only
+        with the store's lock held alone: then no one can be writing them."""
+        count = size = 0
+        for area in AREAS:
+            base = self.root / area
+            for parent in [base, *_subdirs(base)]:
+                try:
+                    names = os.listdir(parent)
+                except OSError:
+                    continue
+                own = self._user[0].name if self._user is not None else None
+                for name in names:
+                    if name == own:
+                        continue
+                    if name.startswith(".") or name.endswith(".tmp") or area == USERS:
+                        path = parent / name
+                        size += disk_usage(path)
+                        count += 1
+                        if path.is_dir() and not path.is_symlink():
+                            shutil.rmtree(path, ignore_errors=True)
+                        else:
+                            path.unlink(missing_ok=True)
+        return count, size
 
     # -- compiled artifacts
 
@@ -124,25 +338,92 @@ class Store:
         return self.compiled / key[:2] / key
 
     def artifact(self, key: str) -> Artifact | None:
+        """The stored candidate ``key`` with its binary; None if absent, unreadable or its
+        binary was dropped (compile it again)."""
         d = self._artifact_dir(key)
         meta = _read_meta(d)
-        return None if meta is None else Artifact(key, d, meta["sha256"])
+        if meta is None or not (d / "binary").is_file():
+            return None
+        return Artifact(key, d, meta["sha256"])
 
     def staging_dir(self, key: str) -> Path:
         """A private directory to build in; ``commit_artifact`` publishes it."""
         return _staging(self.compiled, key)
 
     def commit_artifact(self, key: str, staging: Path, meta: dict) -> Artifact:
-        meta = {**meta, "sha256": sha256_file(staging / "binary")}
-        write_json_atomic(staging / "meta.json", meta)
-        final = self._artifact_dir(key)
+        """Publish ``staging`` (the binary, the decision dumps, overrides.sexp if any and
+        compiler-output.txt) as entry ``key``: the text outputs packed, then a rename.  An
+        entry already there is kept if it is whole, replaced if its binary was dropped."""
         try:
-            os.rename(staging, final)
-        except OSError:  # an identical artifact won the race: keep it
-            shutil.rmtree(staging, ignore_errors=True)
+            outputs = {p.name: p.read_bytes() for p in staging.iterdir() if _is_output(p.name)}
+            pack(staging / OUTPUTS, outputs)
+            for name in outputs:
+                (staging / name).unlink()
+            meta = {**meta, "sha256": sha256_file(staging / "binary")}
+            write_json_atomic(staging / "meta.json", meta)
+        except OSError as exc:
+            raise store_error(exc, "cannot write a compiled candidate") from None
+        final = self._artifact_dir(key)
+        for attempt in range(2):
+            try:
+                os.rename(staging, final)
+                break
+            except OSError:
+                if attempt == 0 and self.artifact(key) is None:
+                    self._drop_dir(final)  # no binary (dropped) or unreadable: replace it
+                    continue
+                shutil.rmtree(staging, ignore_errors=True)  # an identical entry won a race
+                break
         artifact = self.artifact(key)
-        assert artifact is not None
+        if artifact is None:
+            raise StoreError(f"{final}: the compiled candidate vanished as it was stored")
         return artifact
+
+    def artifact_sha(self, key: str) -> str | None:
+        """The sha256 of entry ``key``'s binary, as its meta records it (None: no entry)."""
+        meta = _read_meta(self._artifact_dir(key))
+        return None if meta is None else meta.get("sha256")
+
+    def has_binary(self, key: str) -> bool:
+        return (self._artifact_dir(key) / "binary").is_file()
+
+    def repack_artifact(self, key: str) -> None:
+        """Pack the plain outputs of an entry written before compression, as
+        ``commit_artifact`` packs them now (a crash midway leaves both: the pack is read)."""
+        d = self._artifact_dir(key)
+        plain = {p.name: p for p in d.iterdir() if _is_output(p.name)}
+        if not plain:
+            return
+        if not (d / OUTPUTS).exists():
+            tmp = d / f".{OUTPUTS}.tmp"
+            pack(tmp, {name: p.read_bytes() for name, p in plain.items()})
+            os.rename(tmp, d / OUTPUTS)
+        for p in plain.values():
+            p.unlink()
+
+    def drop_binary(self, key: str, agent_copy: bool = False) -> int:
+        """Remove the binary of entry ``key`` (its outputs and measurements stay); the next
+        compile of it makes it again.  ``agent_copy``: remove the local agents' copy too if
+        it is a link of this very file (no agent may be about to run it).  -> bytes freed
+        (0 while another link keeps them)."""
+        binary = self._artifact_dir(key) / "binary"
+        try:
+            st = binary.stat()
+            copy = self.worker_cache / str(self.artifact_sha(key))
+            if agent_copy and copy.exists() and os.path.samefile(copy, binary):
+                copy.unlink()
+                st = binary.stat()
+            binary.unlink()
+        except FileNotFoundError:
+            return 0
+        return st.st_blocks * 512 if st.st_nlink == 1 else 0
+
+    def drop_artifact(self, key: str) -> None:
+        """Remove entry ``key`` whole (moved aside first: readers never see half of one)."""
+        self._drop_dir(self._artifact_dir(key))
+
+    def artifact_keys(self) -> list[str]:
+        return [d.name for d in _entries(self.compiled)]
 
     # -- compiled units (beneath artifacts: a build takes its units from here)
 
@@ -156,17 +437,19 @@ class Store:
 
     def commit_unit(self, key: str, source: Path, names: list[str], output: str,
                     meta: dict | None = None) -> None:
-        """Store copies of ``names`` (files in ``source``) as unit ``key``, atomically: a
+        """Store ``names`` (files in ``source``) as unit ``key``, packed, atomically: a
         private directory, then a rename; an identical entry that won a race is kept.
 
         Nothing is fsynced: every file's sha256 is checked when the entry is used, so an entry
         a crash cut short is found and compiled again (``UnitEntry.restore``)."""
-        staging = _staging(self.units, key)
         try:
-            files = {}
-            for name in names:
-                shutil.copyfile(source / name, staging / name)
-                files[name] = sha256_file(staging / name)
+            staging = _staging(self.units, key)
+        except OSError as exc:
+            raise store_error(exc, "cannot store a compiled unit") from None
+        try:
+            contents = {name: (source / name).read_bytes() for name in names}
+            pack(staging / UNIT_FILES, contents)
+            files = {name: hashlib.sha256(data).hexdigest() for name, data in contents.items()}
             (staging / "meta.json").write_text(json.dumps(
                 {**(meta or {}), "files": files, "output": output}, indent=1, sort_keys=True))
             for attempt in range(2):
@@ -178,13 +461,33 @@ class Store:
                         self.drop_unit(key)  # unreadable, e.g. after a crash: replace it
                         continue
                     break  # an identical entry won the race: keep it
+        except OSError as exc:
+            raise store_error(exc, "cannot store a compiled unit") from None
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
     def drop_unit(self, key: str) -> None:
         """Remove a damaged entry (moved aside first, so readers never see half of one)."""
-        d = self._unit_dir(key)
-        aside = d.parent / f".{key}.dropped.{os.getpid()}.{threading.get_ident()}"
+        self._drop_dir(self._unit_dir(key))
+
+    def repack_unit(self, key: str) -> None:
+        """Pack the plain files of a unit entry written before compression."""
+        entry = self.unit_entry(key)
+        if entry is None or not entry.files or not all(
+                (entry.directory / name).exists() for name in entry.files):
+            return
+        if not (entry.directory / UNIT_FILES).exists():
+            tmp = entry.directory / f".{UNIT_FILES}.tmp"
+            pack(tmp, {name: (entry.directory / name).read_bytes() for name in entry.files})
+            os.rename(tmp, entry.directory / UNIT_FILES)
+        for name in entry.files:
+            (entry.directory / name).unlink()
+
+    def unit_keys(self) -> list[str]:
+        return [d.name for d in _entries(self.units)]
+
+    def _drop_dir(self, d: Path) -> None:
+        aside = d.parent / f".{d.name}.dropped.{os.getpid()}.{threading.get_ident()}"
         try:
             os.rename(d, aside)
         except OSError:
@@ -212,13 +515,51 @@ class Store:
                 for r in _read_results(path)]
 
     def add_measurement(self, result: RunResult, job: RunJob) -> None:
-        """Store ``result``, measured for ``job`` (on ``result.worker_class``)."""
+        """Store ``result``, measured for ``job`` (on ``result.worker_class``); StoreError
+        (one line) if it cannot be written."""
         path = self._measurement_path(job, result.worker_class)
         with self._lock:
             existing = _read_results(path)
-            write_json_atomic(path, {"job": job.measurement_identity(),
-                                     "worker_class": result.worker_class,
-                                     "results": [r.to_json() for r in [*existing, result]]})
+            try:
+                write_json_atomic(path, {"job": job.measurement_identity(),
+                                         "worker_class": result.worker_class,
+                                         "results": [r.to_json() for r in [*existing, result]]})
+            except OSError as exc:
+                raise store_error(exc, "cannot store a measurement") from None
+
+
+def disk_usage(path: Path) -> int:
+    """Bytes ``path`` takes on disk (allocated blocks, as ``du`` counts them: a file with
+    several links once), a directory with all it holds."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return 0
+    seen = {(st.st_dev, st.st_ino)}
+    total = st.st_blocks * 512
+    if os.path.isdir(path) and not os.path.islink(path):
+        for dirpath, dirnames, filenames in os.walk(path):
+            for name in dirnames + filenames:
+                try:
+                    st = os.lstat(os.path.join(dirpath, name))
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += st.st_blocks * 512
+    return total
+
+
+def _subdirs(base: Path) -> list[Path]:
+    try:
+        return [p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    except OSError:
+        return []
+
+
+def _entries(base: Path) -> list[Path]:
+    """The entry directories of an area laid out as <kk>/<key>/."""
+    return [e for fan in _subdirs(base) for e in _subdirs(fan)]
 
 
 def _read_results(path: Path) -> list[RunResult]:

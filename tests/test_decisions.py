@@ -16,7 +16,6 @@ from dispatcher.decisions import (
     Override,
     overrides_text,
     parse_overrides,
-    read_dumps,
     read_overrides,
 )
 from dispatcher.store import Store
@@ -176,7 +175,7 @@ def test_a_file_at_the_limit_compiles(compiler, tmp_path):
         compiled = service.compile(CompileJob(resolve_benchmark("kahan"), pins))
     finally:
         service.close()
-    (main0,) = [d for d in read_dumps(compiled.artifact.decision_files)
+    (main0,) = [d for d in compiled.artifact.dumps()
                 if (d.unit, d.round) == ("Main", 0)]
     assert main0.override_entries == MAX_OVERRIDES
     assert len(main0.unmatched_keys) == MAX_OVERRIDES

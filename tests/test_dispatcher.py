@@ -1,6 +1,7 @@
 """The master's core: config, store, compile service, scheduler, and run-benchmark end to end."""
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -30,7 +31,7 @@ from dispatcher.decisions import Override, read_dumps, write_overrides
 from dispatcher.local import LocalBackend
 from dispatcher.scheduler import Scheduler
 from dispatcher.ssh import MAX_CACHE_MB
-from dispatcher.store import Store
+from dispatcher.store import Store, unpack
 from dispatcher.tree import Tree, to_overrides
 from dispatcher.worker import RunJob
 
@@ -235,7 +236,7 @@ def test_compile_cache_hit_and_override_miss(compiler, store):
     try:
         first = service.compile(CompileJob(bench))
         assert not first.cached and first.binary.is_file()
-        dumps = read_dumps(first.artifact.decision_files)
+        dumps = first.artifact.dumps()
         assert dumps and all(d.unit for d in dumps)
         again = service.compile(CompileJob(bench))
         assert again.cached and again.artifact.key == first.artifact.key
@@ -244,9 +245,10 @@ def test_compile_cache_hit_and_override_miss(compiler, store):
         flipped = service.compile(CompileJob(bench, (
             Override(inlined.unit, inlined.round, inlined.key, "dont_inline"),)))
         assert not flipped.cached and flipped.artifact.key != first.artifact.key
-        assert (flipped.artifact.directory / "overrides.sexp").is_file()
-        # Object files are not kept, only what analysis needs.
-        assert not list(flipped.artifact.directory.glob("*.o"))
+        assert flipped.artifact.overrides_text and not first.artifact.overrides_text
+        # Object files are not kept, only what analysis needs, packed.
+        assert sorted(p.name for p in flipped.artifact.directory.iterdir()) == [
+            "binary", "meta.json", "outputs.tar.gz"]
     finally:
         service.close()
 
@@ -285,7 +287,7 @@ def test_entries_the_compiler_would_pass_over_are_refused(compiler, store):
     service = CompileService(store, compiler)
     try:
         base = service.compile(CompileJob(bench))
-        tree = Tree.from_dumps(read_dumps(base.artifact.decision_files))
+        tree = Tree.from_dumps(base.artifact.dumps())
         pins = tuple(to_overrides(tree))
         assert {o.unit for o in pins} == set(units)
         assert service.compile(CompileJob(bench, pins)).sha256  # every unit and round: fine
@@ -325,7 +327,6 @@ def test_entries_the_compiler_would_pass_over_are_refused(compiler, store):
 # -- unit-level incremental compiles (beneath the whole-candidate cache)
 
 def _sha(path: Path) -> str:
-    import hashlib
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
@@ -349,7 +350,7 @@ def test_units_are_reused_and_dependents_rebuilt_identically_to_a_whole_build(
     try:
         base = service.compile(CompileJob(bench))
         assert (base.units_compiled, base.units_reused) == (3, 0)
-        dumps = read_dumps(base.artifact.decision_files)
+        dumps = base.artifact.dumps()
         # Overrides of Main only: Summation and Series come from the unit cache.
         in_main = (_flip(dumps, "Main"),)
         main_only = service.compile(CompileJob(bench, in_main))
@@ -365,8 +366,9 @@ def test_units_are_reused_and_dependents_rebuilt_identically_to_a_whole_build(
                                                      (in_summation, first)]):
             whole = _whole_build(bench, compiler, tmp_path / f"whole{i}", list(job_overrides))
             assert _sha(result.binary) == _sha(whole.binary)
-            assert [(f.name, _sha(f)) for f in result.artifact.decision_files] == \
-                [(f.name, _sha(f)) for f in whole.decision_files]
+            assert {name: hashlib.sha256(text.encode()).hexdigest()
+                    for name, text in result.artifact.decision_texts().items()} == \
+                {f.name: _sha(f) for f in whole.decision_files}
         assert len({base.sha256, main_only.sha256, first.sha256}) == 3
         # Both changes at once: Summation and Series as in the last candidate, only Main new.
         both = service.compile(CompileJob(bench, in_main + in_summation))
@@ -400,8 +402,9 @@ def test_a_damaged_unit_entry_is_compiled_again(compiler, store, tmp_path):
     service = CompileService(store, compiler)
     try:
         base = service.compile(CompileJob(bench))
-        (cmx,) = list(store.units.glob("*/*/arith.cmx"))
-        cmx.write_bytes(cmx.read_bytes()[:-10])  # as if cut short by a crash
+        (arith,) = [m.parent / "files.tar.gz" for m in store.units.glob("*/*/meta.json")
+                    if "arith.cmx" in m.read_text()]
+        arith.write_bytes(arith.read_bytes()[:len(arith.read_bytes()) // 2])  # cut short
         shutil.rmtree(base.artifact.directory)  # the candidate gone, its units kept
         again = service.compile(CompileJob(bench))
         # Arith compiled again; its .cmx is the same as before, so Main is still reused.
@@ -416,8 +419,9 @@ def test_a_damaged_unit_entry_is_compiled_again(compiler, store, tmp_path):
         assert (third.units_compiled, third.units_reused) == (1, 1)
         assert third.sha256 == base.sha256
         for meta in store.units.glob("*/*/meta.json"):
+            files = unpack(meta.parent / "files.tar.gz")
             for name, digest in json.loads(meta.read_text())["files"].items():
-                assert _sha(meta.parent / name) == digest
+                assert hashlib.sha256(files[name]).hexdigest() == digest
     finally:
         service.close()
 
@@ -469,8 +473,9 @@ def test_run_benchmark_user_dir_overrides_and_measured_once(compiler, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "decisions:" in proc.stdout
     store = Store(tmp_path / "store")
-    artifact = next(store.compiled.glob("*/*"))
-    dumps = read_dumps(artifact.glob("*.decisions.sexp"))
+    artifact = store.artifact(next(store.compiled.glob("*/*")).name)
+    assert artifact is not None
+    dumps = artifact.dumps()
     # Two decision files that pin different units' decisions as the heuristic took them
     # give the same binary: measured once.
     decisions = [d for dump in dumps for d in dump.decisions]
@@ -666,7 +671,9 @@ def test_run_benchmark_with_decisions_prints_its_paired_speedup_over_the_heurist
     first = run_cli(str(bench_dir), "--config", str(config), "--csv")
     assert first.returncode == 0, first.stderr
     store = Store(tmp_path / "store")
-    dumps = read_dumps(next(store.compiled.glob("*/*")).glob("*.decisions.sexp"))
+    stored = store.artifact(next(store.compiled.glob("*/*")).name)
+    assert stored is not None
+    dumps = stored.dumps()
     d = next(d for dump in dumps for d in dump.decisions if not d.prevented)
     flipped = write_overrides(tmp_path / "f.sexp", [Override(
         d.unit, d.round, d.key, "dont_inline" if d.action == "inline" else "inline")])

@@ -197,7 +197,6 @@ def test_a_real_search_gives_rewards_and_an_optimal_tree_the_compiler_honours(co
     # the optimal tree is an ordinary overrides file: compile with it, read the dumps
     from dispatcher.benchmark import load_benchmark
     from dispatcher.compile import CompileJob, CompileService
-    from dispatcher.decisions import read_dumps
     from dispatcher.store import Store
     pins = read_overrides(d / "optimal.sexp")
     service = CompileService(Store(tmp_path / "store2"), compiler, jobs=1)
@@ -205,7 +204,7 @@ def test_a_real_search_gives_rewards_and_an_optimal_tree_the_compiler_honours(co
         built = service.submit(CompileJob(load_benchmark(bench), tuple(pins))).result()
     finally:
         service.close()
-    tree = Tree.from_dumps(read_dumps(built.artifact.decision_files))
+    tree = Tree.from_dumps(built.artifact.dumps())
     # The union tree holds alternatives no single build has (an inlined body differs with
     # what was decided around it): their pins match nothing, as stale pins of the search do.
     # Every pin that matches a site is honoured, and most of round 0's match.

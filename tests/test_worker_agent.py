@@ -70,6 +70,13 @@ let () =
     "exit3": 'let () = prerr_endline "bye"; exit 3\n',
     "raise": 'let () = if Array.length Sys.argv < 5 then failwith "boom"\n',
     "trivial": "let () = ()\n",
+    # 26 MB to stdout, or to stderr with argument "err"
+    "bigout": """
+let () =
+  let oc = if Array.length Sys.argv > 1 && Sys.argv.(1) = "err" then stderr else stdout in
+  let s = String.make 65536 'x' in
+  for _ = 1 to 400 do output_string oc s done
+""",
     # holds the file $LOCK (created exclusively) for a moment: exit 7 if another run has it
     "exclusive": """
 let () =
@@ -608,6 +615,135 @@ def test_no_orphans_when_agent_is_killed(cache_dir, binaries, how):
         a.close()
 
 
+# A benchmark that leaves two processes behind: a background job in its process group and a
+# daemon (double fork, then setsid: a session and group of its own), both sleeping.
+DAEMONISE = b"""#!/bin/sh
+sleep 300 </dev/null >/dev/null 2>&1 &
+( setsid sleep 300 </dev/null >/dev/null 2>&1 & )
+echo started
+"""
+
+
+def _with_environ(entry: bytes) -> list:
+    """The live (non-zombie) processes whose environment holds ``entry``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if entry in env and _is_running(int(pid)):
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.parametrize("spawn", ["forkserver", "gated", "direct"])
+def test_what_a_run_leaves_running_is_killed_and_fails_it(cache_dir, binaries, spawn):
+    """Issue 11: a daemonising benchmark left 30 processes after 30 runs.  The agent kills
+    everything a run left running when it ends, setsid or not, records how many, and fails
+    the run; a well-behaved binary on the same agent is untouched."""
+    script = cache_dir / "daemonise"
+    script.write_bytes(DAEMONISE)
+    sha = sha256_of(script)
+    script.rename(cache_dir / sha)
+    mark = f"INLINING_TEST_MARK={os.getpid()}-{spawn}-{time.monotonic_ns()}".encode()
+    name, value = mark.decode().split("=", 1)
+    a = AgentProc(cache_dir, "--spawn", spawn)
+    try:
+        assert a.request(op="hello")["strays_error"] is None
+        r = a.request(op="run", sha256=sha, runs=3, cpu=0, timeout=10, perf=False,
+                      env={name: value}, expected_output={"text": "started\n"})
+        assert r["ok"] and r["spawn"] == spawn and r["failed"] == 3, r
+        for rec in r["runs"]:
+            assert rec["exit_status"] == 0 and rec["output_ok"] is True, rec
+            assert rec["strays"] == 2, rec
+            assert rec["failure"] == "left 2 processes running after it exited (killed)"
+        assert _wait_for(lambda: not _with_environ(mark), 2), _with_environ(mark)
+        echo = put(cache_dir, binaries["echo"])
+        r = a.request(op="run", sha256=echo, args=["hi"], runs=2, cpu=0, timeout=10,
+                      perf=False, expected_output={"text": "hi"})
+        assert r["failed"] == 0 and [rec["strays"] for rec in r["runs"]] == [0, 0], r
+        # nothing left below the agent but its fork server, no zombie
+        kids = _children(a.proc.pid)
+        assert len(kids) == (spawn == "forkserver"), kids
+    finally:
+        a.close()
+    assert not _with_environ(mark)
+
+
+def test_strays_are_not_looked_for_in_another_programs_process(cache_dir, binaries):
+    """In-process (a host's own children are not the agent's to kill): null, not 0."""
+    from workers.agent.service import Agent
+    a = Agent(str(cache_dir))
+    try:
+        assert a.handle({"op": "hello"})["strays_error"]
+        sha = put(cache_dir, binaries["trivial"])
+        r = a.handle({"op": "run", "sha256": sha, "runs": 1, "cpu": 0, "timeout": 10,
+                      "perf": False})
+        assert r["failed"] == 0 and r["runs"][0]["strays"] is None, r
+    finally:
+        a.close()
+
+
+@pytest.mark.parametrize("spawn", ["forkserver", "direct"])
+@pytest.mark.parametrize("stream", ["out", "err"])
+def test_captured_output_is_bounded(cache_dir, binaries, spawn, stream):
+    """Issue 11: a program printing 300 MB put 307 MB in /dev/shm.  Each capture (and any
+    file a run writes) stops at the agent's limit and the run fails, saying why."""
+    sha = put(cache_dir, binaries["bigout"])
+    a = AgentProc(cache_dir, "--spawn", spawn)
+    try:
+        limit = a.request(op="hello")["file_size_limit"]
+        assert limit == 16 << 20
+        r = a.request(op="run", sha256=sha, args=[stream], runs=2, cpu=0, timeout=10,
+                      perf=False)
+        assert r["ok"] and r["failed"] == 2, r
+        for rec in r["runs"]:
+            assert rec["failure"] == f"std{stream} over 16 MiB (the agent keeps at most that)"
+            assert rec["stdout_bytes"] == (limit if stream == "out" else 0), rec
+        scratch = Path(_scratch_of(a.proc.pid)) if spawn == "forkserver" else None
+        if scratch is not None:  # the captures are gone once the run is recorded
+            assert sorted(p.name for p in scratch.iterdir()) == ["lock", "script"]
+    finally:
+        a.close()
+
+
+def test_scratch_of_a_killed_agent_is_swept_by_the_next(cache_dir, tmp_path):
+    """Issue 11: killed agents left their scratch directories in /dev/shm.  An agent
+    starting removes those whose lock no live agent holds, never a live agent's."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(shm))
+    legacy = shm / "inlining-agent-abc123"  # an older agent's: no lock, left alone
+    legacy.mkdir()
+    live, doomed = AgentProc(cache_dir, env=env), AgentProc(cache_dir, env=env)
+    try:
+        for a in (live, doomed):
+            assert a.request(op="hello")["ok"]
+        mine = {a: Path(_scratch_of(a.proc.pid)) for a in (live, doomed)}
+        assert {p.parent for p in mine.values()} == {shm}
+        doomed.proc.kill()
+        doomed.proc.wait()
+        assert mine[doomed].is_dir()
+        fresh = AgentProc(cache_dir, env=env)
+        try:
+            assert fresh.request(op="hello")["ok"]
+            assert not mine[doomed].exists()
+            assert mine[live].is_dir() and legacy.is_dir()
+            assert live.request(op="hello")["ok"]
+            ours = {Path(_scratch_of(fresh.proc.pid)), mine[live], legacy}
+        finally:
+            fresh.close()
+    finally:
+        live.close()
+        doomed.close()
+    assert sorted(shm.iterdir()) == [legacy]
+    assert ours
+
+
 @pytest.mark.parametrize("spawn", ["forkserver", "gated", "direct"])
 def test_unrunnable_file_is_a_failed_run(cache_dir, spawn):
     junk = cache_dir / "junk"
@@ -929,7 +1065,7 @@ def test_pipelined_requests_answer_in_order_one_run_at_a_time(cache_dir, binarie
                 by_id["hello"]["perf"]["available"])) for rec in r["runs"])
         scratch = [p.name for p in Path(_scratch_of(a.proc.pid)).iterdir()]
         # no gates, captures or directories left; only the run script all runs share
-        assert scratch in ([], ["script"]), scratch
+        assert sorted(scratch) in (["lock"], ["lock", "script"]), scratch
         kids = _children(a.proc.pid)
         assert len(kids) == 1 and b"fork server" in list(kids.values())[0][1], kids
     finally:

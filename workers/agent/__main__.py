@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGHUP, on_term)
 
-    agent = Agent(opts.cache_dir, worker_class=opts.worker_class, spawn=opts.spawn)
+    agent = Agent(opts.cache_dir, worker_class=opts.worker_class, spawn=opts.spawn,
+                  own_process=True)
     try:
         serve(agent, sys.stdin.buffer, proto_out)
     except BrokenPipeError:

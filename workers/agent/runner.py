@@ -13,12 +13,14 @@ made in ``finish`` alone, for every spawn method.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import random
 import re
 import shutil
 import signal
+import stat
 import tempfile
 import time
 from collections.abc import Iterable
@@ -26,12 +28,15 @@ from typing import Any
 
 from .perf import PerfEvents
 from .proc import (
+    FILE_SIZE_LIMIT,
     Strays,
     aslr_of,
+    become_child_subreaper,
     cpus_allowed_list,
     decode_wait_status,
     killpg_quietly,
     limit_cpu_time,
+    limit_file_size,
     set_aslr,
     signal_name,
 )
@@ -77,6 +82,9 @@ def new_record(cpus_allowed: str | None) -> dict:
     used: it migrated).  Layout: aslr (whether its address space was randomised, as its
     /proc personality says), env_pad (the length of the random environment pad; null: none).
     A run of a request with ``profile_period_ns`` also has ``profile`` (``sampling``).
+    strays: how many processes the binary left running after it exited, killed by the agent
+    (null: not looked for, e.g. the agent runs inside another program); more than 0 fails
+    the run.
     """
     return {
         "wall_ns": None, "user_s": None, "sys_s": None, "maxrss_kb": None,
@@ -84,7 +92,7 @@ def new_record(cpus_allowed: str | None) -> dict:
         "stdout_sha256": None, "stdout_bytes": None, "gc": {}, "perf": None,
         "cpus_allowed": cpus_allowed, "stderr_tail": "", "failure": None,
         "cpu_share": None, "cpu_share_source": None, "nivcsw": None, "migrations": None,
-        "disturbed": None, "aslr": None, "env_pad": None,
+        "disturbed": None, "aslr": None, "env_pad": None, "strays": None,
     }
 
 
@@ -115,19 +123,16 @@ def parse_gc_stats(stderr: bytes) -> tuple[dict, bytes]:
     return gc, b"".join(kept)
 
 
-def _read_tail(fd: int, limit: int) -> bytes:
-    size = os.fstat(fd).st_size
-    start = max(0, size - limit)
-    return os.pread(fd, size - start, start) if size > start else b""
-
-
-def _read_file_tail(path: str, limit: int) -> bytes:
+def _read_file_tail(path: str, limit: int) -> tuple[bytes, int]:
+    """-> (the last ``limit`` bytes of the file, its size); empty if it does not exist."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        return b""
+        return b"", 0
     try:
-        return _read_tail(fd, limit)
+        size = os.fstat(fd).st_size
+        start = max(0, size - limit)
+        return (os.pread(fd, size - start, start) if size > start else b""), size
     finally:
         os.close(fd)
 
@@ -156,15 +161,24 @@ def check_output(record: dict, out_fd: int | None, expected: dict | None) -> Non
             record["output_ok"] = digest == expected["sha256"]
 
 
-def classify(record: dict, timed_out: bool, timeout: float) -> str | None:
-    """Why a run that ran to its end does not count, or None."""
+def classify(record: dict, timed_out: bool, timeout: float, err_bytes: int = 0) -> str | None:
+    """Why a run that ran to its end does not count, or None.  ``err_bytes``: the size of
+    its stderr capture."""
     if timed_out:
         return "timeout after %gs" % timeout
+    for name, size in (("stdout", record["stdout_bytes"] or 0), ("stderr", err_bytes)):
+        if size >= FILE_SIZE_LIMIT:  # cut there: the binary got SIGXFSZ or EFBIG
+            return "%s over %d MiB (the agent keeps at most that)" % (name, FILE_SIZE_LIMIT >> 20)
     sig = record["signal"]
     if sig is not None:
+        if sig == signal.SIGXFSZ:
+            return "a file over %d MiB (killed by SIGXFSZ)" % (FILE_SIZE_LIMIT >> 20)
         return "killed by signal %d (%s)" % (sig, signal_name(sig))
     if record["exit_status"] != 0:
         return "exit status %s" % record["exit_status"]
+    if record["strays"]:
+        return "left %d process%s running after it exited (killed)" % (
+            record["strays"], "" if record["strays"] == 1 else "es")
     if record["output_ok"] is False:
         return "wrong output (sha256 %s...)" % record["stdout_sha256"][:12]
     return None
@@ -198,6 +212,65 @@ def _scratch_base() -> str | None:
         if candidate and os.path.isdir(candidate) and os.access(candidate, os.W_OK | os.X_OK):
             return candidate
     return None  # the default temporary directory
+
+
+SCRATCH_PREFIX = "inlining-agent-"
+SCRATCH_LOCK = "lock"
+
+
+def make_scratch() -> tuple[str, int]:
+    """-> (a fresh scratch directory, the fd of its lock), after removing the scratch
+    directories that dead agents left in the same place (``sweep_scratch``).
+
+    The lock is a kernel ``flock`` on ``<scratch>/lock``, held for the agent's life, so it
+    dies with the agent however the agent dies.  The file is locked under a temporary name
+    and then renamed: no one ever sees an unlocked ``lock`` of a live agent."""
+    base = _scratch_base() or tempfile.gettempdir()
+    sweep_scratch(base)
+    scratch = tempfile.mkdtemp(prefix="%s%d-" % (SCRATCH_PREFIX, os.getpid()), dir=base)
+    tmp = os.path.join(scratch, ".lock")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.rename(tmp, os.path.join(scratch, SCRATCH_LOCK))
+    except BaseException:
+        os.close(fd)
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return scratch, fd
+
+
+def sweep_scratch(base: str) -> list[str]:
+    """Remove this user's agent scratch directories in ``base`` whose lock no live agent
+    holds (their agent was killed) -> the ones removed.  A directory without a lock file
+    (an agent of an older version) is left alone: nothing tells whether its agent lives."""
+    removed: list[str] = []
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(SCRATCH_PREFIX):
+            continue
+        path = os.path.join(base, name)
+        try:
+            st = os.lstat(path)
+            fd = os.open(os.path.join(path, SCRATCH_LOCK),
+                         os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # held: its agent is alive
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        finally:
+            os.close(fd)
+    return removed
 
 
 class Plan:
@@ -251,7 +324,7 @@ class Run:
     """One run of a plan, from its preparation to its record."""
     __slots__ = ("plan", "token", "workdir", "out_path", "err_path", "pid", "pgid", "pidfd",
                  "gate", "counters", "sampler", "cpus_allowed", "t0", "t1", "status", "ru",
-                 "timed_out", "failure", "pad", "aslr")
+                 "timed_out", "failure", "pad", "aslr", "since", "strays")
 
     def __init__(self, plan: Plan, token: int, scratch: str):
         self.plan, self.token = plan, token
@@ -270,6 +343,8 @@ class Run:
         # aslr plans: the environment pad's length, drawn per run
         self.pad: int | None = random.randrange(ENV_PAD_MAX) if plan.aslr else None
         self.aslr: bool | None = None  # the child's personality, read before it runs
+        self.since: int | None = None  # the kernel's last pid when it was let go
+        self.strays: int | None = None  # processes it left running (None: not looked for)
 
     def env(self) -> dict[str, str]:
         """The run's environment: its plan's, plus the pad of an aslr run."""
@@ -283,18 +358,24 @@ class Runner:
     watchdog, and the children not reaped yet.
 
     ``spawn``: "auto" (the fork server when possible, else gated sh, else direct),
-    "forkserver", "gated" or "direct"."""
+    "forkserver", "gated" or "direct".  ``own_process``: this process is the agent's alone
+    (the zipapp's main), so every orphan it inherits comes from a run: what a run leaves
+    running is killed when it ends (``Strays``); ``strays_error`` says why not, if not."""
 
-    def __init__(self, perf_events: Iterable[str], spawn: str = "auto"):
+    def __init__(self, perf_events: Iterable[str], spawn: str = "auto",
+                 own_process: bool = False):
         self.perf_events = tuple(perf_events)
         self.cpus = frozenset(os.sched_getaffinity(0))  # as started (the agent may pin itself)
-        self.scratch = tempfile.mkdtemp(prefix="inlining-agent-", dir=_scratch_base())
+        self.scratch, self._scratch_lock = make_scratch()
+        self.strays_error: str | None = "the agent runs inside another program"
+        if own_process:
+            self.strays_error = become_child_subreaper() or None
         self._spawn_request = spawn
         self._spawner: Spawner | None = None
         self._perf: PerfEvents | None = None
         self._perf_info: dict | None = None
         self._watchdog: Watchdog | None = None
-        self._strays = Strays()
+        self._strays = Strays(sweep=own_process and self.strays_error is None)
         self._live: dict[int, Run] = {}  # pid -> run: children started and not yet reaped
         self._token = 0  # run tokens, unique over the agent's life
         self._base_env: dict[str, str] | None = None
@@ -398,6 +479,7 @@ class Runner:
                     run.sampler = Sampler(self._perf, pid, plan.profile_period_ns,
                                           self._perf.exclude_kernel)
                 limit_cpu_time(pid, plan.timeout)
+                limit_file_size(pid)
         except SpawnError as e:
             self.abort(run)
             run.failure = str(e)
@@ -424,6 +506,7 @@ class Runner:
     def launch(self, run: Run) -> bool:
         """Start the clock and let the binary go; False (``failure`` set) if it cannot."""
         assert self._watchdog is not None
+        run.since = self._strays.mark()
         try:
             self.spawner.launch(run, self._watchdog, self._perf)
         except SpawnError as e:
@@ -444,6 +527,8 @@ class Runner:
             os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
             run.t1 = time.monotonic_ns()
             run.timed_out = self._watchdog.disarm()
+            if self._strays.sweep:  # whatever it left running, in its group or not
+                run.strays = self._strays.sweep_run(run.since, self._known())
             killpg_quietly(pgid)  # stray background processes of the benchmark
             _, run.status, run.ru = os.wait4(pid, 0)
             reaped = True
@@ -458,6 +543,13 @@ class Runner:
             if run.pidfd is not None:
                 os.close(run.pidfd)
                 run.pidfd = None
+
+    def _known(self) -> set[int]:
+        """The agent's own children: runs not reaped yet, and its spawner's helpers."""
+        known = set(self._live)
+        if self._spawner is not None:
+            known.update(self._spawner.helpers())
+        return known
 
     def abort(self, run: Run) -> None:
         """Kill and reap a child that will not (or did not) run to its end; once only (its
@@ -491,6 +583,7 @@ class Runner:
         record = new_record(run.cpus_allowed)
         record["aslr"] = run.aslr if run.aslr is not None else self.aslr
         record["env_pad"] = run.pad
+        record["strays"] = run.strays
         plan.records.append(record)
         if run.counters:
             perf = PerfEvents.read_and_close(run.counters)
@@ -517,7 +610,7 @@ class Runner:
             pass
         except OSError:
             shutil.rmtree(run.workdir, ignore_errors=True)
-        tail = _read_file_tail(run.err_path, STDERR_SCAN_BYTES)
+        tail, err_bytes = _read_file_tail(run.err_path, STDERR_SCAN_BYTES)
         try:
             out_fd: int | None = os.open(run.out_path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -536,7 +629,7 @@ class Runner:
             record["gc"], tail = parse_gc_stats(tail)
             record["stderr_tail"] = tail[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
             check_output(record, out_fd, plan.expected)
-            record["failure"] = classify(record, run.timed_out, plan.timeout)
+            record["failure"] = classify(record, run.timed_out, plan.timeout, err_bytes)
             disturbance(record, record["wall_ns"], ru, record["perf"])
             if record["disturbed"] is not None:
                 plan.disturbed += 1
@@ -555,5 +648,8 @@ class Runner:
             self.abort(run)
         if self._spawner is not None:
             self._spawner.close()
+        if self._strays.sweep:  # the agent is going: nothing it started may stay
+            self._strays.sweep_run(None, ())
         shutil.rmtree(self.scratch, ignore_errors=True)
+        os.close(self._scratch_lock)
 

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from .cache import BinaryCache
 from .perf import DEFAULT_PERF_EVENTS
-from .proc import pidfd_open
+from .proc import FILE_SIZE_LIMIT, pidfd_open
 from .protocol import (
     UNKNOWN_OP,
     RequestError,
@@ -78,16 +78,19 @@ class Agent:
     """The request handler; usable in-process (e.g. by a Ray actor) or via ``__main__``.
 
     ``spawn``: "auto" (the fork server when possible, else gated sh, else direct),
-    "forkserver", "gated" or "direct" (see ``spawn``).
+    "forkserver", "gated" or "direct" (see ``spawn``).  ``own_process``: the agent is the
+    only user of this process (``__main__``), so what a run leaves running is killed when it
+    ends; in another program's process only the run's process group is.
     """
 
     def __init__(self, cache_dir: str, worker_class: str | None = None,
-                 perf_events: Iterable[str] = DEFAULT_PERF_EVENTS, spawn: str = "auto"):
+                 perf_events: Iterable[str] = DEFAULT_PERF_EVENTS, spawn: str = "auto",
+                 own_process: bool = False):
         if spawn not in SPAWN_METHODS:
             raise ValueError("spawn must be auto, forkserver, gated or direct")
         self.cache = BinaryCache(cache_dir)
         self.worker_class = worker_class
-        self.runner = Runner(perf_events, spawn)
+        self.runner = Runner(perf_events, spawn, own_process)
         self._last_plan: tuple[dict, Plan] | None = None  # the last run request checked
         self._lock = threading.Lock()  # one request at a time per Agent
         self._version: str | None = None
@@ -143,6 +146,10 @@ class Agent:
             "worker_class": self.worker_class,
             # runs start without address-space randomisation unless this says why not
             "aslr_error": self.runner.aslr_error,
+            # what a run leaves running is killed when it ends unless this says why not
+            "strays_error": self.runner.strays_error,
+            # a run's stdout, stderr and any file it writes stop at this size (RLIMIT_FSIZE)
+            "file_size_limit": FILE_SIZE_LIMIT,
         }
 
     def _op_has(self, request: dict) -> dict:

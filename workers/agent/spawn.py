@@ -47,7 +47,14 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .perf import PerfEvents
-from .proc import Strays, become_child_subreaper, cpus_allowed_list, killpg_quietly, limit_cpu_time
+from .proc import (
+    Strays,
+    become_child_subreaper,
+    cpus_allowed_list,
+    killpg_quietly,
+    limit_cpu_time,
+    limit_file_size,
+)
 from .protocol import SPAWN_UNAVAILABLE, RequestError, one_line
 
 ENV_PAD_NAME = "INLINING_ENV_PAD"  # aslr runs: a variable of random length shifts the stack
@@ -121,6 +128,10 @@ class Spawner:
 
     def restart(self) -> None:
         """Children forked from now on must inherit this thread's current personality."""
+
+    def helpers(self) -> tuple[int, ...]:
+        """The pids of the agent's children that serve the spawner (not runs)."""
+        return ()
 
     def prepare(self, run: Run, server_cpus: Iterable[int], watchdog: Watchdog) -> None:
         """SpawnError: the run cannot start (``run.pid`` set if a child exists)."""
@@ -247,6 +258,7 @@ class DirectSpawner(Spawner):
         run.counters = counters
         watchdog.arm(proc.pid, plan.timeout)
         limit_cpu_time(proc.pid, plan.timeout)
+        limit_file_size(proc.pid)  # direct: the binary runs already (it may write first)
         run.cpus_allowed = cpus_allowed_list(proc.pid)
 
 
@@ -536,6 +548,10 @@ class ForkServerSpawner(Spawner):
 
     def restart(self) -> None:
         self._stop_server()  # the next prepare starts a fresh one
+
+    def helpers(self) -> tuple[int, ...]:
+        server = self.server
+        return (server.pid,) if server is not None and server.pid is not None else ()
 
     def _stop_server(self) -> None:
         server, self.server = self.server, None
