@@ -165,11 +165,19 @@ class Chain:
         return self.measurements.submit(self._job(compiled, runs), self.worker_class,
                                         reuse=reuse)
 
-    def _compare(self, artifact: Artifact, policy: PairingPolicy) -> Comparison:
-        """``artifact`` against the baseline, in pairs on one slot of this chain's class."""
+    def _compare(self, artifact: Artifact, policy: PairingPolicy,
+                 trial: str | None = None) -> Comparison:
+        """``artifact`` against the baseline, in pairs on one slot of this chain's class;
+        ``trial``: a repetition measured apart from other ones (``MeasurementService.compare``)."""
         return self._wait(self.measurements.compare(self._job(self._reference),
                                                     self._job(artifact), self.worker_class,
-                                                    policy))
+                                                    policy, trial=trial))
+
+    def _trial(self, kind: str, step: int) -> str:
+        """The name of a repeated measurement of this chain: new pairs at every step, the
+        same ones for a chain of the same experiment redoing that step (a resume)."""
+        e = self.rundir.experiment
+        return f"{kind} {e.task} {e.algorithm} seed {e.seed} step {step}"
 
     def _collect(self, pending: Pending) -> Measured:
         return self.measurements.wait(pending, self._wait)
@@ -347,7 +355,8 @@ class Chain:
     def _remeasure(self, step: int, incumbent: Pointer) -> Pointer:
         """Measure the incumbent again (noise must not keep a lucky candidate forever); its
         energy is then the one over all its pairs."""
-        compared = self._compare(self._binary_of(incumbent), self.params.pairing())
+        compared = self._compare(self._binary_of(incumbent), self.params.pairing(),
+                                 self._trial("remeasure", step))
         reference, candidate = pooled_pairs(self.rundir.events(), incumbent)
         reference += compared.reference_times
         candidate += compared.candidate_times
@@ -364,7 +373,8 @@ class Chain:
 
     def _canary(self, step: int) -> None:
         """The baseline against itself, as a candidate would be (an A/A test)."""
-        compared = self._compare(self._reference, self.params.pairing())
+        compared = self._compare(self._reference, self.params.pairing(),
+                                 self._trial("canary", step))
         speedup, low, high = compared.interval
         self.rundir.write_measurements(self.rundir.path / canary_dir(step), compared.results)
         self.rundir.append(CanaryEvent(step=step, times=compared.candidate_times,
@@ -377,7 +387,8 @@ class Chain:
         if any(isinstance(e, ConfirmEvent) and e.dir == best.dir for e in self.rundir.events()):
             return  # a resumed finished chain
         self.status.state = "confirming"
-        compared = self._compare(self._binary_of(best), self.params.pairing())
+        compared = self._compare(self._binary_of(best), self.params.pairing(),
+                                 self._trial("confirm", best.step))
         speedup, low, high = compared.interval
         self.rundir.write_measurements(self.rundir.path / confirm_dir(best.step),
                                        compared.results)
