@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import faulthandler
+import shlex
 import signal
 import sys
 import threading
@@ -155,7 +156,7 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
-        click.echo("\nstopping: finishing the journal of every chain (Ctrl-C again to abort)",
+        click.echo("\nstopping: runs in flight are dropped and done again on --resume",
                    err=True)
 
     previous = signal.signal(signal.SIGINT, interrupt)
@@ -181,20 +182,29 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
         click.echo()
     finally:
         signal.signal(signal.SIGINT, previous)
-        session.close()
+        # Stopped: the agents are closed at once, killing their runs (a resume runs them
+        # again), and no compile is waited for.
+        session.close(abort=stop.is_set())
     report_lost_workers(session)
-    from analysis.plots import plot_experiment  # matplotlib: seconds to import, needed here only
-    for c in chains:
-        try:
-            plot_experiment(c.rundir.path)
-        except Exception as exc:  # a plot is a convenience: never lose the run over it
-            click.echo(f"{c.rundir.path}: no plot ({exc})", err=True)
+    if not stop.is_set():  # matplotlib takes seconds to import: not while the user waits
+        from analysis.plots import plot_experiment
+        for c in chains:
+            try:
+                plot_experiment(c.rundir.path)
+            except Exception as exc:  # a plot is a convenience: never lose the run over it
+                click.echo(f"{c.rundir.path}: no plot ({exc})", err=True)
     failed = [c for c in chains if c.status.state == "failed"]
     for c in failed:
         click.echo(f"{c.status.task}: failed: {c.status.error} ({c.rundir.path})", err=True)
     for c in chains:
         click.echo(f"{c.status.state:12} {c.rundir.path}")
     if stop.is_set():
+        unfinished = [c.rundir.path for c in chains if c.status.state != "finished"]
+        if unfinished:
+            again = " ".join(f"--resume {shlex.quote(str(p))}" for p in unfinished)
+            conf = f"--config {shlex.quote(str(config_path))} " if config_path else ""
+            click.echo(f"interrupted; to continue: run_training_experiments {conf}{again}",
+                       err=True)
         sys.exit(130)
     if failed:
         sys.exit(1)

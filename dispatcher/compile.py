@@ -193,5 +193,6 @@ class CompileService:
         return CompileResult(artifact, False, time.monotonic() - t0,
                              result.units_compiled, result.units_reused)
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
+    def close(self, wait: bool = True) -> None:
+        """``wait=False``: queued compiles are cancelled and running ones not waited for."""
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
