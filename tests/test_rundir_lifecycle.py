@@ -1,6 +1,6 @@
 """The rundir's lifecycle and its crash windows (issue 11): one master per rundir, creation
-whole or not at all, a lost journal never overwritten, Ctrl-C within two seconds, read-only
-disks refused in one line."""
+whole or not at all, a lost journal never overwritten, a re-measurement never repeated,
+cumulative times, Ctrl-C within two seconds, read-only disks refused in one line."""
 from __future__ import annotations
 
 import errno
@@ -18,8 +18,9 @@ import pytest
 import yaml
 
 from dispatcher import rundir as rundir_module
+from dispatcher.experiment import Chain
 from dispatcher.files import current_umask
-from dispatcher.records import Experiment, FinishEvent, StepEvent
+from dispatcher.records import Experiment, FinishEvent, RemeasureEvent, StepEvent
 from dispatcher.rundir import (
     KILL_HOOK_ENV,
     Rundir,
@@ -185,7 +186,80 @@ def test_resume_removes_what_a_killed_atomic_write_left(tmp_path):
     assert not list(rundir.rglob("*.tmp"))
 
 
+def test_a_chain_whose_rundir_cannot_be_written_fails_in_one_line(tmp_path):
+    """A full or read-only disk under a running chain: the chain fails with one line naming
+    the journal, instead of its thread dying with a traceback (and the command exiting 0)."""
+    rundir = relocated(V2, tmp_path, keep_steps=2)
+
+    class Unwritable(Rundir):
+        def append(self, event) -> None:
+            raise OSError(errno.EROFS, "Read-only file system")
+
+    chain = Chain.__new__(Chain)
+    chain.rundir = Unwritable(rundir)
+    chain.status = type("S", (), {"state": "running", "error": None})()
+
+    def explode() -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    chain._run = explode  # type: ignore[method-assign]
+    chain.run()
+    assert chain.status.state == "failed"
+    assert chain.status.error is not None and "\n" not in chain.status.error
+    assert chain.status.error.endswith(f"; {rundir / 'journal.jsonl'}: cannot write (Read-only "
+                                       "file system)")
+
+
 # --------------------------------------------------------------------------- crash windows
+
+def sa_config(tmp_path: Path, store: Path) -> Path:
+    """SA that accepts nearly everything (so the incumbent is a candidate and is
+    re-measured), on the golden two-unit benchmark, one or two pairs per comparison."""
+    return config(tmp_path, store, {"max_pairs": 2}, algorithm="sa", seed=3, t_start=5.0,
+                  t_end=5.0, remeasure_every=3, baseline_runs=2)
+
+
+def test_a_kill_between_remeasure_and_step_does_not_measure_twice_and_times_add_up(
+        compiler, tmp_path):
+    """The journal of a finished run, cut right after its last ``remeasure`` (as a kill before
+    the step's line leaves it), resumes to the same steps with that re-measurement once; the
+    journal's elapsed_s and busy_s go on from where they were."""
+    (tmp_path / "tasks.txt").write_text(f"{TINYSUM}\n")
+    cfg = sa_config(tmp_path, tmp_path / "store")  # the resume shares the store: same pairs
+    run_to_end(cfg, "--tasks", str(tmp_path / "tasks.txt"), "--steps", "6")
+    (whole,) = rundirs_in(tmp_path)
+    events = Rundir(whole).events()
+    remeasures = [e for e in events if isinstance(e, RemeasureEvent)]
+    assert remeasures, "no re-measurement: the incumbent stayed the baseline"
+    cut_step = remeasures[-1].step
+    cut = tmp_path / "cut"
+    shutil.copytree(whole, cut)
+    lines = (whole / "journal.jsonl").read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if json.loads(line)["event"] == "remeasure"
+              and json.loads(line)["step"] == cut_step)
+    (cut / "journal.jsonl").write_text("".join(lines[:at + 1]))
+    for d in (cut / "steps").iterdir():
+        if int(d.name) > cut_step:
+            shutil.rmtree(d)
+    (cut / "plot.png").unlink()
+    run_to_end(cfg, "--resume", str(cut))
+
+    resumed = Rundir(cut).events()
+    assert [(e.step, e.dir) for e in resumed if isinstance(e, RemeasureEvent)] == \
+        [(e.step, e.dir) for e in remeasures]  # none twice
+    steps = [e for e in resumed if isinstance(e, StepEvent)]
+    original = [e for e in events if isinstance(e, StepEvent)]
+    assert [(e.step, e.chosen, e.accepted, e.incumbent, e.best) for e in steps] == \
+        [(e.step, e.chosen, e.accepted, e.incumbent, e.best) for e in original]
+    # Cumulative: the redone step goes on from the last journaled one's figures.
+    before = next(e for e in steps if e.step == cut_step - 1)
+    redone = next(e for e in steps if e.step == cut_step)
+    assert before.elapsed_s is not None and before.busy_s is not None and before.busy_s > 0
+    assert redone.elapsed_s is not None and redone.busy_s is not None
+    assert redone.elapsed_s > before.elapsed_s and redone.busy_s >= before.busy_s
+    assert [e.elapsed_s for e in steps] == sorted(e.elapsed_s or 0.0 for e in steps)
+    assert isinstance(resumed[-1], FinishEvent) and resumed[-1].reason == "completed"
+
 
 SPIN_MAIN = """\
 (* Runs as long as the file named by its argument exists: a run as long as a test wants. *)
