@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from dispatcher import rundir as rundir_module
+from dispatcher.compile import CompileError, CompileService
 from dispatcher.experiment import Chain
 from dispatcher.files import current_umask
 from dispatcher.records import Experiment, FinishEvent, RemeasureEvent, StepEvent
@@ -28,6 +29,7 @@ from dispatcher.rundir import (
     lock_holder,
     read_batch_log,
 )
+from dispatcher.store import Store
 from tests.test_experiment import REPO, command, config, run_to_end, rundirs_in
 from tests.test_records import V2, relocated
 
@@ -335,6 +337,15 @@ def test_ctrl_c_stops_within_two_seconds_and_resume_completes(compiler, tmp_path
     events = Rundir(rundir).events()
     assert [e.step for e in events if isinstance(e, StepEvent)] == [1]
     assert isinstance(events[-1], FinishEvent) and events[-1].reason == "completed"
+
+
+def test_a_compile_in_flight_at_ctrl_c_stops_at_its_next_unit(compiler, tmp_path):
+    """The process's exit waits for a running compile: it must not go on unit after unit."""
+    service = CompileService(Store(tmp_path / "store"), compiler)
+    service.close(wait=False)
+    with pytest.raises(CompileError, match="stopped"):
+        service.units.unit({"command": ["ocamlopt", "-c", "main.ml"]}, tmp_path,
+                           lambda: pytest.fail("a unit was compiled after the stop"))
 
 
 # --------------------------------------------------------------------------- read-only disks
