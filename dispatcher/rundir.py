@@ -184,7 +184,8 @@ def _read_pid(fd: int) -> int | None:
 
 
 def lock_holder(rundir: Path) -> int | None:
-    """The pid of the master holding the rundir's lock, or None when no live master does."""
+    """The pid of the master holding the rundir's lock (-1: held, its pid not written yet),
+    or None when no live master does."""
     try:
         fd = os.open(rundir / LOCK, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -308,7 +309,6 @@ class Rundir:
             rundir.append(StartEvent(**experiment.model_dump()))
             _fsync_dir(staging)
             os.rename(staging, path)  # onto nothing, or onto an empty directory
-            _fsync_dir(path.parent)
         except BaseException as exc:
             rundir.close()
             shutil.rmtree(staging, ignore_errors=True)
@@ -316,6 +316,10 @@ class Rundir:
                 raise RundirError(f"{path}: cannot create ({_why(exc)})") from None
             raise
         rundir.path = path
+        try:
+            _fsync_dir(path.parent)  # the rename itself, on disk
+        except OSError:
+            pass  # made and complete: a later crash may lose it, nothing else
         return rundir
 
     @classmethod
