@@ -15,11 +15,12 @@ The records themselves, and their versions, are ``dispatcher.records``; this mod
 directory and its files.
 
 Lifecycle (docs/rundir-format.md, "Lifecycle"): a rundir is made whole (experiment, config,
-``start`` event, lock) in a staging sibling ``.<name>.<random>.creating`` and renamed into
-place, so a kill inside creation leaves no half rundir (a later creation in the same directory
-sweeps the dead staging dir); the caller then lists it in the batch log.  Whoever writes a
-rundir holds its lock (``flock`` on ``master.lock``) for its life: a second master is refused
-with one line naming the holder's pid, and the kernel drops the lock of a killed one.
+``start`` event, lock) in a staging sibling ``.<name>.<random>.creating`` (born locked: made
+as ``.new``, locked, then renamed) and renamed into place, so a kill inside creation leaves no
+half rundir (a later creation in the same directory sweeps the dead staging dir); the caller
+then lists it in the batch log.  Whoever writes a rundir holds its lock (``flock`` on
+``master.lock``) for its life: a second master is refused with one line naming the holder's
+pid, and the kernel drops the lock of a killed one.
 
 Test hook: ``$INLINING_TEST_KILL_AFTER`` (``kind:n[,kind:n...]``, e.g. ``step:2,remeasure:1``)
 makes this process SIGKILL itself right after journaling its n-th event of that kind; the kill
@@ -66,8 +67,9 @@ JOURNAL = "journal.jsonl"
 EXPERIMENT = "experiment.json"
 MEASUREMENTS = "measurements.json"
 LOCK = "master.lock"
-STAGING_SUFFIX = ".creating"  # a rundir being created: .<name>.<random>.creating
-STAGING_GRACE_S = 600  # a staging dir without a lock file is swept only once this old
+STAGING_SUFFIX = ".creating"  # a rundir being created: .<name>.<random>.creating, locked
+NEW_SUFFIX = ".new"  # the same before its creator holds its lock (an instant)
+STAGING_GRACE_S = 600  # a .new dir is swept only once this old
 
 KILL_HOOK_ENV = "INLINING_TEST_KILL_AFTER"
 
@@ -142,22 +144,31 @@ class RundirLock:
     life (the kernel drops it when that process dies, however it dies).  The file holds the
     holder's pid, for the message a second master gets."""
 
-    def __init__(self, rundir: Path):
+    def __init__(self, rundir: Path, patience_s: float = 1.0):
+        """``patience_s``: how long a busy lock is tried again before giving up (a reader
+        probing it, ``lock_holder``, holds it for a moment; a master, for its life)."""
         path = rundir / LOCK
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise RundirError(f"{rundir}: cannot write in it ({_why(exc)})") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = _read_pid(fd)
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise RundirError(f"{rundir}: in use by another master"
-                                  f"{f' (pid {holder})' if holder else ''}; wait for it to end "
-                                  "or stop it before resuming") from None
-            raise RundirError(f"{rundir}: cannot lock {LOCK} ({_why(exc)})") from None
+        deadline = time.monotonic() + patience_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                busy = exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
+                if busy and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                    continue
+                holder = _read_pid(fd)
+                os.close(fd)
+                if busy:
+                    raise RundirError(f"{rundir}: in use by another master"
+                                      f"{f' (pid {holder})' if holder else ''}; wait for it to "
+                                      "end or stop it before resuming") from None
+                raise RundirError(f"{rundir}: cannot lock {LOCK} ({_why(exc)})") from None
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -201,30 +212,34 @@ def lock_holder(rundir: Path) -> int | None:
 
 
 def sweep_staging(directory: Path) -> list[Path]:
-    """Remove the staging dirs of rundir creations whose master died (its lock is free, or it
-    never took one and the dir is older than STAGING_GRACE_S) -> those removed."""
+    """Remove the staging dirs of rundir creations whose master died -> those removed.  A
+    ``.creating`` dir is born locked (it is renamed from a ``.new`` one once its creator holds
+    its lock), so a free lock means a dead creator; a ``.new`` dir (a creator killed in the
+    instant before it took the lock) goes once older than STAGING_GRACE_S."""
     removed: list[Path] = []
     try:
         entries = list(directory.iterdir())
     except OSError:
         return removed
     for d in entries:
-        if not (d.name.startswith(".") and d.name.endswith(STAGING_SUFFIX) and d.is_dir()):
+        if not (d.name.startswith(".") and d.is_dir()):
             continue
-        if (d / LOCK).exists():
+        if d.name.endswith(STAGING_SUFFIX):
             try:
-                lock = RundirLock(d)
+                lock = RundirLock(d, patience_s=0)
             except RundirError:
                 continue  # a live master is creating it
             shutil.rmtree(d, ignore_errors=True)
             lock.release()
-        else:
+        elif d.name.endswith(NEW_SUFFIX):
             try:
                 if time.time() - d.stat().st_mtime < STAGING_GRACE_S:
                     continue
             except OSError:
                 continue
             shutil.rmtree(d, ignore_errors=True)
+        else:
+            continue
         removed.append(d)
     return removed
 
@@ -236,7 +251,8 @@ def check_rundirs_dir(directory: Path) -> None:
         raise RundirError(f"{directory}: search.rundirs must be a directory, and this is not one")
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        os.rmdir(tempfile.mkdtemp(dir=directory, prefix=".check.", suffix=STAGING_SUFFIX))
+        with tempfile.TemporaryFile(dir=directory):  # O_TMPFILE: never a name to leave behind
+            pass
     except OSError as exc:
         raise RundirError(f"{directory}: search.rundirs: cannot create rundirs there "
                           f"({_why(exc)})") from None
@@ -295,15 +311,20 @@ class Rundir:
                 from None
         sweep_staging(path.parent)
         try:
-            staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.",
-                                            suffix=STAGING_SUFFIX))
+            new = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.",
+                                        suffix=NEW_SUFFIX))
         except OSError as exc:
             raise RundirError(f"{path.parent}: cannot create rundirs there ({_why(exc)})") \
                 from None
-        rundir = cls(staging)
+        rundir = cls(new)
+        staging = new
         try:
-            os.chmod(staging, 0o777 & ~current_umask())  # as mkdir would make it, not 0700
-            rundir._lock = RundirLock(staging)  # held through the rename: it locks the inode
+            os.chmod(new, 0o777 & ~current_umask())  # as mkdir would make it, not 0700
+            # Locked, then named for the sweep: the lock follows the inode through renames.
+            rundir._lock = RundirLock(new, patience_s=0)
+            named = new.with_name(new.name[:-len(NEW_SUFFIX)] + STAGING_SUFFIX)
+            os.rename(new, named)
+            rundir.path = staging = named
             write_json_atomic(staging / EXPERIMENT, experiment.to_json())
             write_text_atomic(staging / "config.yaml", yaml.safe_dump(config_raw, sort_keys=True))
             rundir.append(StartEvent(**experiment.model_dump()))

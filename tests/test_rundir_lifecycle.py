@@ -4,6 +4,7 @@ cumulative times, Ctrl-C within two seconds, read-only disks refused in one line
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -11,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -85,6 +87,15 @@ def test_a_second_master_is_refused_with_the_holders_pid(tmp_path):
     Rundir.open(rundir).close()
 
 
+def test_a_reader_probing_the_lock_does_not_turn_a_master_away(tmp_path):
+    """lock_holder holds the lock for an instant: a master taking it then waits that out."""
+    rundir = relocated(V2, tmp_path, keep_steps=2)
+    fd = os.open(rundir / "master.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # a reader in the middle of its probe
+    threading.Timer(0.3, os.close, [fd]).start()
+    Rundir.open(rundir).close()
+
+
 # --------------------------------------------------------------------------- creation
 
 def test_a_rundir_is_created_whole_or_not_at_all(tmp_path, monkeypatch):
@@ -123,6 +134,26 @@ def test_a_kill_inside_creation_leaves_no_rundir_and_the_next_creation_sweeps_it
     path = tmp_path / "rundirs" / "next"
     Rundir.create(path, tiny_experiment(path), {}).close()
     assert [p.name for p in (tmp_path / "rundirs").iterdir()] == ["next"]
+
+
+def test_the_sweep_takes_only_dead_creations(tmp_path):
+    """A ``.creating`` dir is born locked: a free lock is a dead creator's, a held one a live
+    creator's; a ``.new`` dir (killed before it took its lock) is left a while."""
+    rundirs = tmp_path / "rundirs"
+    dead, live, young = (rundirs / ".a.x1.creating", rundirs / ".b.x2.creating",
+                         rundirs / ".c.x3.new")
+    for d in (dead, live, young):
+        d.mkdir(parents=True)
+    (dead / "master.lock").write_text("12345\n")
+    (dead / "journal.jsonl").write_text("")
+    holder = rundir_module.RundirLock(live)
+    try:
+        path = rundirs / "new"
+        Rundir.create(path, tiny_experiment(path), {}).close()
+        assert sorted(p.name for p in rundirs.iterdir()) == [".b.x2.creating", ".c.x3.new",
+                                                            "new"]
+    finally:
+        holder.release()
 
 
 def test_a_rundir_made_but_not_listed_is_listed_by_its_resume(compiler, tmp_path):
