@@ -1,29 +1,41 @@
-"""``python -m commands COMMAND``: the console scripts, without installing them."""
+"""``python -m commands COMMAND``: the console scripts, without installing them.
+
+Each command's module is imported only when that command runs: ``batch-log`` needs pandas
+(most of a second to import), which a master started with ``run_training_experiments`` (the
+tests start hundreds) does not.
+"""
+import importlib
 import sys
 
 import click
 
-from analysis.batch_log import main as batch_log
-from commands.assign_rewards import assign_rewards
-from commands.run_all_benchmarks import run_all_benchmarks
-from commands.run_benchmark import run_benchmark
-from commands.store_gc import store_gc
-from commands.training import run_training_experiments
-from dispatcher.suite import main as check_benchmarks
+COMMANDS = {
+    "run-benchmark": "commands.run_benchmark:run_benchmark",
+    "check-benchmarks": "dispatcher.suite:main",
+    "run_training_experiments": "commands.training:run_training_experiments",
+    "batch-log": "analysis.batch_log:main",
+    "assign-rewards": "commands.assign_rewards:assign_rewards",
+    "run-all-benchmarks": "commands.run_all_benchmarks:run_all_benchmarks",
+    "store-gc": "commands.store_gc:store_gc",
+}
 
 
-@click.group()
+class _Commands(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, name = target.split(":")
+        return getattr(importlib.import_module(module), name)
+
+
+@click.group(cls=_Commands)
 def main() -> None:
     """inlining-orchestrator commands."""
 
-
-main.add_command(run_benchmark, "run-benchmark")
-main.add_command(check_benchmarks, "check-benchmarks")
-main.add_command(run_training_experiments, "run_training_experiments")
-main.add_command(batch_log, "batch-log")
-main.add_command(assign_rewards, "assign-rewards")
-main.add_command(run_all_benchmarks, "run-all-benchmarks")
-main.add_command(store_gc, "store-gc")
 
 if __name__ == "__main__":
     sys.exit(main())

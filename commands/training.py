@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import faulthandler
 import hashlib
+import shlex
 import signal
 import sys
 import threading
@@ -34,7 +35,14 @@ from dispatcher.config import (
 )
 from dispatcher.experiment import Chain, ChainStatus, new_experiment, params_of
 from dispatcher.records import FORMAT_VERSION, BatchEntry
-from dispatcher.rundir import Rundir, RundirError, append_batch_log
+from dispatcher.rundir import (
+    Rundir,
+    RundirError,
+    append_batch_log,
+    batch_log_lists,
+    check_batch_log,
+    check_rundirs_dir,
+)
 from dispatcher.session import Session
 from dispatcher.store import StoreError
 
@@ -130,13 +138,15 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
                 if p.resolve() in seen:
                     raise click.ClickException(f"{p}: given to --resume twice")
                 seen.add(p.resolve())
-            rundirs = [Rundir.open(p) for p in resume]
+            rundirs = [Rundir.open(p, lock=False) for p in resume]
             finished = [r for r in rundirs if r.finished_completed()]
             for done in finished:
                 click.echo(f"{done.path}: already finished; nothing to resume", err=True)
             rundirs = [r for r in rundirs if r not in finished]
             if not rundirs:
                 return
+            for r in rundirs:
+                r.take()  # locked for this master's life; a second master is refused here
             plans: list[tuple[Benchmark, Rundir | None]] = [
                 (load_benchmark(rd.experiment.benchmark), rd) for rd in rundirs]
         else:
@@ -146,6 +156,9 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
                 raise click.ClickException(f"{tasks_file}: no benchmark listed (one name or "
                                        "directory per line; # starts a comment)")
             plans = [(b, None) for b in benches]
+            # Both writable before any rundir is made: none is left made but never listed.
+            check_batch_log(s.batch_log)
+            check_rundirs_dir(s.rundirs)
         session = Session(config)
     except (ConfigError, ManifestError, CompilerNotFound, RundirError, StoreError) as exc:
         raise click.ClickException(str(exc)) from None
@@ -173,10 +186,10 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
                     path = s.rundirs / rundir_name(bench, exp.algorithm, exp.seed, stamp)
                     exp = exp.model_copy(update={"rundir": str(path.resolve())})
                     bench.size(exp.size)  # an unknown size fails before anything starts
+                    # Made whole, then listed: a kill in between leaves a complete rundir
+                    # that its --resume lists (below).
                     rd = Rundir.create(path, exp, config.raw)
-                    append_batch_log(s.batch_log, BatchEntry(
-                        task=bench.name, rundir=str(exp.rundir), algorithm=exp.algorithm,
-                        steps=exp.steps, version=FORMAT_VERSION))
+                    log_experiment(s.batch_log, rd)
                 experiment = rd.experiment
                 # Version 1 rundirs did not record their class: the first one, as then.
                 worker_class = experiment.worker_class or classes[0]
@@ -184,6 +197,13 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
                     raise RundirError(f"{rd.path}: its runs were timed on worker class "
                                       f"{worker_class!r}, which this config does not have "
                                       f"({', '.join(classes)})")
+                if (rd.path.resolve().parent == s.rundirs.resolve()
+                        and not batch_log_lists(s.batch_log, rd.path)):
+                    # One of this config's rundirs whose master was killed between making
+                    # it and listing it.
+                    click.echo(f"{rd.path}: not in the batch log {s.batch_log} (its master "
+                               "stopped before listing it): listed now", err=True)
+                    log_experiment(s.batch_log, rd)
                 chains.append(Chain(rd, bench, params_of(experiment, config), session.compiler,
                                     measurements, worker_class, stop))
                 rd = None
@@ -195,7 +215,7 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
-        click.echo("\nstopping: finishing the journal of every chain (Ctrl-C again to abort)",
+        click.echo("\nstopping: runs in flight are dropped and done again on --resume",
                    err=True)
 
     previous = signal.signal(signal.SIGINT, interrupt)
@@ -221,23 +241,46 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
         click.echo()
     finally:
         signal.signal(signal.SIGINT, previous)
-        session.close()
+        # Stopped: the agents are closed at once, killing their runs (a resume runs them
+        # again), and no compile is waited for.
+        session.close(abort=stop.is_set())
     report_lost_workers(session)
-    from analysis.plots import plot_experiment  # matplotlib: seconds to import, needed here only
+    if not stop.is_set():  # matplotlib takes seconds to import: not while the user waits
+        from analysis.plots import plot_experiment
+        for c in chains:
+            try:
+                plot_experiment(c.rundir.path)
+            except Exception as exc:  # a plot is a convenience: never lose the run over it
+                click.echo(f"{c.rundir.path}: no plot ({exc})", err=True)
     for c in chains:
-        try:
-            plot_experiment(c.rundir.path)
-        except Exception as exc:  # a plot is a convenience: never lose the run over it
-            click.echo(f"{c.rundir.path}: no plot ({exc})", err=True)
+        c.rundir.close()  # the lock: a --resume may start now
     failed = [c for c in chains if c.status.state == "failed"]
     for c in failed:
         click.echo(f"{c.status.task}: failed: {c.status.error} ({c.rundir.path})", err=True)
     for c in chains:
         click.echo(f"{c.status.state:12} {c.rundir.path}")
     if stop.is_set():
+        unfinished = [c.rundir.path for c in chains if c.status.state != "finished"]
+        if unfinished:
+            again = " ".join(f"--resume {shlex.quote(str(p))}" for p in unfinished)
+            conf = f"--config {shlex.quote(str(config_path))} " if config_path else ""
+            click.echo(f"interrupted; to continue: run_training_experiments {conf}{again}",
+                       err=True)
         sys.exit(130)
     if failed:
         sys.exit(1)
+
+
+def log_experiment(batch_log: Path, rundir: Rundir) -> None:
+    """List a rundir in the batch log; RundirError (one line) if the log cannot be written."""
+    exp = rundir.experiment
+    try:
+        append_batch_log(batch_log, BatchEntry(
+            task=exp.task, rundir=str(exp.rundir or rundir.path.resolve()),
+            algorithm=exp.algorithm, steps=exp.steps, version=FORMAT_VERSION))
+    except OSError as exc:
+        raise RundirError(f"{batch_log}: cannot write ({exc.strerror or exc}); {rundir.path} "
+                          "is made but not listed (its --resume lists it)") from None
 
 
 def main() -> None:

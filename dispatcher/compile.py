@@ -131,6 +131,7 @@ class StoreUnitCache:
         self.misses = 0
         self._lock = threading.Lock()
         self._inflight: dict[str, threading.Event] = {}
+        self.stopped = threading.Event()  # set: no further unit is compiled (Ctrl-C)
 
     def unit(self, inputs: dict, outdir: Path, compile):
         key = unit_key(self.identity, inputs)
@@ -149,6 +150,8 @@ class StoreUnitCache:
                     break
             done.wait()  # then look again; if that compile failed, this one tries itself
         try:
+            if self.stopped.is_set():  # a build in flight at Ctrl-C ends at its next unit
+                raise CompileError("compile service stopped", "")
             names, output = compile()
             self.store.commit_unit(key, outdir, names, output,
                                    {"source": inputs.get("command", [""])[-1]})
@@ -296,5 +299,9 @@ class CompileService:
         return CompileResult(artifact, False, time.monotonic() - t0,
                              result.units_compiled, result.units_reused)
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
+    def close(self, wait: bool = True) -> None:
+        """``wait=False``: queued compiles are cancelled and a running one stops before its
+        next unit (the process's exit waits for the unit being compiled, under a second)."""
+        if not wait:
+            self.units.stopped.set()
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)

@@ -169,11 +169,19 @@ class Chain:
         return self.measurements.submit(self._job(compiled, runs), self.worker_class,
                                         reuse=reuse)
 
-    def _compare(self, artifact: Artifact, policy: PairingPolicy) -> Comparison:
-        """``artifact`` against the baseline, in pairs on one slot of this chain's class."""
+    def _compare(self, artifact: Artifact, policy: PairingPolicy,
+                 trial: str | None = None) -> Comparison:
+        """``artifact`` against the baseline, in pairs on one slot of this chain's class;
+        ``trial``: a repetition measured apart from other ones (``MeasurementService.compare``)."""
         return self._wait(self.measurements.compare(self._job(self._reference),
                                                     self._job(artifact), self.worker_class,
-                                                    policy))
+                                                    policy, trial=trial))
+
+    def _trial(self, kind: str, step: int) -> str:
+        """The name of a repeated measurement of this chain: new pairs at every step, the
+        same ones for a chain of the same experiment redoing that step (a resume)."""
+        e = self.rundir.experiment
+        return f"{kind} {e.task} {e.algorithm} seed {e.seed} step {step}"
 
     def _collect(self, pending: Pending) -> Measured:
         return self.measurements.wait(pending, self._wait)
@@ -189,12 +197,23 @@ class Chain:
         try:
             self._run()
         except Interrupted:
-            self.rundir.append(FinishEvent(reason="interrupted"))
             self.status.state = "interrupted"
+            self._finish("interrupted")
         except Exception as exc:  # recorded in the rundir, never lost silently
             message = " ".join(str(exc).split())[:300] or type(exc).__name__
-            self.rundir.append(FinishEvent(reason=f"failed: {message}"))
             self.status.state, self.status.error = "failed", message
+            self._finish(f"failed: {message}")
+
+    def _finish(self, reason: str) -> None:
+        """Journal how the chain ended; a rundir that cannot be written any more (a full or
+        read-only disk) fails the chain with that one line instead of killing the thread."""
+        try:
+            self.rundir.append(FinishEvent(reason=reason))
+        except OSError as exc:
+            why = f"{self.rundir.journal_path}: cannot write ({exc.strerror or exc})"
+            self.status.state = "failed"
+            self.status.error = why if self.status.error is None \
+                else f"{self.status.error}; {why}"
 
     def _baseline(self) -> BaselineEvent:
         baseline = self.rundir.baseline()
@@ -296,7 +315,12 @@ class Chain:
         incumbent_tree = Tree.from_dir(self.rundir.path / incumbent.dir)
         current_tree = Tree.from_dir(self.rundir.path / current_dir)
         self.status.best_energy = best.energy
+        # elapsed_s and busy_s go on from where the journal left them (cumulative over
+        # resumes); the time of a step lost to a crash is not counted.
+        elapsed_before = (last.elapsed_s or 0.0) if last is not None else 0.0
+        busy_before = (last.busy_s or 0.0) if last is not None else 0.0
         t_begin = time.monotonic()
+        busy_begin = self._busy_s()
 
         for step in range(first, p.steps + 1):
             self._check_stop()
@@ -330,8 +354,9 @@ class Chain:
             event = StepEvent(step=step, temperature=temp, candidates=candidates,
                               chosen=chosen.candidate if chosen else None, accepted=accepted,
                               incumbent=incumbent, best=best, current=current_dir,
-                              rng=_rng_to_json(rng), elapsed_s=time.monotonic() - t_begin,
-                              busy_s=sum(self.measurements.scheduler.busy_s.values()))
+                              rng=_rng_to_json(rng),
+                              elapsed_s=elapsed_before + time.monotonic() - t_begin,
+                              busy_s=busy_before + self._busy_s() - busy_begin)
             self.rundir.append(event)
             self.rundir.write_state(event.state())
             # Binaries no later step runs leave the store (compiled again if ever needed).
@@ -344,6 +369,9 @@ class Chain:
         self.rundir.append(FinishEvent(reason="completed"))
         self.compiler.release(set())
         self.status.state = "finished"
+
+    def _busy_s(self) -> float:
+        return sum(self.measurements.scheduler.busy_s.values())
 
     def _binary_of(self, incumbent: Pointer) -> Artifact:
         """A journaled candidate's compiled artifact: from the store, or (a wiped or different
@@ -362,9 +390,17 @@ class Chain:
 
     def _remeasure(self, step: int, incumbent: Pointer) -> Pointer:
         """Measure the incumbent again (noise must not keep a lucky candidate forever); its
-        energy is then the one over all its pairs."""
-        compared = self._compare(self._binary_of(incumbent), self.params.pairing())
-        reference, candidate = pooled_pairs(self.rundir.events(), incumbent)
+        energy is then the one over all its pairs.  A re-measurement journaled for this step
+        by a master killed before the step's own line is the one: a resume redoing the step
+        takes it as it is rather than measuring (and pooling) the incumbent twice."""
+        events = self.rundir.events()
+        done = next((e for e in events if isinstance(e, RemeasureEvent) and e.step == step
+                     and e.dir == incumbent.dir), None)
+        if done is not None:
+            return incumbent.model_copy(update={"energy": done.energy})
+        compared = self._compare(self._binary_of(incumbent), self.params.pairing(),
+                                 self._trial("remeasure", step))
+        reference, candidate = pooled_pairs(events, incumbent)
         reference += compared.reference_times
         candidate += compared.candidate_times
         speedup, low, high = (paired_speedup_ci(reference, candidate) if candidate
@@ -380,7 +416,8 @@ class Chain:
 
     def _canary(self, step: int) -> None:
         """The baseline against itself, as a candidate would be (an A/A test)."""
-        compared = self._compare(self._reference, self.params.pairing())
+        compared = self._compare(self._reference, self.params.pairing(),
+                                 self._trial("canary", step))
         speedup, low, high = compared.interval
         self.rundir.write_measurements(self.rundir.path / canary_dir(step), compared.results)
         self.rundir.append(CanaryEvent(step=step, times=compared.candidate_times,
@@ -393,7 +430,8 @@ class Chain:
         if any(isinstance(e, ConfirmEvent) and e.dir == best.dir for e in self.rundir.events()):
             return  # a resumed finished chain
         self.status.state = "confirming"
-        compared = self._compare(self._binary_of(best), self.params.pairing())
+        compared = self._compare(self._binary_of(best), self.params.pairing(),
+                                 self._trial("confirm", best.step))
         speedup, low, high = compared.interval
         self.rundir.write_measurements(self.rundir.path / confirm_dir(best.step),
                                        compared.results)

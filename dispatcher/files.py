@@ -84,7 +84,7 @@ def atomic_output(path: Path | str, suffix: str | None = None) -> Iterator[Path]
     tmp = Path(name)
     try:
         try:
-            os.fchmod(fd, 0o666 & ~_umask())
+            os.fchmod(fd, 0o666 & ~current_umask())
         finally:
             os.close(fd)
         yield tmp
@@ -99,7 +99,7 @@ def atomic_output(path: Path | str, suffix: str | None = None) -> Iterator[Path]
         raise
 
 
-def _umask() -> int:
+def current_umask() -> int:
     """This process's umask, read without changing it (os.umask would, racing other threads)."""
     try:
         with open("/proc/self/status") as f:

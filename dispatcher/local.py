@@ -113,6 +113,7 @@ class LocalSlot:
         self._lock_dir = lock_dir if lock_dir is not None else default_lock_dir()
         self._lock_wait = lock_wait
         self._agent: LocalAgent | None = None
+        self._closed = False  # closed for good: no agent is started again
         self._lock = threading.Lock()
         # (job, its encoded request): the same job is encoded once
         self._encoded: tuple[RunJob | None, bytes] = (None, b"")
@@ -124,6 +125,8 @@ class LocalSlot:
             head = encode_request(job.request(self.cpu))
             self._encoded = (job, head)
         with self._lock:
+            if self._closed:
+                raise WorkerLost(f"{self.name}: closed")
             if self._agent is None or self._agent.process.poll() is not None:
                 if self._agent is not None:
                     self._agent.close()
@@ -165,7 +168,9 @@ class LocalSlot:
             agent.close()
 
     def close(self) -> None:
+        """Stop the agent (it kills a run in progress); the slot runs nothing after this."""
         with self._lock:
+            self._closed = True
             if self._agent is not None:
                 self._agent.close()
                 self._agent = None

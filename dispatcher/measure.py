@@ -111,11 +111,13 @@ class Comparison:
 
 
 def comparison_key(reference: RunJob, candidate: RunJob, worker_class: str,
-                   policy: PairingPolicy) -> str:
-    """Everything a comparison's outcome depends on."""
+                   policy: PairingPolicy, trial: str | None = None) -> str:
+    """Everything a comparison's outcome depends on (and which trial it is, if named)."""
     data = {"reference": reference.measurement_identity(),
             "candidate": candidate.measurement_identity(), "worker_class": worker_class,
             "policy": asdict(policy)}
+    if trial is not None:  # absent otherwise: the keys of stored comparisons stay valid
+        data["trial"] = trial
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
@@ -240,13 +242,16 @@ class MeasurementService:
     # ------------------------------------------------------------------ comparisons
 
     def compare(self, reference: RunJob, candidate: RunJob, worker_class: str,
-                policy: PairingPolicy, reuse: bool = True) -> Future[Comparison]:
+                policy: PairingPolicy, reuse: bool = True,
+                trial: str | None = None) -> Future[Comparison]:
         """Measure ``candidate`` against ``reference`` in pairs on one slot of
         ``worker_class`` (the jobs' ``runs`` are ignored: the policy decides).  A comparison
         of the same jobs, class and policy is answered from the store, or shared while it is
         in flight: identical binaries are compared once (``reuse=False``: measured anew, as
-        A/A trials must be)."""
-        key = comparison_key(reference, candidate, worker_class, policy)
+        A/A trials must be).  ``trial`` names a repetition meant to be measured apart (the
+        search's re-measurement at step N): other trials do not answer it, the same trial
+        does (a resumed chain redoing that step)."""
+        key = comparison_key(reference, candidate, worker_class, policy, trial)
         with self._lock:
             running = self._comparing.get(key) if reuse else None
             if running is not None and not (running.done() and running.exception()):

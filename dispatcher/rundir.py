@@ -9,26 +9,44 @@
     <rundir>/steps/<nnnnn>/c<k>/  per candidate: overrides.sexp (the proposal), the compiler's
                                 *.decisions.sexp (what it really did), measurements.json
     <rundir>/plot.png           energy against step (written by analysis.plots)
+    <rundir>/master.lock        flock'ed by the master working on it; holds its pid
 
 The journal is the truth: each ``step`` event carries the search state after that step, so
 ``--resume`` continues from the last complete line and a crash loses only the step in flight.
 The records themselves, and their versions, are ``dispatcher.records``; this module is the
 directory and its files.
+
+Lifecycle (docs/rundir-format.md, "Lifecycle"): a rundir is made whole (experiment, config,
+``start`` event, lock) in a staging sibling ``.<name>.<random>.creating`` (born locked: made
+as ``.new``, locked, then renamed) and renamed into place, so a kill inside creation leaves no
+half rundir (a later creation in the same directory sweeps the dead staging dir); the caller
+then lists it in the batch log.  Whoever writes a rundir holds its lock (``flock`` on
+``master.lock``) for its life: a second master is refused with one line naming the holder's
+pid, and the kernel drops the lock of a killed one.
+
+Test hook: ``$INLINING_TEST_KILL_AFTER`` (``kind:n[,kind:n...]``, e.g. ``step:2,remeasure:1``)
+makes this process SIGKILL itself right after journaling its n-th event of that kind; the kill
+test (tests/test_kill.py) uses it to stop a master in each crash window.  Unset: no effect.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import shutil
+import signal
+import tempfile
+import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 import yaml
 
-from dispatcher.files import append_json_line, write_json_atomic
+from dispatcher.files import append_json_line, current_umask, write_json_atomic, write_text_atomic
 from dispatcher.records import (
     BaselineEvent,
     BatchEntry,
@@ -52,10 +70,43 @@ JOURNAL = "journal.jsonl"
 EXPERIMENT = "experiment.json"
 MEASUREMENTS = "measurements.json"
 PROFILE = "profile.json"
+LOCK = "master.lock"
+STAGING_SUFFIX = ".creating"  # a rundir being created: .<name>.<random>.creating, locked
+NEW_SUFFIX = ".new"  # the same before its creator holds its lock (an instant)
+STAGING_GRACE_S = 600  # a .new dir is swept only once this old
+
+KILL_HOOK_ENV = "INLINING_TEST_KILL_AFTER"
 
 
 class RundirError(RuntimeError):
     """A rundir or batch log that cannot be used; the message is one line naming the file."""
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+class _KillHook:
+    """The test hook of the module docstring: SIGKILL after the n-th event of a kind."""
+
+    def __init__(self, spec: str):
+        self.targets: dict[str, int] = {}
+        for part in filter(None, (p.strip() for p in spec.split(","))):
+            kind, _, n = part.partition(":")
+            self.targets[kind] = int(n or 1)
+        self.seen: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+    def appended(self, kind: str) -> None:
+        if kind not in self.targets:
+            return
+        with self.lock:
+            self.seen[kind] = self.seen.get(kind, 0) + 1
+            if self.seen[kind] == self.targets[kind]:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+_kill_hook = _KillHook(os.environ[KILL_HOOK_ENV]) if os.environ.get(KILL_HOOK_ENV) else None
 
 
 E = TypeVar("E")
@@ -92,9 +143,153 @@ def read_journal(path: Path) -> list[Event]:
     return events
 
 
+class RundirLock:
+    """``flock`` on ``<rundir>/master.lock``, held by the master writing the rundir for its
+    life (the kernel drops it when that process dies, however it dies).  The file holds the
+    holder's pid, for the message a second master gets."""
+
+    def __init__(self, rundir: Path, patience_s: float = 1.0):
+        """``patience_s``: how long a busy lock is tried again before giving up (a reader
+        probing it, ``lock_holder``, holds it for a moment; a master, for its life)."""
+        path = rundir / LOCK
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise RundirError(f"{rundir}: cannot write in it ({_why(exc)})") from None
+        deadline = time.monotonic() + patience_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                busy = exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
+                if busy and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                    continue
+                holder = _read_pid(fd)
+                os.close(fd)
+                if busy:
+                    raise RundirError(f"{rundir}: in use by another master"
+                                      f"{f' (pid {holder})' if holder else ''}; wait for it to "
+                                      "end or stop it before resuming") from None
+                raise RundirError(f"{rundir}: cannot lock {LOCK} ({_why(exc)})") from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:
+            os.close(fd)
+            raise RundirError(f"{rundir}: cannot write in it ({_why(exc)})") from None
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            try:
+                os.ftruncate(self._fd, 0)  # no stale pid for the next reader
+            except OSError:
+                pass
+            os.close(self._fd)
+            self._fd = None
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        return int(os.pread(fd, 32, 0).decode().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def lock_holder(rundir: Path) -> int | None:
+    """The pid of the master holding the rundir's lock (-1: held, its pid not written yet),
+    or None when no live master does."""
+    try:
+        fd = os.open(rundir / LOCK, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return _read_pid(fd) or -1
+        return None
+    finally:
+        os.close(fd)
+
+
+def sweep_staging(directory: Path) -> list[Path]:
+    """Remove the staging dirs of rundir creations whose master died -> those removed.  A
+    ``.creating`` dir is born locked (it is renamed from a ``.new`` one once its creator holds
+    its lock), so a free lock means a dead creator; a ``.new`` dir (a creator killed in the
+    instant before it took the lock) goes once older than STAGING_GRACE_S."""
+    removed: list[Path] = []
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return removed
+    for d in entries:
+        if not (d.name.startswith(".") and d.is_dir()):
+            continue
+        if d.name.endswith(STAGING_SUFFIX):
+            try:
+                lock = RundirLock(d, patience_s=0)
+            except RundirError:
+                continue  # a live master is creating it
+            shutil.rmtree(d, ignore_errors=True)
+            lock.release()
+        elif d.name.endswith(NEW_SUFFIX):
+            try:
+                if time.time() - d.stat().st_mtime < STAGING_GRACE_S:
+                    continue
+            except OSError:
+                continue
+            shutil.rmtree(d, ignore_errors=True)
+        else:
+            continue
+        removed.append(d)
+    return removed
+
+
+def check_rundirs_dir(directory: Path) -> None:
+    """``search.rundirs`` can hold new rundirs: made if need be, and written to (a staging dir
+    made and removed); RundirError otherwise, before any rundir is made."""
+    if directory.exists() and not directory.is_dir():
+        raise RundirError(f"{directory}: search.rundirs must be a directory, and this is not one")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):  # O_TMPFILE: never a name to leave behind
+            pass
+    except OSError as exc:
+        raise RundirError(f"{directory}: search.rundirs: cannot create rundirs there "
+                          f"({_why(exc)})") from None
+
+
+def check_batch_log(path: Path) -> None:
+    """``search.batch_log`` can be appended to (made, empty, if need be); RundirError
+    otherwise, before any rundir is made."""
+    if path.is_dir():
+        raise RundirError(f"{path}: search.batch_log must be a file, and this is a directory")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise RundirError(f"{path}: search.batch_log: cannot write ({path.parent} is not a "
+                          "directory)")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise RundirError(f"{path}: search.batch_log: cannot write ({_why(exc)})") from None
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @dataclass
 class Rundir:
     path: Path
+    _lock: RundirLock | None = field(default=None, repr=False, compare=False)
 
     @property
     def journal_path(self) -> Path:
@@ -109,24 +304,120 @@ class Rundir:
 
     @classmethod
     def create(cls, path: Path, experiment: Experiment, config_raw: dict) -> Rundir:
-        if path.exists() and any(path.iterdir()):
+        """A new rundir, locked, made whole: experiment, config and ``start`` event are
+        written in a staging sibling that is renamed to ``path`` only when complete."""
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise RundirError(f"{path}: already exists and is not empty (use --resume)")
-        path.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path / EXPERIMENT, experiment.to_json())
-        (path / "config.yaml").write_text(yaml.safe_dump(config_raw, sort_keys=True))
-        rundir = cls(path)
-        rundir.append(StartEvent(**experiment.model_dump()))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RundirError(f"{path.parent}: cannot create rundirs there ({_why(exc)})") \
+                from None
+        sweep_staging(path.parent)
+        try:
+            new = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.",
+                                        suffix=NEW_SUFFIX))
+        except OSError as exc:
+            raise RundirError(f"{path.parent}: cannot create rundirs there ({_why(exc)})") \
+                from None
+        rundir = cls(new)
+        staging = new
+        try:
+            os.chmod(new, 0o777 & ~current_umask())  # as mkdir would make it, not 0700
+            # Locked, then named for the sweep: the lock follows the inode through renames.
+            rundir._lock = RundirLock(new, patience_s=0)
+            named = new.with_name(new.name[:-len(NEW_SUFFIX)] + STAGING_SUFFIX)
+            os.rename(new, named)
+            rundir.path = staging = named
+            write_json_atomic(staging / EXPERIMENT, experiment.to_json())
+            write_text_atomic(staging / "config.yaml", yaml.safe_dump(config_raw, sort_keys=True))
+            rundir.append(StartEvent(**experiment.model_dump()))
+            _fsync_dir(staging)
+            os.rename(staging, path)  # onto nothing, or onto an empty directory
+        except BaseException as exc:
+            rundir.close()
+            shutil.rmtree(staging, ignore_errors=True)
+            if isinstance(exc, OSError):
+                raise RundirError(f"{path}: cannot create ({_why(exc)})") from None
+            raise
+        rundir.path = path
+        try:
+            _fsync_dir(path.parent)  # the rename itself, on disk
+        except OSError:
+            pass  # made and complete: a later crash may lose it, nothing else
         return rundir
 
     @classmethod
-    def open(cls, path: Path) -> Rundir:
-        """An existing rundir to continue: its experiment record is checked now."""
+    def open(cls, path: Path, lock: bool = True) -> Rundir:
+        """An existing rundir to continue: its experiment record is checked now; with ``lock``
+        it is locked (RundirError if another master holds it, or it cannot be written) and
+        its journal checked against its steps (collected data is never written over)."""
         if not (path / EXPERIMENT).is_file():
             raise RundirError(f"{path}: not a rundir (no {EXPERIMENT})")
         rundir = cls(path)
         rundir.experiment  # noqa: B018 (a bad record fails here, before anything starts)
-        rundir._drop_torn_tail()
+        if lock:
+            rundir.take()
         return rundir
+
+    def take(self) -> None:
+        """Lock the rundir for this master, then tidy what a killed one left (a torn journal
+        line, temporary files) and check its journal against its steps."""
+        if self._lock is not None:
+            return
+        self._lock = RundirLock(self.path)
+        try:
+            self._drop_torn_tail()
+            self._sweep_temporaries()
+            self._check_journal()
+        except OSError as exc:
+            self.close()
+            raise RundirError(f"{self.path}: cannot write in it ({_why(exc)})") from None
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Release the lock (the process's end does too)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def _sweep_temporaries(self) -> None:
+        """Remove what an atomic write killed midway left (``<name><random>.tmp``, or
+        ``.plot.png.<random>.png``, beside the file it was replacing): the files themselves
+        are whole, old or new."""
+        patterns = [f"{name}*.tmp" for name in (EXPERIMENT, "config.yaml", "state.json")]
+        patterns += [f"steps/*/*/{MEASUREMENTS}*.tmp", ".plot.png.*"]
+        for pattern in patterns:
+            for tmp in self.path.glob(pattern):
+                tmp.unlink(missing_ok=True)
+
+    def _check_journal(self) -> None:
+        """Refuse a journal that lost what ``steps/`` holds: resuming would redo those steps
+        and overwrite their data.  A rundir with neither (an old one killed while created)
+        gets its ``start`` event."""
+        try:
+            on_disk = sorted(int(d.name) for d in (self.path / "steps").iterdir()
+                             if d.name.isdigit())
+        except FileNotFoundError:
+            on_disk = []
+        except OSError as exc:
+            raise RundirError(f"{self.path / 'steps'}: unreadable ({_why(exc)})") from None
+        events = self.events()
+        if not events:
+            if on_disk:
+                raise RundirError(f"{self.path}: has steps (up to steps/{on_disk[-1]:05d}) but "
+                                  f"no journal ({JOURNAL} missing or empty); refusing to resume "
+                                  "over collected data")
+            self.append(StartEvent(**self.experiment.model_dump()))
+            return
+        steps = [e.step for e in events if isinstance(e, StepEvent)]
+        last = max(steps, default=0)
+        if on_disk and on_disk[-1] > last + 1:
+            raise RundirError(f"{self.journal_path}: ends at step {last} but "
+                              f"steps/{on_disk[-1]:05d} exists: journal lines are lost; "
+                              "refusing to resume over collected data")
 
     def _drop_torn_tail(self) -> None:
         """Cut a half-written last line so the next append starts on a fresh line."""
@@ -146,6 +437,8 @@ class Rundir:
         if data.get("time") is None:
             data["time"] = time.time()
         append_json_line(self.journal_path, data)
+        if _kill_hook is not None:
+            _kill_hook.appended(data["event"])
 
     def events(self) -> list[Event]:
         return read_journal(self.journal_path)
@@ -225,3 +518,10 @@ def read_batch_log(path: Path) -> list[BatchEntry]:
         except RecordError as exc:
             raise RundirError(str(exc)) from None
     return entries
+
+
+def batch_log_lists(path: Path, rundir: Path) -> bool:
+    """Whether the batch log has a line for ``rundir`` (a relative one is taken relative to
+    the batch log's directory)."""
+    target = rundir.resolve()
+    return any((path.parent / e.rundir).resolve() == target for e in read_batch_log(path))

@@ -56,6 +56,7 @@ class Scheduler:
         for slot in self.slots:
             self._class_slots.setdefault(slot.worker_class, []).append(slot.name)
         self._closing = False
+        self._aborting = False  # close(abort=True): jobs lost now fail, never run again
         self.busy_s = {slot.name: 0.0 for slot in self.slots}  # time spent running jobs
         self.lost_jobs = 0  # attempts lost with their worker (each was retried or failed)
         self.quarantined: dict[str, str] = {}  # slot name -> the last loss
@@ -147,6 +148,9 @@ class Scheduler:
             try:
                 result = slot.run(item.job)
             except WorkerLost as exc:
+                if self._aborting:  # closed under the job on purpose: not a lost worker
+                    self._fail(item, RuntimeError(f"scheduler stopped during the job ({exc})"))
+                    return
                 losses += 1
                 self._mark_down(slot, exc)
                 self._retry(item, slot, exc)
@@ -264,13 +268,30 @@ class Scheduler:
 
     # ------------------------------------------------------------------ shutdown
 
-    def close(self) -> None:
-        """Finish queued jobs, stop the slot threads and close the slots."""
+    def close(self, abort: bool = False) -> None:
+        """Finish queued jobs, stop the slot threads and close the slots.  ``abort``: fail
+        queued jobs instead, and close the slots first, which ends the runs in flight (their
+        jobs fail; nothing is retried)."""
         with self._cond:
             self._closing = True
+            if abort:
+                self._aborting = True
+                leftovers = list(self._shared) + [i for q in self._pinned.values() for i in q]
+                self._shared.clear()
+                for q in self._pinned.values():
+                    q.clear()
             self._cond.notify_all()
+        if abort:
+            for item in leftovers:
+                self._fail(item, RuntimeError("scheduler stopped before the job could run"))
+            for slot in self.slots:
+                if slot.name not in self.quarantined:
+                    try:
+                        slot.close()
+                    except Exception:  # a broken slot must not keep the others running
+                        pass
         for t in self._threads:
-            t.join()
+            t.join(timeout=5 if abort else None)
         with self._cond:  # left by slots that stopped while backing off
             leftovers = list(self._shared) + [i for q in self._pinned.values() for i in q]
             self._shared.clear()

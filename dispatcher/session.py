@@ -78,17 +78,19 @@ class Session:
         return ([f"{name}: out of service: {why}" for name, why in s.quarantined.items()]
                 + [f"{name}: unavailable at the end: {why}" for name, why in s.down.items()])
 
-    def close(self) -> None:
-        """Stop the scheduler (finishing queued jobs), the workers and the compile pool."""
+    def close(self, abort: bool = False) -> None:
+        """Stop the scheduler (finishing queued jobs), the workers and the compile pool.
+        ``abort`` (Ctrl-C): drop queued jobs, close the workers at once (an agent kills the
+        run it is doing) and wait for no compile."""
         try:
             if self._measurements is not None:
                 self._measurements.close()
             if self._scheduler is not None:
-                self._scheduler.close()
+                self._scheduler.close(abort=abort)
             if self._backend is not None:
                 self._backend.close()
         finally:
-            self.compiler.close()
+            self.compiler.close(wait=not abort)
             self.store.close()
 
     def __enter__(self) -> Session:

@@ -49,8 +49,14 @@ def start(cfg: Path, *args: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, start_new_session=True)
 
 
+def rundirs_in(tmp_path: Path) -> list[Path]:
+    """The rundirs made so far (a rundir being created is a hidden staging dir until whole)."""
+    where = tmp_path / "rundirs"
+    return [p for p in where.iterdir() if not p.name.startswith(".")] if where.is_dir() else []
+
+
 def only_rundir(tmp_path: Path) -> Path:
-    (rundir,) = list((tmp_path / "rundirs").iterdir())
+    (rundir,) = rundirs_in(tmp_path)
     return rundir
 
 
@@ -124,7 +130,7 @@ def test_kill_and_resume_replays_an_uninterrupted_run(compiler, tmp_path, algori
 
     proc = start(cfg_b, "--tasks", str(tasks), "--steps", steps)
     deadline = time.monotonic() + 60
-    while not (b_dir / "rundirs").exists() or not any((b_dir / "rundirs").iterdir()):
+    while not rundirs_in(b_dir):
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.01)
     rundir_b = only_rundir(b_dir)
@@ -168,7 +174,7 @@ def test_sa_rundir_contents_and_ctrl_c(compiler, tmp_path):
     deadline = time.monotonic() + 120
     while journal is None or "\"canary\"" not in journal.read_text():
         assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
-        rundirs = list((tmp_path / "rundirs").glob("*"))
+        rundirs = rundirs_in(tmp_path)
         journal = rundirs[0] / "journal.jsonl" if rundirs else None
         if journal is not None and not journal.exists():
             journal = None

@@ -134,12 +134,14 @@ class TimedScheduler:
         return future
 
 
-def compare(scheduler, policy, candidate=B, store: Path | None = None):
+def compare(scheduler, policy, candidate=B, store: Path | None = None,
+            trial: str | None = None):
     if store is None:
         store = Path(tempfile.mkdtemp(prefix="compare-store-"))
     svc = MeasurementService(scheduler, Store(store))  # type: ignore[arg-type]
     try:
-        return svc.compare(job(A, 1), job(candidate, 1), "local", policy).result(timeout=10)
+        return svc.compare(job(A, 1), job(candidate, 1), "local", policy,
+                           trial=trial).result(timeout=10)
     finally:
         svc.close()
 
@@ -206,6 +208,23 @@ def test_a_comparison_is_stored_and_answered_from_the_store(tmp_path):
     compare(again, PairingPolicy(min_pairs=2, max_pairs=4, half_width=1e-9, must_beat=1.1),
             store=tmp_path)
     assert len(again.order) > 0
+
+
+def test_a_named_trial_is_measured_apart_and_replayed_only_by_itself(tmp_path):
+    """The search's re-measurement at step 4 and at step 6 are new pairs each (a stored
+    comparison answering both would pool the same pairs twice); the step-4 trial asked again
+    (a resume redoing step 4) is answered from the store."""
+    policy = PairingPolicy(min_pairs=2, max_pairs=4, half_width=1e-9)
+    compare(TimedScheduler({A: 1.0, B: 0.8}), policy, store=tmp_path)  # the step's own
+    runs = TimedScheduler({A: 1.0, B: 0.8})
+    step4 = compare(runs, policy, store=tmp_path, trial="remeasure step 4")
+    assert len(runs.order) == 2 * step4.pairs  # measured, not the untrialled one
+    step6 = compare(runs, policy, store=tmp_path, trial="remeasure step 6")
+    assert len(runs.order) == 2 * (step4.pairs + step6.pairs)
+    assert step6.candidate_times != step4.candidate_times  # the drift went on: new runs
+    again = TimedScheduler({A: 1.0, B: 0.8})
+    assert compare(again, policy, store=tmp_path, trial="remeasure step 4") == step4
+    assert again.order == []
 
 
 def test_a_run_whose_cpu_share_drops_below_its_binarys_own_is_disturbed_and_redone():

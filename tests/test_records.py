@@ -143,7 +143,7 @@ def documented_fields() -> dict[str, list[str]]:
             sections[name] = []
         elif name and (m := re.match(r"\| `([a-z0-9_]+)` \|", line)):
             sections[name].append(m.group(1))
-    return sections
+    return {name: fields for name, fields in sections.items() if fields}  # prose: no table
 
 
 def test_the_format_document_lists_exactly_the_fields_of_each_record():
