@@ -24,7 +24,7 @@ from dispatcher.records import BaselineEvent, FinishEvent, StepEvent
 from dispatcher.rundir import Rundir
 from dispatcher.store import Store, StoreError, pack, unpack
 from tests.test_experiment import config as search_config
-from tests.test_experiment import kill_after, only_rundir, run_to_end, start
+from tests.test_experiment import kill_after, only_rundir, run_to_end, rundirs_in, start
 
 REPO = Path(__file__).resolve().parent.parent
 FIRST_CPU = min(os.sched_getaffinity(0))
@@ -331,7 +331,7 @@ def test_store_gc_keeps_what_rundirs_need_and_a_resume_still_works(compiler, tmp
     (tmp_path / "tasks").write_text("kahan\n")
     proc = start(cfg, "--tasks", str(tmp_path / "tasks"), "--steps", "3")
     deadline = time.monotonic() + 60
-    while not (tmp_path / "rundirs").exists() or not any((tmp_path / "rundirs").iterdir()):
+    while not rundirs_in(tmp_path):
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.01)
     rundir = only_rundir(tmp_path)
