@@ -20,9 +20,12 @@ import math
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
+
+if TYPE_CHECKING:  # scipy is imported by the data's builder (analysis.expanded), not here
+    import scipy.sparse as sp
 
 MODELS = ("ridge", "lasso")
 TARGETS = ("linear", "log")

@@ -8,9 +8,7 @@ from pathlib import Path
 import click
 
 from analysis.batch_log import AnalysisError, load_batch_log, resolve_rundir
-from analysis.extract import ExtractError, extract
 from analysis.models import DEFAULT_ALPHAS, DEFAULT_GAMMAS, MODELS, TARGETS, grid
-from analysis.rewards import RewardError, assign, write
 
 
 def _fail(message: str) -> None:
@@ -57,6 +55,9 @@ def assign_rewards(rundirs, batch_log, out, benchmarks, models, gammas, alphas, 
                    rounds, seed):
     """Assign a reward to every inlining decision of each benchmark's searches, and write
     the optimal tree (an overrides file) per model and hyperparameters under OUT."""
+    # scipy and scikit-learn load here, when the command runs, not when it is imported
+    from analysis.extract import ExtractError, extract
+    from analysis.rewards import RewardError, assign, write
     paths = list(rundirs)
     if batch_log is not None or not paths:
         log = batch_log or Path("batch.log")

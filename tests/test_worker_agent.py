@@ -606,7 +606,9 @@ def test_no_orphans_when_agent_is_killed(cache_dir, binaries, how):
         assert len(servers) == 1, servers
         a.proc.send_signal(getattr(__import__("signal"), how))
         assert a.proc.wait(timeout=10) == (0 if how == "SIGTERM" else -9)
-        limit = 1.0 if how == "SIGTERM" else 6.0
+        # SIGKILL: the spinner dies at 3 s of CPU time, which a loaded CPU (other tests, other
+        # masters on this machine) may take several times as long to give it
+        limit = 1.0 if how == "SIGTERM" else 30.0
         assert _wait_for(lambda: not _pids_running(path), limit), _pids_running(path)
         # the fork server ends too (SIGKILL: on EOF of its request pipe; it may stay a
         # zombie of an init that does not reap)
