@@ -3,18 +3,35 @@ one way a command measures a build against the heuristic (``run-benchmark``'s co
 ``run-all-benchmarks``)."""
 from __future__ import annotations
 
+import functools
 import logging
 from concurrent.futures import Future
 from dataclasses import replace
+from typing import Any, Callable, TypeVar
 
 import click
 
+from dispatcher.backend import BackendUnavailable
 from dispatcher.benchmark import Benchmark, Size
 from dispatcher.compile import CompileJob, CompileResult
 from dispatcher.config import Config
 from dispatcher.measure import Comparison, PairingPolicy
 from dispatcher.session import Session
 from dispatcher.worker import RunJob
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def backend_errors_in_one_line(command: F) -> F:
+    """A backend that cannot start (a Ray cluster not there, no token) ends the command with
+    its one line, whenever the workers are first needed."""
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except BackendUnavailable as exc:
+            raise click.ClickException(str(exc)) from None
+    return wrapper  # type: ignore[return-value]
 
 
 def show_warnings() -> None:

@@ -24,6 +24,7 @@ import click
 
 from analysis.results import Outcome, format_speedup, print_tables
 from commands.common import (
+    backend_errors_in_one_line,
     heuristic_comparison,
     pairing_policy,
     report_lost_workers,
@@ -224,6 +225,7 @@ def _candidate_failure(c: Comparison) -> str:
 @click.option("--hyper", "hypers", multiple=True,
               help="Only these hyperparameters, as named by their directory "
                    "(gamma0.8-alpha0.01-log; repeatable; default: every one found).")
+@backend_errors_in_one_line
 def run_all_benchmarks(model: str, benchmarks: tuple[str, ...], rewards: Path, results: Path,
                        config_path: Path | None, size: str | None, runs: int | None,
                        max_pairs: int | None, hypers: tuple[str, ...]) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from commands.common import (
+    backend_errors_in_one_line,
     heuristic_comparison,
     pairing_policy,
     report_lost_workers,
@@ -75,6 +76,7 @@ def cached_results(session: Session, job: RunJob) -> list[RunResult]:
 @click.option("--compare/--no-compare", default=True, show_default=True,
               help="With DECISIONS: also compare it with the heuristic build in pairs on one "
                    "worker CPU, and print the speedup with its 95% interval.")
+@backend_errors_in_one_line
 def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
                   config_path: Path | None, size: str | None, csv_only: bool, summary: bool,
                   remeasure: bool, compare: bool) -> None:

@@ -15,7 +15,7 @@ import click
 from rich.live import Live
 from rich.text import Text
 
-from commands.common import report_lost_workers, show_warnings
+from commands.common import backend_errors_in_one_line, report_lost_workers, show_warnings
 from dispatcher.benchmark import (
     BUNDLED_DIR,
     Benchmark,
@@ -117,6 +117,7 @@ def _progress_line(status: ChainStatus, slots_busy: float, width: int = 20) -> s
               help="The most pairs per candidate (default: config measure.max_pairs).")
 @click.option("--resume", "resume", multiple=True, type=click.Path(path_type=Path),
               help="Continue this rundir exactly where it stopped (repeatable).")
+@backend_errors_in_one_line
 def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_per_task, seed,
                              size, runs, max_pairs, resume) -> None:
     """Generate training data: search over inlining decisions for every task."""

@@ -27,13 +27,18 @@ from dispatcher.worker import AgentError, RunJob, WorkerLost
 if TYPE_CHECKING:
     from dispatcher.config import ConfigReader
 
-__all__ = ["AgentError", "Backend", "BackendSpec", "MODULES", "PermanentLoss", "Slot",
-           "WorkerLost", "backend_spec", "register"]
+__all__ = ["AgentError", "Backend", "BackendSpec", "BackendUnavailable", "MODULES",
+           "PermanentLoss", "Slot", "WorkerLost", "backend_spec", "register"]
 
 
 class PermanentLoss(WorkerLost):
     """A loss that retrying will not cure (an untrusted host key, no python3, a CPU the
     worker does not have): the slot is taken out of service at once."""
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend cannot start at all (no cluster at that address, no token, no slot
+    offered): nothing to retry.  The message is one line, for the user."""
 
 
 class Slot(Protocol):
@@ -78,7 +83,8 @@ class BackendSpec:
     ``worker_classes(settings)``: the classes its slots will have, without starting it.
     ``master_cpus(settings)``: the CPUs of this machine left to the master (its compiles),
     or None when the backend takes none of them.
-    ``start(settings, context)``: the running backend.
+    ``start(settings, context)``: the running backend; BackendUnavailable (one line) if it
+    cannot start.
     """
 
     name: str
@@ -88,7 +94,7 @@ class BackendSpec:
     start: Callable[[Any, BackendContext], Backend]
 
 
-MODULES = {"local": "dispatcher.local", "ssh": "dispatcher.ssh"}
+MODULES = {"local": "dispatcher.local", "ssh": "dispatcher.ssh", "ray": "dispatcher.raycluster"}
 _SPECS: dict[str, BackendSpec] = {}
 
 

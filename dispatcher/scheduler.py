@@ -111,6 +111,13 @@ class Scheduler:
             while True:
                 if name in self.quarantined:  # a sibling thread of this slot gave it up
                     return None
+                if name in self.down:
+                    # A sibling thread of this slot lost its worker and is backing off: a job
+                    # taken now would most likely be lost too, at the cost of an attempt.
+                    if self._closing:
+                        return None
+                    self._cond.wait()
+                    continue
                 if self._pinned[name]:
                     return self._pinned[name].popleft()
                 for i, item in enumerate(self._shared):
@@ -139,6 +146,7 @@ class Scheduler:
                     continue
                 with self._cond:
                     self.down.pop(slot.name, None)
+                    self._cond.notify_all()  # its sibling threads take work again
             item = self._next(slot.name)
             if item is None:
                 return

@@ -65,6 +65,31 @@ def test_a_job_lost_with_its_worker_runs_on_another_slot():
     assert len(bad.ran) == 1 and len(good.ran) == 1  # measured once, where it succeeded
 
 
+def test_a_sibling_thread_of_a_lost_slot_takes_no_job_until_it_is_probed():
+    """A slot of depth 2 that loses a job: its second thread must not take the retried job
+    (it would most likely be lost again, at the cost of an attempt)."""
+    class DeepSlot(ScriptedSlot):
+        depth = 2
+
+    bad = DeepSlot("bad", failures=[WorkerLost("bad: gone")] * 10,
+                   probe_failures=[WorkerLost("bad: still gone")] * 10)
+    good = ScriptedSlot("good")
+    slow = threading.Event()
+    real_run = good.run
+
+    def run(job):
+        slow.wait(0.2)  # busy while the lost job is queued again
+        return real_run(job)
+
+    good.run = run  # type: ignore[method-assign]
+    with Scheduler([bad, good], FAST) as scheduler:
+        futures = [scheduler.submit(JOB, slot="good"), scheduler.submit(JOB, slot="bad")]
+        results = [f.result(timeout=10) for f in futures]
+    assert [r.worker for r in results] == ["good", "good"]
+    assert results[1].lost_on == ("bad: bad: gone",)
+    assert len(bad.ran) == 1
+
+
 def test_a_lost_slot_is_probed_then_serves_again():
     flaky = ScriptedSlot("flaky", failures=[WorkerLost("flaky: dropped")])
     with Scheduler([flaky], FAST) as scheduler:
