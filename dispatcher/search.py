@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Optional
 
 from dispatcher.profile import focus_weights, site_samples
 from dispatcher.records import HotFunctions
@@ -54,12 +55,15 @@ def propose(tree: Tree, rng: random.Random, max_flips: int = 2,
     return flip_leaves(tree, k, rng, weights=focus(hot)), f"flip {k}"
 
 
-def focus(hot: HotFunctions | None):
-    """The leaf weighting of ``propose`` for profile ``hot`` (None: uniform)."""
+Weights = Callable[[list[Located]], Optional[Sequence[float]]]
+
+
+def focus(hot: HotFunctions | None) -> Weights | None:
+    """The leaf weighting of ``propose`` for profile ``hot`` (None: every leaf alike)."""
     if hot is None or hot.error is not None or not hot.functions:
         return None
-    functions = hot  # bound for the closure
+    profile = hot
 
     def weights(pool: list[Located]) -> Sequence[float] | None:
-        return focus_weights(site_samples(pool, functions))
+        return focus_weights(site_samples(pool, profile))
     return weights
