@@ -430,9 +430,16 @@ def _sftp_remove(sftp: paramiko.SFTPClient, path: str) -> None:
 
 
 class SshSlot:
-    """One CPU of one worker host: an agent in its own channel, started on first use."""
+    """One CPU of one worker host: an agent in its own channel, started on first use.
 
-    depth = 1  # one request at a time (the network round trip is ~3 ms against runs of seconds)
+    ``depth`` = 2, as local slots: the scheduler may have two jobs on the slot at once; the
+    second is already in the agent's queue when the first run ends (the agent prepares it
+    while that run goes on), so the network round trip overlaps a run instead of separating
+    two.  The agent still runs one binary at a time on the CPU.  If the channel breaks, every
+    job outstanding on it gets ``WorkerLost`` and the scheduler runs it again.
+    """
+
+    depth = 2
 
     def __init__(self, host: WorkerHost, cpu: int):
         self.host = host
@@ -441,30 +448,30 @@ class SshSlot:
         self.worker_class = host.config.worker_class
         self._channel: paramiko.Channel | None = None
         self._connection: AgentConnection | None = None
+        self._lock = threading.Lock()  # the channel, and the deadlines of the jobs on it
+        self._deadlines: dict[int, float] = {}  # request id -> its run budget (s)
 
     def probe(self) -> None:
         """Make sure the agent is up (connecting to the host if needed); HostError if not."""
-        if self._channel is None or self._channel.closed or self._channel.exit_status_ready():
-            self._drop()
+        with self._lock:
+            self._ensure()
+
+    def _ensure(self) -> tuple[paramiko.Channel, AgentConnection]:
+        channel = self._channel
+        if channel is None or channel.closed or channel.exit_status_ready():
+            self._drop(channel)
             self._channel, self._connection = self.host.start_agent(self.name, self.cpu)
+            self._deadlines = {}
+        assert self._channel is not None and self._connection is not None
+        return self._channel, self._connection
 
     def run(self, job: RunJob) -> RunResult:
-        self.probe()
-        channel, connection = self._channel, self._connection
-        assert channel is not None and connection is not None  # probe started the agent
+        request = job.request(self.cpu)
+        self.probe()  # connected first: the host then knows what its cache already holds
         for attempt in (1, 2):
             self.host.acquire_binary(job.sha256, job.binary)
-            deadline = job.runs * job.timeout * 1.5 + JOB_SLACK_S
-            t0 = time.monotonic()
             try:
-                channel.settimeout(deadline)
-                response = connection.request(job.request(self.cpu))
-            except WorkerLost:
-                self._drop()  # hung or gone: a fresh agent (or another slot) takes over
-                if time.monotonic() - t0 >= deadline:
-                    raise WorkerLost(f"{self.name}: no answer within {deadline:.0f} s; the "
-                                     "agent is presumed hung") from None
-                raise
+                response = self._exchange(request, job.runs * job.timeout * 1.5 + JOB_SLACK_S)
             except AgentError as exc:
                 if attempt == 1 and exc.code in (NOT_IN_CACHE, CHECKSUM_MISMATCH):
                     self.host.forget_binary(job.sha256)  # removed or damaged on the worker
@@ -475,19 +482,54 @@ class SshSlot:
             return result_from_response(job, self, response)
         raise AssertionError("unreachable")
 
-    def _drop(self) -> None:
-        channel, self._channel, self._connection = self._channel, None, None
+    def _exchange(self, request: dict, budget: float) -> dict:
+        """Send ``request`` and wait for its reply.  A reply is due within the budgets of the
+        jobs ahead of it on the channel plus its own: the channel's read timeout is set to
+        that sum while they are outstanding."""
+        with self._lock:
+            channel, connection = self._ensure()
+            try:
+                rid = connection.send(request)
+            except WorkerLost:
+                self._drop(channel)
+                raise
+            self._deadlines[rid] = budget
+            channel.settimeout(sum(self._deadlines.values()))
+        t0 = time.monotonic()
+        try:
+            return connection.receive(rid)
+        except WorkerLost:
+            with self._lock:
+                waited = sum(self._deadlines.values())
+                self._drop(channel)  # hung or gone: a fresh agent (or another slot) takes over
+            if time.monotonic() - t0 >= waited:
+                raise WorkerLost(f"{self.name}: no answer within {waited:.0f} s; the agent is "
+                                 "presumed hung") from None
+            raise
+        finally:
+            with self._lock:
+                if self._channel is channel:
+                    self._deadlines.pop(rid, None)
+
+    def _drop(self, channel: paramiko.Channel | None) -> None:
+        """Forget a broken channel (once, whichever of its jobs notices first); with the
+        lock held."""
+        if channel is not None and self._channel is channel:
+            self._channel, self._connection = None, None
+            self._deadlines = {}
         if channel is not None:
             channel.close()
 
     def close(self) -> None:
-        if self._connection is not None and self._channel is not None:
-            try:
-                self._channel.settimeout(5)
-                self._connection.request({"op": "shutdown"})
-            except (AgentError, OSError):
-                pass
-        self._drop()
+        with self._lock:
+            channel, connection = self._channel, self._connection
+            if connection is not None and channel is not None:
+                try:
+                    channel.settimeout(5)
+                    connection.request({"op": "shutdown"})
+                except (AgentError, OSError):
+                    pass
+            self._drop(channel)
 
 
 class SshBackend:
