@@ -1190,11 +1190,16 @@ def test_ssh_slot_uploads_again_by_code_not_by_message(tmp_path):
         def close(self):
             pass
 
-    class Connection:
+    class Connection:  # the slot pipelines: send, then receive by id
         def __init__(self, host):
             self.host = host
+            self.sent = 0
 
-        def request(self, message):
+        def send(self, message):
+            self.sent += 1
+            return self.sent
+
+        def receive(self, rid):
             reply = self.host.replies.pop(0)
             if isinstance(reply, Exception):
                 raise reply
