@@ -153,6 +153,20 @@ def test_too_few_measured_trees_is_one_line():
 # --------------------------------------------------------------------------- end to end
 
 
+def tiny_search_config(tmp_path: Path) -> Path:
+    """A config for a few quick random-walk steps on one CPU, everything under ``tmp_path``
+    (the reward tests' searches; tests/test_run_all_benchmarks.py's too)."""
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "store": str(tmp_path / "store"), "local": {"cpus": [FIRST_CPU]},
+        "run": {"runs": 2, "timeout": 30, "size": "quick"},
+        "measure": {"max_pairs": 2, "canary_every": 0},
+        "search": {"algorithm": "random-walk", "baseline_runs": 2, "remeasure_every": 0,
+                   "rundirs": str(tmp_path / "rundirs"),
+                   "batch_log": str(tmp_path / "batch.log")}}))
+    return cfg
+
+
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "commands", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=600,
@@ -163,14 +177,7 @@ def test_a_real_search_gives_rewards_and_an_optimal_tree_the_compiler_honours(co
                                                                               tmp_path):
     bench = tmp_path / "tinysum"
     shutil.copytree(GOLDEN / "tinysum", bench)
-    cfg = tmp_path / "config.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "store": str(tmp_path / "store"), "local": {"cpus": [FIRST_CPU]},
-        "run": {"runs": 2, "timeout": 30, "size": "quick"},
-        "measure": {"max_pairs": 2, "canary_every": 0},
-        "search": {"algorithm": "random-walk", "baseline_runs": 2, "remeasure_every": 0,
-                   "rundirs": str(tmp_path / "rundirs"),
-                   "batch_log": str(tmp_path / "batch.log")}}))
+    cfg = tiny_search_config(tmp_path)
     (tmp_path / "tasks").write_text(f"{bench}\n")
     run = _cli("run_training_experiments", "--config", str(cfg), "--tasks",
                str(tmp_path / "tasks"), "--steps", "8", cwd=tmp_path)

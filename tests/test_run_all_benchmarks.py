@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from analysis.results import Outcome, choose, per_benchmark, print_tables, regrets, total_regrets
 from commands.run_all_benchmarks import csv_rows, pairs_by_worker
 from dispatcher.decisions import Override, write_overrides
 from dispatcher.measure import Comparison
 from dispatcher.records import RunRecord, RunResult
+from tests.test_rewards import tiny_search_config
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "golden"
@@ -147,16 +147,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
-def _config(tmp_path: Path) -> Path:
-    cfg = tmp_path / "config.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "store": str(tmp_path / "store"), "local": {"cpus": [FIRST_CPU]},
-        "run": {"runs": 2, "timeout": 30, "size": "quick"},
-        "measure": {"max_pairs": 2, "canary_every": 0},
-        "search": {"algorithm": "random-walk", "baseline_runs": 2, "remeasure_every": 0,
-                   "rundirs": str(tmp_path / "rundirs"),
-                   "batch_log": str(tmp_path / "batch.log")}}))
-    return cfg
+_config = tiny_search_config
 
 
 def test_a_real_search_to_measured_optimal_trees_and_the_hyperparameters_to_use(compiler,
