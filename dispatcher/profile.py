@@ -51,9 +51,15 @@ def profile_job(job: RunJob, wall_s: float) -> RunJob:
 
 
 def hot_functions_of(binary: Path, results: Iterable[RunResult]) -> HotFunctions:
-    """The profile of ``binary`` from the results of its ``profile_job``."""
-    return hot_functions(binary, [rec.profile for r in results for rec in r.records
-                                  if rec.profile is not None])
+    """The profile of ``binary`` from the results of its ``profile_job``, with the slot that
+    took it (and any that lost the job before it)."""
+    results = list(results)
+    hot = hot_functions(binary, [rec.profile for r in results for rec in r.records
+                                 if rec.profile is not None])
+    if not results:
+        return hot
+    return hot.model_copy(update={"worker": results[-1].worker,
+                                  "lost_on": tuple(x for r in results for x in r.lost_on)})
 
 
 def demangle(symbol: str) -> str | None:

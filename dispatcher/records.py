@@ -114,6 +114,8 @@ class HotFunctions(Record):
     elsewhere: int = 0  # samples outside the binary
     functions: dict[str, int] = Field(default_factory=dict)
     error: Optional[str] = None
+    worker: Optional[str] = None  # the slot that took the profile
+    lost_on: tuple[str, ...] = ()  # slots that lost the profile job first, with the reason
 
 
 class RunRecord(Record):

@@ -221,8 +221,10 @@ def test_host_dying_mid_job_the_experiment_goes_on(lab, compiler, tmp_path):
     assert sum(isinstance(e, BaselineEvent) for e in events) == 1
     assert isinstance(events[-1], FinishEvent) and events[-1].reason == "completed"
     assert "h0" in err and "runs again elsewhere" in err, err
-    # The retry is recorded with the measurement it produced, in the rundir.
+    # The retry is recorded with the measurement it produced, in the rundir (the first run
+    # on h0 may be the baseline's profile job: profile.json records its retry).
     measured = [r for p in rundir.rglob("measurements.json") for r in json.loads(p.read_text())]
+    measured.append(json.loads((rundir / "profile.json").read_text()))
     lost = [r for r in measured if r["lost_on"]]
     assert lost and all(r["lost_on"][0].startswith(f"ssh/h0/cpu{CPU}: ") and
                         r["worker"] == f"ssh/h1/cpu{CPU}" for r in lost), lost
