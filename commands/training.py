@@ -44,6 +44,7 @@ from dispatcher.rundir import (
     check_rundirs_dir,
 )
 from dispatcher.session import Session
+from dispatcher.split import split_config
 from dispatcher.store import StoreError
 
 
@@ -160,6 +161,16 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
             # Both writable before any rundir is made: none is left made but never listed.
             check_batch_log(s.batch_log)
             check_rundirs_dir(s.rundirs)
+        if resume:
+            first = plans[0][1]
+            assert first is not None
+            split_size, split_runs = first.experiment.size, first.experiment.runs
+        else:
+            split_size, split_runs = size or config.run.size, runs or config.run.runs
+        config, split_line = split_config(config, [b for b, _ in plans], split_size,
+                                          split_runs)
+        if split_line:
+            click.echo(split_line, err=True)
         session = Session(config)
     except (ConfigError, ManifestError, CompilerNotFound, RundirError, StoreError) as exc:
         raise click.ClickException(str(exc)) from None

@@ -161,6 +161,7 @@ class Config:
     store: Path
     run: RunConfig = field(default_factory=RunConfig)
     compile_jobs: int = 1
+    compile_jobs_auto: bool = False  # compile.jobs: auto (one per CPU left to the master)
     search: SearchConfig = field(default_factory=SearchConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
@@ -301,7 +302,7 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
                   run=RunConfig(runs=r.positive_int(run, "runs", "run.runs", RunConfig.runs,
                                                     most=MAX_RUNS),
                                 timeout=timeout, perf=perf, size=size, aslr=aslr),
-                  compile_jobs=jobs, raw=data)
+                  compile_jobs=jobs, compile_jobs_auto=jobs_raw == "auto", raw=data)
 
 
 def _search_config(r: ConfigReader, data: dict, path: Path | None) -> SearchConfig:

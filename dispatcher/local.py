@@ -194,6 +194,7 @@ class LocalBackend:
 class LocalConfig:
     cpus: tuple[int, ...]  # one worker slot per CPU
     worker_class: str = "local"
+    auto: bool = False  # cpus: auto (a search may split the CPUs by measurement instead)
     lock_dir: Optional[Path] = None  # None: $INLINING_ORCHESTRATOR_LOCK_DIR or the default
     lock_wait: float = DEFAULT_LOCK_WAIT_S
 
@@ -240,7 +241,7 @@ def parse_config(section: dict, r: ConfigReader) -> LocalConfig:
     if (not isinstance(lock_wait, (int, float)) or isinstance(lock_wait, bool)
             or not 0 <= lock_wait <= 24 * 3600):
         raise fail("local.lock_wait", "seconds in 0..86400", lock_wait)
-    return LocalConfig(cpus=cpus, worker_class=worker_class,
+    return LocalConfig(cpus=cpus, worker_class=worker_class, auto=cpus_raw == "auto",
                        lock_dir=Path(lock_dir).expanduser() if lock_dir else None,
                        lock_wait=float(lock_wait))
 

@@ -1,0 +1,150 @@
+"""The automatic split of this machine's CPUs between timing runs and compiling
+(``local.cpus: auto`` for a search).
+
+Every search candidate costs one compile, on a CPU left to the master, and one run job, on a
+worker slot.  With ``c`` compile CPUs taking ``C`` seconds per compile and ``w`` slots taking
+``R`` seconds per run job, a search makes at most ``min(c / C, w / R)`` candidates a second:
+too few slots and compiled candidates queue, too few compile CPUs and slots idle.  The split
+is the ``w`` that maximises that bound, from ``C`` and ``R`` measured at start on the tasks'
+own baselines (``calibrate``); ties go to more compile CPUs, which also carry the master's
+own threads.  Choosing (``choose_split``) is pure; calibrating does the I/O.
+
+``C`` is the compile of one candidate one flip away from the baseline, as a search step
+compiles it (only the units its flips touch, then the link); ``R`` is the first measurement
+job of a candidate: ``run.runs`` pairs of runs (candidate and baseline), so twice ``runs``
+runs of the baseline's length.  A candidate whose interval needs more pairs costs more slot
+time, which the split does not foresee: the bound is an upper one.
+"""
+from __future__ import annotations
+
+import random
+import statistics
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from dispatcher.benchmark import Benchmark
+from dispatcher.compile import CompileError, CompileJob, CompileService
+from dispatcher.config import Config
+from dispatcher.local import AGENT_CPUS, LocalConfig
+from dispatcher.search import propose
+from dispatcher.session import Session
+from dispatcher.tree import Tree, to_overrides
+
+TRIES = 8  # proposals tried for a candidate the store does not hold already
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What one search candidate costs, averaged over the calibrated benchmarks."""
+
+    compile_s: float  # one candidate's compile, on one CPU
+    run_job_s: float  # one candidate's first run job, on one slot
+    benchmarks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CpuSplit:
+    workers: tuple[int, ...]  # one worker slot each
+    compilers: tuple[int, ...]  # compiles (and the master's threads) run here
+    bound: float  # candidates per second the split allows at most
+
+    def describe(self, calibration: Calibration) -> str:
+        def cpus(xs: tuple[int, ...]) -> str:
+            return ",".join(map(str, xs))
+        return (f"automatic split: {len(self.workers)} CPUs time runs ({cpus(self.workers)}), "
+                f"{len(self.compilers)} compile ({cpus(self.compilers)}); measured on "
+                f"{', '.join(calibration.benchmarks)}: {calibration.compile_s:.3g} s per "
+                f"compile, {calibration.run_job_s:.3g} s per run job; at most "
+                f"{self.bound:.3g} candidates/s")
+
+
+def bound(compile_cpus: int, worker_cpus: int, calibration: Calibration) -> float:
+    """Candidates per second that ``compile_cpus`` and ``worker_cpus`` allow at most."""
+    return min(compile_cpus / calibration.compile_s, worker_cpus / calibration.run_job_s)
+
+
+def choose_split(cpus: Sequence[int], calibration: Calibration) -> CpuSplit:
+    """The split of ``cpus`` (at least two) that allows the most candidates per second; the
+    lowest-numbered CPUs compile (CPU 0 also takes most interrupts)."""
+    ordered = tuple(sorted(cpus))
+    if len(ordered) < 2:
+        raise ValueError("a split needs at least two CPUs")
+    n = len(ordered)
+    # most candidates per second; among equals, the most compile CPUs
+    compilers = max(range(1, n), key=lambda c: (bound(c, n - c, calibration), c))
+    return CpuSplit(workers=ordered[compilers:], compilers=ordered[:compilers],
+                    bound=bound(compilers, n - compilers, calibration))
+
+
+class CalibrationError(RuntimeError):
+    """No benchmark could be calibrated; the message is one line."""
+
+
+def _run_seconds(binary: str, args: Sequence[str], timeout: float) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([binary, *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=timeout, check=True)
+    return time.perf_counter() - t0
+
+
+def calibrate(compiler: CompileService, benches: Sequence[Benchmark], size: str, runs: int,
+              timeout: float, most: int = 3) -> Calibration:
+    """Compile and run the baselines of (at most ``most`` of) ``benches``, and compile one
+    candidate of each: what a candidate costs.  A benchmark that fails either is passed
+    over; CalibrationError if all do."""
+    compiles: list[float] = []
+    jobs: list[float] = []
+    names: list[str] = []
+    errors: list[str] = []
+    for bench in benches[:most]:
+        try:
+            base = compiler.compile(CompileJob(bench))
+            tree = Tree.from_dumps(base.artifact.dumps())
+            rng = random.Random(0)
+            seconds = None
+            for _ in range(TRIES):
+                candidate, _how = propose(tree, rng)
+                result = compiler.compile(CompileJob(bench, tuple(to_overrides(candidate))))
+                if not result.cached:
+                    seconds = result.seconds
+                    break
+            if seconds is None:  # every proposal stored already: a whole build's time
+                seconds = base.seconds if not base.cached else None
+            args = bench.size(size).args
+            run = _run_seconds(str(base.binary), args, timeout)
+        except (CompileError, OSError, subprocess.SubprocessError) as exc:
+            errors.append(f"{bench.name}: {str(exc).splitlines()[0] if str(exc) else exc}")
+            continue
+        if seconds is not None:
+            compiles.append(seconds)
+        jobs.append(2 * runs * run)
+        names.append(bench.name)
+    if not compiles or not jobs:
+        why = errors[0] if errors else "every candidate tried was in the store already"
+        raise CalibrationError(f"cannot calibrate the automatic CPU split ({why})")
+    return Calibration(compile_s=statistics.mean(compiles), run_job_s=statistics.mean(jobs),
+                       benchmarks=tuple(names))
+
+
+def split_config(config: Config, benches: Sequence[Benchmark], size: str, runs: int,
+                 cpus: Sequence[int] | None = None) -> tuple[Config, str | None]:
+    """``config`` with its local CPUs split by measurement, and the line that says so; as it
+    is (and None) unless the local backend's ``cpus`` is ``auto`` on more than two CPUs
+    (``cpus``: this process's, by default).  With two, one times runs and one compiles
+    whatever the figures.  ``compile.jobs: auto`` follows the split; a number stays."""
+    local = config.backend_settings
+    cpus = tuple(sorted(AGENT_CPUS if cpus is None else cpus))
+    if config.backend != "local" or not isinstance(local, LocalConfig) or not local.auto \
+            or len(cpus) <= 2:
+        return config, None
+    with Session(config) as session:
+        try:
+            calibration = calibrate(session.compiler, benches, size, runs, config.run.timeout)
+        except CalibrationError as exc:  # the search itself will say what is wrong
+            return config, f"{exc}: every CPU but one times runs"
+    split = choose_split(cpus, calibration)
+    backends = {**config.backends, "local": replace(local, cpus=split.workers)}
+    jobs = len(split.compilers) if config.compile_jobs_auto else config.compile_jobs
+    return replace(config, backends=backends, compile_jobs=jobs), split.describe(calibration)
