@@ -25,6 +25,7 @@ from dispatcher.records import RunResult
 from dispatcher.worker import AgentError, RunJob, WorkerLost
 
 if TYPE_CHECKING:
+    from dispatcher.compile import Builder
     from dispatcher.config import ConfigReader
 
 __all__ = ["AgentError", "Backend", "BackendSpec", "BackendUnavailable", "MODULES",
@@ -61,6 +62,9 @@ class Slot(Protocol):
 class Backend(Protocol):
     @property
     def slots(self) -> Sequence[Slot]: ...
+
+    def remote_builder(self) -> Builder | None:
+        """Where compiles run instead of the master (None: on the master)."""
 
     def close(self) -> None: ...
 

@@ -623,6 +623,46 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def unit_command(ocamlopt: Path, flags: Sequence[str], unit: Unit, overrides: str | None,
+                 dump_decisions: bool) -> list[str]:
+    """The ``ocamlopt -c`` of one unit, run in the build directory; ``overrides``: the path
+    of its overrides file (only an implementation takes one)."""
+    options: list[str] = []
+    if unit.is_impl:
+        if overrides is not None:
+            options += ["-inlining-overrides", overrides]
+        if dump_decisions:
+            options.append("-dump-inlining-decisions")
+    return [str(ocamlopt), *flags, *options, "-c", unit.source]
+
+
+def link_command(ocamlopt: Path, flags: Sequence[str], units: Sequence[Unit],
+                 binary_name: str) -> list[str]:
+    """The link of the units' ``.cmx`` files, in order, into ``binary_name``."""
+    cmx = [u.source[:-3] + ".cmx" for u in units if u.is_impl]
+    return [str(ocamlopt), *flags, *cmx, "-o", binary_name]
+
+
+def build_commands(bench: Benchmark, ocamlopt: Path, flags: Sequence[str],
+                   overrides: Mapping[str, str], dump_decisions: bool
+                   ) -> list[tuple[list[str], str]]:
+    """Every command of a whole build with no unit cache, each with what it does, as
+    ``build_benchmark`` runs them (``overrides``: unit name -> its file's path, relative to
+    the build directory or absolute): what a remote builder runs."""
+    units = bench.units()
+    return ([(unit_command(ocamlopt, flags, u, overrides.get(u.module), dump_decisions),
+              f"compiling {u.source}") for u in units]
+            + [(link_command(ocamlopt, flags, units, bench.binary_name()),
+                f"linking {bench.binary_name()}")])
+
+
+def build_error(bench: Benchmark, what: str, exit_status: int, text: str,
+                output: str) -> BuildError:
+    """The error of a build command that failed: one line saying why, the whole output."""
+    return BuildError(f"{bench.name}: {what} failed (exit {exit_status}): "
+                      f"{_first_error_line(text)}", output)
+
+
 def build_benchmark(
     bench: Benchmark,
     outdir: Path,
@@ -708,27 +748,18 @@ def build_benchmark(
         if text:
             log.append(text.rstrip("\n"))
         if proc.returncode != 0:
-            output = "\n".join(log)
-            raise BuildError(
-                f"{bench.name}: {what} failed (exit {proc.returncode}): "
-                f"{_first_error_line(text)}", output
-            )
+            raise build_error(bench, what, proc.returncode, text, "\n".join(log))
 
-    cmx: list[str] = []
     earlier: dict[str, str] = {}  # .cmi/.cmx left by earlier units -> sha256
     compiled = reused = 0
     for unit in units:
-        options: list[str] = []
-        keyed: list[str] = []  # the same, with the overrides file named by its content
-        if unit.is_impl:
-            own = per_unit.get(unit.module)
-            if own is not None:
-                options += ["-inlining-overrides", str(own)]
-                keyed += ["-inlining-overrides", "sha256:" + _sha256(own)]
-            if dump_decisions:
-                options.append("-dump-inlining-decisions")
-                keyed.append("-dump-inlining-decisions")
-        cmd = [str(ocamlopt), *use_flags, *options, "-c", unit.source]
+        own = per_unit.get(unit.module) if unit.is_impl else None
+        cmd = unit_command(ocamlopt, use_flags, unit, None if own is None else str(own),
+                           dump_decisions)
+        # the same, with the overrides file named by its content
+        keyed = unit_command(Path(), use_flags, unit,
+                             None if own is None else "sha256:" + _sha256(own),
+                             dump_decisions)[1 + len(use_flags):-2]
 
         def compile_unit(cmd: list[str] = cmd, unit: Unit = unit) -> tuple[list[str], str]:
             before = _snapshot(outdir)
@@ -759,9 +790,7 @@ def build_benchmark(
         for name in written if unit_cache is not None else ():
             if name.endswith(_READ_BY_LATER_UNITS):
                 earlier[name] = _sha256(outdir / name)
-        if unit.is_impl:
-            cmx.append(unit.source[:-3] + ".cmx")
-    run([str(ocamlopt), *use_flags, *cmx, "-o", binary.name], f"linking {binary.name}")
+    run(link_command(ocamlopt, use_flags, units, binary.name), f"linking {binary.name}")
     if not binary.is_file():
         raise BuildError(f"{bench.name}: linking {binary.name}: no binary produced", "\n".join(log))
     return BuildResult(

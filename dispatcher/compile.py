@@ -20,6 +20,7 @@ entries come from the compiler's own dumps, so they always pass.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import shutil
 import threading
@@ -27,11 +28,34 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from dispatcher.benchmark import Benchmark, BuildError, build_benchmark
+from dispatcher.benchmark import Benchmark, BuildError, BuildResult, build_benchmark
 from dispatcher.compiler import Compiler
 from dispatcher.decisions import DUMP_NAME, Override, overrides_text
 from dispatcher.store import Artifact, Store, StoreError, compile_key, store_error, unit_key
+
+log = logging.getLogger(__name__)
+
+
+class BuilderLost(RuntimeError):
+    """A remote builder could not build at all (a node without the compiler, a lost task):
+    nothing about the candidate, so the master builds it itself."""
+
+
+class Builder(Protocol):
+    """Where whole builds run when not on the master: a Ray cluster's compiling nodes.  A
+    remote build has no unit cache (the binary and dumps are those of a whole build, which
+    are the same bytes)."""
+
+    name: str  # where, for the store's record of each build
+    jobs: int  # builds it runs at once
+
+    def build(self, bench: Benchmark, outdir: Path, ocamlopt: Path, flags: tuple[str, ...],
+              overrides: dict[str, Path], dump_decisions: bool) -> BuildResult:
+        """``build_benchmark``'s result, left in ``outdir``; BuildError as a build on the
+        master fails; BuilderLost if it cannot build at all."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -182,6 +206,15 @@ class CompileService:
         # (search chains) that submitted it or took it from the store, until they release it.
         self._holders: dict[str, set[int]] = {}
         self.binaries_dropped = 0
+        self._builder: Builder | None = None
+
+    def use_builder(self, builder: Builder) -> None:
+        """Compile on ``builder`` from now on (compiles already queued run on the master);
+        a build it cannot do at all is done here instead."""
+        old = self._pool
+        self._pool = ThreadPoolExecutor(max_workers=builder.jobs, thread_name_prefix="build")
+        self._builder = builder
+        old.shutdown(wait=False)
 
     def key(self, job: CompileJob, source_hash: str | None = None) -> str:
         return compile_key(self.compiler.identity, source_hash or job.benchmark.source_hash(),
@@ -267,9 +300,7 @@ class CompileService:
                     overrides[unit.module].write_text(overrides_text(own))
             build = staging / "build"
             try:
-                result = build_benchmark(job.benchmark, build, self.compiler.ocamlopt,
-                                         flags=job.effective_flags, overrides=overrides,
-                                         dump_decisions=True, unit_cache=self.units)
+                result, built_on = self._build(job, build, overrides)
             except BuildError as exc:
                 if _full_disk(exc.output):  # the store's disk, not the candidate: the
                     # search must not go on as if the candidate did not compile
@@ -288,7 +319,7 @@ class CompileService:
                 "benchmark": job.benchmark.name, "flags": list(job.effective_flags),
                 "compiler": self.compiler.identity,
                 "source_hash": source_hash,
-                "overrides": len(job.overrides),
+                "overrides": len(job.overrides), "built_on": built_on,
                 "units_compiled": result.units_compiled, "units_reused": result.units_reused})
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
@@ -298,6 +329,21 @@ class CompileService:
             raise
         return CompileResult(artifact, False, time.monotonic() - t0,
                              result.units_compiled, result.units_reused)
+
+    def _build(self, job: CompileJob, build: Path,
+               overrides: dict[str, Path]) -> tuple[BuildResult, str]:
+        """The build, on the remote builder if there is one -> its result and where it ran."""
+        builder = self._builder
+        if builder is not None:
+            try:
+                return builder.build(job.benchmark, build, self.compiler.ocamlopt,
+                                     job.effective_flags, overrides, True), builder.name
+            except BuilderLost as exc:
+                log.warning("%s: built on the master instead: %s", job.benchmark.name, exc)
+                shutil.rmtree(build, ignore_errors=True)
+        return build_benchmark(job.benchmark, build, self.compiler.ocamlopt,
+                               flags=job.effective_flags, overrides=overrides,
+                               dump_decisions=True, unit_cache=self.units), "master"
 
     def close(self, wait: bool = True) -> None:
         """``wait=False``: queued compiles are cancelled and a running one stops before its

@@ -183,6 +183,10 @@ class LocalBackend:
         self.slots = [LocalSlot(cpu, cache_dir, worker_class, lock_dir, lock_wait)
                       for cpu in cpus]
 
+    def remote_builder(self) -> None:
+        """Compiles stay on the master."""
+        return None
+
     def close(self) -> None:
         for slot in self.slots:
             slot.close()

@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from dispatcher.backend import BackendContext, BackendSpec, BackendUnavailable, PermanentLoss
+from dispatcher.benchmark import Benchmark, BuildError, BuildResult, build_commands, build_error
+from dispatcher.compile import BuilderLost
 from dispatcher.records import RunResult
 from dispatcher.worker import (
     AGENT_PATH,
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+BUILD_TIMEOUT_S = 300.0  # one whole build on a compiling node, as build_benchmark's budget
 JOB_SLACK_S = 30.0  # beyond 1.5 x the runs' own timeouts, before a silent actor is presumed hung
 LOCK_WAIT_S = 30.0  # how long a new agent waits for the CPU lock of an agent that is exiting
 MAX_REFS = 16  # binaries kept in the object store by the master (put again if needed later)
@@ -73,6 +76,7 @@ class RayConfig:
     cache_dir: str = DEFAULT_CACHE_DIR  # on each node; ~ is the node's
     namespace: str = "inlining-orchestrator"
     start_timeout: float = 90.0  # for an actor to be placed and its agent to answer
+    compile_resource: Optional[str] = "compile"  # None: every compile on the master
 
 
 def _one_line(exc: BaseException) -> str:
@@ -258,6 +262,60 @@ class RaySlot:
         self._kill(actor)
 
 
+class RayBuilder:
+    """Compiles as Ray tasks on the nodes that offer the compile resource (one unit of it
+    per build), so compile capacity grows with the cluster: ``dispatcher.ray_build`` runs a
+    whole build there with the patched compiler installed at the master's path."""
+
+    def __init__(self, backend: RayBackend, resource: str, jobs: int):
+        self.ray = backend.ray
+        self.resource = resource
+        self.jobs = jobs
+        self.name = f"ray/{resource}"
+        from dispatcher import ray_build
+        self._task = self.ray.remote(ray_build.build)
+
+    def build(self, bench: Benchmark, outdir: Path, ocamlopt: Path, flags: tuple[str, ...],
+              overrides: dict[str, Path], dump_decisions: bool) -> BuildResult:
+        names = {unit: f"overrides/{unit}.sexp" for unit in overrides}
+        files = {src.name: src.read_bytes() for src in bench.source_files()}
+        files.update({names[unit]: path.read_bytes() for unit, path in overrides.items()})
+        commands = build_commands(bench, ocamlopt, flags, names, dump_decisions)
+        timeout = BUILD_TIMEOUT_S
+        ref = self._task.options(num_cpus=0, resources={self.resource: 1},
+                                 max_retries=2).remote(files, commands, bench.binary_name(),
+                                                       timeout)
+        try:
+            reply = self.ray.get(ref, timeout=timeout + JOB_SLACK_S)
+        except self.ray.exceptions.GetTimeoutError:
+            self.ray.cancel(ref, force=True)
+            raise BuilderLost(f"{self.name}: no answer within {timeout + JOB_SLACK_S:.0f} s") \
+                from None
+        except self.ray.exceptions.RayError as exc:
+            raise BuilderLost(f"{self.name}: build task lost: {_one_line(exc)}") from None
+        if "lost" in reply:
+            raise BuilderLost(f"{self.name}: {reply['lost']}")
+        if not reply["ok"]:
+            if reply["exit"] is None:
+                raise BuildError(f"{bench.name}: {reply['what']}: timed out (build budget "
+                                 f"{timeout:g} s)", reply["output"])
+            raise build_error(bench, reply["what"], reply["exit"], reply["text"],
+                              reply["output"])
+        outdir.mkdir(parents=True, exist_ok=True)
+        binary = outdir / bench.binary_name()
+        binary.write_bytes(reply["binary"])
+        binary.chmod(0o755)
+        dumps = []
+        for name, data in reply["dumps"].items():
+            if "/" in name or name.startswith("."):
+                raise BuilderLost(f"{self.name}: refused dump name {name!r}")
+            (outdir / name).write_bytes(data)
+            dumps.append(outdir / name)
+        return BuildResult(binary=binary, decision_files=sorted(dumps),
+                           compiler_output=reply["output"],
+                           units_compiled=len(bench.units()))
+
+
 class RayBackend:
     """Connects to the cluster and makes a slot per per-CPU resource of its live nodes,
     interleaved across nodes so that a queue of jobs spreads over the machines."""
@@ -269,7 +327,7 @@ class RayBackend:
         self._closed = False
         self.ray = connect(config)
         try:
-            from dispatcher import ray_actor
+            from dispatcher import ray_actor, ray_build
             # The actor's code goes to the nodes by value: nothing of ours is installed there.
             self.ray.cloudpickle.register_pickle_by_value(ray_actor)
             self.actor_class = self.ray.remote(ray_actor.AgentHost)
@@ -283,6 +341,7 @@ class RayBackend:
             slots = [RaySlot(self, n, n.cpus[i]) for i in range(width) for n in self.nodes
                      if i < len(n.cpus)]
             self.slots = slots[:config.slots] if config.slots else slots
+            self.ray.cloudpickle.register_pickle_by_value(ray_build)
         except BaseException:
             self.ray.shutdown()
             raise
@@ -299,6 +358,19 @@ class RayBackend:
             else:
                 self._refs.move_to_end(sha256)
             return ref
+
+    def remote_builder(self) -> RayBuilder | None:
+        """Compiles on the nodes offering ``ray.compile_resource`` (None: none does, or it
+        is off: compiles stay on the master)."""
+        resource = self.config.compile_resource
+        if resource is None:
+            return None
+        try:
+            total = self.ray.cluster_resources().get(resource, 0)
+        except Exception:  # cannot tell: compile on the master
+            return None
+        jobs = int(total)
+        return RayBuilder(self, resource, jobs) if jobs >= 1 else None
 
     def node_alive(self, node: RayNode) -> bool:
         """False once the cluster has marked the node dead, or its raylet refuses connections
@@ -439,7 +511,7 @@ def parse_config(section: dict, r: ConfigReader) -> RayConfig:
     """The ``ray:`` section."""
     d = r.section({"ray": section}, "ray", {"address", "auth", "token_file", "resource_prefix",
                                             "slots", "worker_class", "cache_dir", "namespace",
-                                            "start_timeout"})
+                                            "start_timeout", "compile_resource"})
     address = d.get("address", RayConfig.address)
     if isinstance(address, str) and address.startswith("ray://"):
         raise r.fail("ray.address", "auto or the head's host:port (the master runs on a node "
@@ -474,9 +546,15 @@ def parse_config(section: dict, r: ConfigReader) -> RayConfig:
     start_timeout = r.positive_number(d, "start_timeout", "ray.start_timeout",
                                       RayConfig.start_timeout, most=3600,
                                       what="a positive number of seconds")
+    compile_raw = d.get("compile_resource", RayConfig.compile_resource)
+    if compile_raw is not None and (not isinstance(compile_raw, str)
+                                    or not _RESOURCE_RE.match(compile_raw)):
+        raise r.fail("ray.compile_resource", "a resource name of letters, digits and _, or "
+                     "null (compile on the master)", compile_raw)
     return RayConfig(address=address, auth=auth, token_file=token, resource_prefix=prefix,
                      slots=slots, worker_class=worker_class, cache_dir=cache_dir,
-                     namespace=namespace, start_timeout=start_timeout)
+                     namespace=namespace, start_timeout=start_timeout,
+                     compile_resource=compile_raw)
 
 
 def _start(config: RayConfig, context: BackendContext) -> RayBackend:

@@ -56,6 +56,9 @@ class Session:
             context = BackendContext(store_root=self.store.root,
                                      worker_cache=self.store.worker_cache)
             self._backend = self.spec.start(self.config.backend_settings, context)
+            builder = self._backend.remote_builder()
+            if builder is not None:  # compile capacity grows with the cluster
+                self.compiler.use_builder(builder)
         return self._backend
 
     @property

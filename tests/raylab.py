@@ -6,8 +6,8 @@ none: the cluster lives in a namespace made by ``unshare --net`` where only ``lo
 every command that talks to it is started in that namespace (``nsenter``).  Nothing listens
 outside it and no packet leaves it.
 
-Two nodes, ``n1`` (the head, where the master's driver attaches) and ``n2``, each offering
-one per-CPU resource for the same CPU of this machine (they stand for two machines, so each
+Two nodes, ``n1`` (the head, where the master's driver attaches, which also offers the compile
+resource) and ``n2``, each offering one per-CPU resource for the same CPU of this machine (they stand for two machines, so each
 has its own CPU lock directory and binary cache: ``root/<node>/locks``, ``root/<node>/cache``).
 
     with RayLab(tmp_path) as lab:
@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 PREFIX = "inlining_cpu_"
+COMPILE = "compile"  # the compile resource (ray.compile_resource's default)
 NODES = ("n1", "n2")
 
 
@@ -231,7 +232,9 @@ def serve(root: Path, cpu: int) -> None:
 
     def node_args(name: str) -> dict:
         (root / name / "locks").mkdir(parents=True, exist_ok=True)
-        return dict(num_cpus=0, resources={f"{PREFIX}{cpu}": 1}, node_name=name,
+        # the head also compiles (one build at a time): n2 is the node tests remove
+        compiles = {COMPILE: 1} if name == NODES[0] else {}
+        return dict(num_cpus=0, resources={f"{PREFIX}{cpu}": 1, **compiles}, node_name=name,
                     node_ip_address="127.0.0.1", object_store_memory=80 << 20,
                     env_vars={"INLINING_ORCHESTRATOR_LOCK_DIR": str(root / name / "locks"),
                               "INLINING_ORCHESTRATOR_RAY_CACHE": str(root / name / "cache")})

@@ -44,6 +44,8 @@ needs_lab = pytest.mark.skipif(lab_unavailable_reason() is not None,
     ({"cache_dir": "relative/dir"}, "ray.cache_dir: expected an absolute directory on the nodes"),
     ({"namespace": "a b"}, "ray.namespace: expected a name of letters"),
     ({"start_timeout": 0}, "ray.start_timeout: expected a positive number of seconds"),
+    ({"compile_resource": "my compile"}, "ray.compile_resource: expected a resource name of"),
+    ({"compile_resource": 3}, "ray.compile_resource: expected a resource name of"),
     ({"colour": "blue"}, "ray.colour: expected one of address, auth"),
 ])
 def test_bad_ray_config_is_one_clear_line(ray, message):
@@ -251,6 +253,11 @@ def test_short_search_across_two_nodes(lab, compiler, store, tmp_path):
     measured = [r for p in rundir.rglob("measurements.json") for r in json.loads(p.read_text())]
     assert {r["worker"] for r in measured} == {f"ray/{n}/cpu{lab.cpu}" for n in NODES}
     assert all(rec["failure"] is None for r in measured for rec in r["records"])
+    # every candidate was compiled by a Ray task on the node offering the compile resource
+    # (the heuristic build may come from run-benchmark's test, which compiles first)
+    metas = [json.loads(p.read_text()) for p in (store / "compiled").rglob("meta.json")]
+    candidates = [m for m in metas if m["overrides"]]
+    assert len(candidates) >= 2 and {m["built_on"] for m in candidates} == {"ray/compile"}
 
 
 @needs_lab
@@ -296,3 +303,56 @@ def test_node_removed_mid_job_the_other_slot_finishes_it(lab, compiler, tmp_path
     assert len(results) == 2  # none lost, none doubled
     assert {r["worker"] for r in results} == {survivor}
     assert [len(r.get("lost_on", ())) for r in results].count(1) == 1
+
+
+@needs_lab
+def test_a_build_on_a_compiling_node_is_the_build_on_the_master(lab, compiler, tmp_path):
+    """The same binary and decision dumps, byte for byte, as the master builds (with its
+    unit cache) for the same overrides; a compile error is the master's one line."""
+    from dispatcher.benchmark import resolve_benchmark
+    from dispatcher.compile import CompileJob
+    from dispatcher.decisions import Override
+    from dispatcher.session import Session
+    bench = resolve_benchmark("kahan")
+    local = Session(load_config(write_config(tmp_path / "l.yaml", lab, tmp_path / "s1",
+                                             backend="local", local={"cpus": [lab.cpu]})))
+    with local:
+        base = local.compiler.compile(CompileJob(bench))
+        first = base.artifact.dumps()[0].decisions[0]
+        flip = Override(unit=base.artifact.dumps()[0].unit, round=0, key=first.key,
+                        action="dont_inline" if first.action == "inline" else "inline")
+        want = local.compiler.compile(CompileJob(bench, (flip,)))
+        want_dumps = want.artifact.decision_texts()
+        from dispatcher.compile import CompileError
+        with pytest.raises(CompileError) as local_error:
+            local.compiler.compile(CompileJob(bench, flags=("-O3", "-no-such-flag")))
+    script = textwrap.dedent(f"""
+        import json, sys
+        from dispatcher.benchmark import resolve_benchmark
+        from dispatcher.compile import CompileJob, CompileError
+        from dispatcher.config import load_config
+        from dispatcher.decisions import Override
+        from dispatcher.session import Session
+        bench = resolve_benchmark("kahan")
+        flip = Override(unit={flip.unit!r}, round=0, key={flip.key!r}, action={flip.action!r})
+        with Session(load_config(sys.argv[1])) as s:
+            s.backend
+            got = s.compiler.compile(CompileJob(bench, (flip,)))
+            try:
+                s.compiler.compile(CompileJob(bench, flags=("-O3", "-no-such-flag")))
+                error = None
+            except CompileError as exc:
+                error = str(exc)
+            print(json.dumps({{"sha256": got.sha256, "dumps": got.artifact.decision_texts(),
+                              "meta": json.loads((got.artifact.directory / "meta.json")
+                                                 .read_text()), "error": error}}))
+    """)
+    cfg = write_config(tmp_path / "r.yaml", lab, tmp_path / "s2")
+    proc = subprocess.run(lab.command([sys.executable, "-c", script, str(cfg)]), cwd=REPO,
+                          env=lab.env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["meta"]["built_on"] == "ray/compile"
+    assert got["sha256"] == want.sha256 and got["dumps"] == want_dumps
+    assert got["error"] == str(local_error.value)
+    assert got["error"].startswith("kahan: compiling summation.ml failed (exit 2): ")
