@@ -1,0 +1,221 @@
+"""Training an inlining policy: labels from reward assignment, features from the compiler.
+
+A call site's label comes from its *net* reward (what inlining it adds, ``analysis.rewards``)
+and a threshold ``t`` on it, as the research tool labelled: ``inline`` when the net reward is
+above ``t``, ``dont_inline`` below ``-t``, ``default`` (does not matter: the heuristic decides)
+in between.  Its features are those the inliner saw at the site (the decision dump's
+``features``, ``dispatcher.decisions``), so the policy host can ask the same questions of a
+program the policy never saw.  A classifier (scikit-learn: logistic regression, gradient-boosted
+trees, a small MLP) is validated leave-one-benchmark-out (each benchmark held out in turn:
+scores on programs the classifier did not see), then fitted to every benchmark and saved.
+
+A policy file is a pickle (joblib) with a version and the feature names it expects: load only
+policy files you made, as any pickle runs code when loaded.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dispatcher.files import atomic_output
+
+LABELS = ("inline", "dont_inline", "default")
+CLASSIFIERS = ("logistic", "boosted", "mlp")
+POLICY_FORMAT = "inlining-policy"
+POLICY_VERSION = 1
+KEY = ["unit", "round", "key"]
+
+
+class TrainingError(RuntimeError):
+    """Data that cannot be trained on; the message is one line."""
+
+
+def label(net: float, threshold: float) -> str:
+    """The label of a call with net reward ``net`` (NaN: no reward, does not matter)."""
+    if math.isnan(net) or abs(net) <= threshold:
+        return "default"
+    return "inline" if net > 0 else "dont_inline"
+
+
+@dataclass
+class TrainingSet:
+    """One row per labelled call site: features, label, and the benchmark it comes from."""
+
+    features: pd.DataFrame  # numeric columns, one per feature
+    labels: pd.Series
+    benchmarks: pd.Series
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.features.columns)
+
+
+def numeric_features(table: pd.DataFrame) -> pd.DataFrame:
+    """Features as numbers: booleans as 0/1, absent values as -1 (Flambda did not compute
+    it), anything not numeric dropped."""
+    out = {}
+    for name in table.columns:
+        col = table[name]
+        if col.dtype == bool or col.dropna().map(lambda v: isinstance(v, bool)).all():
+            out[name] = col.map(lambda v: -1.0 if v is None or v != v else float(bool(v)))
+        else:
+            num = pd.to_numeric(col, errors="coerce")
+            if num.notna().any() or col.isna().all():
+                out[name] = num.fillna(-1.0).astype(float)
+    return pd.DataFrame(out, index=table.index)
+
+
+def training_set(rewards: Mapping[str, pd.DataFrame], features: Mapping[str, pd.DataFrame],
+                 threshold: float) -> TrainingSet:
+    """Join each benchmark's rewards (``rewards.csv``: its call rows) with its features
+    (``unit``, ``round``, ``key`` and one column per feature) on the call's key."""
+    parts = []
+    for bench, table in sorted(rewards.items()):
+        if bench not in features:
+            raise TrainingError(f"{bench}: no features (its decision dumps carry none)")
+        calls = table[table["kind"] == "call"][KEY + ["net"]]
+        joined = calls.merge(features[bench], on=KEY, how="inner")
+        if joined.empty:
+            continue
+        joined["benchmark"] = bench
+        joined["label"] = [label(float(n), threshold) for n in joined["net"]]
+        parts.append(joined)
+    if not parts:
+        raise TrainingError("no call site has both a reward and features")
+    data = pd.concat(parts, ignore_index=True)
+    feats = numeric_features(data.drop(columns=KEY + ["net", "benchmark", "label"]))
+    return TrainingSet(features=feats, labels=data["label"], benchmarks=data["benchmark"])
+
+
+def make_classifier(name: str, seed: int = 0) -> Any:
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    if name == "logistic":
+        return make_pipeline(StandardScaler(), LogisticRegression(
+            max_iter=2000, class_weight="balanced"))
+    if name == "boosted":
+        return HistGradientBoostingClassifier(random_state=seed, class_weight="balanced")
+    if name == "mlp":
+        return make_pipeline(StandardScaler(), MLPClassifier(
+            hidden_layer_sizes=(32, 16), max_iter=2000, random_state=seed))
+    raise TrainingError(f"classifier {name!r}: expected one of {', '.join(CLASSIFIERS)}")
+
+
+class _Constant:
+    """A 'classifier' for data with one label: always that label."""
+
+    def __init__(self, value: str):
+        self.value = value
+        self.classes_ = np.array([value])
+
+    def fit(self, X: Any, y: Any) -> _Constant:
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        return np.array([self.value] * len(X))
+
+
+def _fit(name: str, X: pd.DataFrame, y: pd.Series, seed: int) -> Any:
+    if y.nunique() < 2:
+        return _Constant(str(y.iloc[0]))
+    return make_classifier(name, seed).fit(X.to_numpy(), y.to_numpy())
+
+
+def leave_one_benchmark_out(ts: TrainingSet, name: str, seed: int = 0) -> pd.DataFrame:
+    """Per held-out benchmark: rows, accuracy, balanced accuracy, and the share of its sites
+    the classifier gets wrong in the costly way (inline for dont_inline or back)."""
+    from sklearn.metrics import balanced_accuracy_score
+    rows = []
+    for bench in sorted(ts.benchmarks.unique()):
+        test = ts.benchmarks == bench
+        if test.all():
+            break  # one benchmark: nothing to train on
+        model = _fit(name, ts.features[~test], ts.labels[~test], seed)
+        truth = ts.labels[test].to_numpy()
+        pred = model.predict(ts.features[test].to_numpy())
+        opposite = ((truth == "inline") & (pred == "dont_inline")) | \
+            ((truth == "dont_inline") & (pred == "inline"))
+        rows.append({"classifier": name, "held_out": bench, "sites": int(test.sum()),
+                     "accuracy": float((truth == pred).mean()),
+                     "balanced_accuracy": float(balanced_accuracy_score(truth, pred))
+                     if len(set(truth)) > 1 else float((truth == pred).mean()),
+                     "opposite": float(opposite.mean())})
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class TrainedPolicy:
+    """A classifier with what it needs to answer the policy channel."""
+
+    classifier: str
+    model: Any
+    columns: list[str]
+    threshold: float
+    benchmarks: list[str]
+
+    def advise(self, features: Mapping[str, Any]) -> str:
+        """``inline``, ``dont_inline`` or ``default`` for one call site's features."""
+        row = numeric_features(pd.DataFrame([{c: features.get(c) for c in self.columns}]))
+        row = row.reindex(columns=self.columns, fill_value=-1.0)
+        return str(self.model.predict(row.to_numpy())[0])
+
+
+def train(ts: TrainingSet, name: str, threshold: float, seed: int = 0) -> TrainedPolicy:
+    return TrainedPolicy(classifier=name, model=_fit(name, ts.features, ts.labels, seed),
+                         columns=ts.columns, threshold=threshold,
+                         benchmarks=sorted(ts.benchmarks.unique()))
+
+
+def save_policy(policy: TrainedPolicy, path: Path) -> None:
+    import joblib
+    with atomic_output(path) as tmp:
+        joblib.dump({"format": POLICY_FORMAT, "version": POLICY_VERSION,
+                     "classifier": policy.classifier, "model": policy.model,
+                     "columns": policy.columns, "threshold": policy.threshold,
+                     "benchmarks": policy.benchmarks}, tmp)
+
+
+def load_policy(path: Path) -> TrainedPolicy:
+    """A policy file written by ``save_policy``; TrainingError (one line) otherwise."""
+    import joblib
+    try:
+        data = joblib.load(path)
+    except FileNotFoundError:
+        raise TrainingError(f"{path}: no such policy file") from None
+    except Exception as exc:  # not a pickle, truncated, another library's
+        raise TrainingError(f"{path}: not a policy file ({type(exc).__name__})") from None
+    if not isinstance(data, dict) or data.get("format") != POLICY_FORMAT:
+        raise TrainingError(f"{path}: not a policy file (train one with train-policy)")
+    if data.get("version") != POLICY_VERSION:
+        raise TrainingError(f"{path}: policy format version {data.get('version')!r}; this "
+                            f"version reads {POLICY_VERSION}")
+    return TrainedPolicy(classifier=data["classifier"], model=data["model"],
+                         columns=list(data["columns"]), threshold=float(data["threshold"]),
+                         benchmarks=list(data["benchmarks"]))
+
+
+def summary(scores: pd.DataFrame) -> pd.DataFrame:
+    """Mean held-out scores per classifier, best first."""
+    if scores.empty:
+        return scores
+    agg = scores.groupby("classifier").agg(
+        benchmarks=("held_out", "count"), sites=("sites", "sum"),
+        accuracy=("accuracy", "mean"), balanced_accuracy=("balanced_accuracy", "mean"),
+        opposite=("opposite", "mean"))
+    return agg.sort_values("balanced_accuracy", ascending=False).reset_index()
+
+
+def choose(scores: pd.DataFrame, names: Sequence[str]) -> str:
+    """The classifier with the best mean held-out balanced accuracy (the first given when
+    there is nothing to compare)."""
+    table = summary(scores)
+    return str(table["classifier"].iloc[0]) if not table.empty else names[0]
