@@ -94,9 +94,9 @@ def _write_experiment(tmp_path: Path, **changes) -> Path:
 
 
 def test_an_unknown_version_or_a_damaged_record_is_one_line_naming_file_and_field(tmp_path):
-    path = _write_experiment(tmp_path, version=4)
-    with pytest.raises(RecordError, match=r"experiment.json: rundir format version 4 is not one "
-                                          r"this tool reads \(1, 2, 3\)$"):
+    path = _write_experiment(tmp_path, version=5)
+    with pytest.raises(RecordError, match=r"experiment.json: rundir format version 5 is not one "
+                                          r"this tool reads \(1, 2, 3, 4\)$"):
         read_experiment(path)
     path = _write_experiment(tmp_path, steps=None)
     with pytest.raises(RecordError, match=r"experiment.json: steps: Field required$"):
@@ -128,7 +128,7 @@ def test_resume_refuses_a_rundir_of_another_version_with_one_line(tmp_path):
                           timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip() == (f"Error: {rundir}/experiment.json: rundir format version 9 "
-                                   "is not one this tool reads (1, 2, 3)")
+                                   "is not one this tool reads (1, 2, 3, 4)")
 
 
 # --------------------------------------------------------------------------- the document
@@ -151,7 +151,7 @@ def test_the_format_document_lists_exactly_the_fields_of_each_record():
     types = {name: getattr(records, name) for name in documented}
     assert set(documented) == {"Experiment", "StartEvent", "BaselineEvent", "StepEvent",
                                "Candidate", "Pointer", "DecisionCounts", "RemeasureEvent",
-                               "CanaryEvent", "ConfirmEvent",
+                               "CanaryEvent", "ConfirmEvent", "ProposeEvent",
                                "ResumeEvent", "FinishEvent", "SearchState", "RunResult",
                                "RunRecord", "PerfCount", "BatchEntry", "SampleProfile",
                                "HotFunctions"}
