@@ -274,9 +274,16 @@ class MeasurementService:
                 done.set_result(stored)
                 return done
             self._class_slots(worker_class)  # none of the class: KeyError, here and now
+            # Its place in the line for a slot is taken now, in the order comparisons are
+            # asked for (not when a pool thread happens to start it).
+            ticket = object()
+            self._waiting.setdefault(worker_class, collections.deque()).append(ticket)
             future = self._comparisons.submit(self._compare_and_store, key, reference,
-                                              candidate, worker_class, policy)
+                                              candidate, worker_class, ticket, policy)
             self._comparing[key] = future
+        # A comparison cancelled before it started must not hold its place (outside the
+        # lock: the callback takes it, and runs here if the future is done already).
+        future.add_done_callback(lambda _f: self._leave_line(worker_class, ticket))
         return future
 
     def _path(self, key: str) -> Path:
@@ -289,9 +296,10 @@ class MeasurementService:
             return None  # absent or damaged: measured (again)
 
     def _compare_and_store(self, key: str, reference: RunJob, candidate: RunJob,
-                           worker_class: str, policy: PairingPolicy) -> Comparison:
+                           worker_class: str, ticket: object,
+                           policy: PairingPolicy) -> Comparison:
         try:
-            slot = self._take_slot(worker_class)
+            slot = self._take_slot(worker_class, ticket)
             try:
                 compared = self._compare(reference, candidate, slot, policy)
             finally:
@@ -308,17 +316,15 @@ class MeasurementService:
             raise KeyError(f"no worker slot of class {worker_class!r}")
         return names
 
-    def _take_slot(self, worker_class: str) -> str:
+    def _take_slot(self, worker_class: str, ticket: object) -> str:
         """The slot this comparison runs on: the first of its class with no comparison
-        running, taken in the order comparisons asked (first come, first served); while none
-        is free, it waits.  Slots out of service or backing off after a loss are passed over
-        while others are in service (if none is, it takes one anyway: the scheduler moves or
-        fails its jobs)."""
+        running, taken in the order comparisons were asked for (``ticket``: its place in that
+        line); while none is free, it waits.  Slots out of service or backing off after a
+        loss are passed over while others are in service (if none is, it takes one anyway:
+        the scheduler moves or fails its jobs).  Once the service is closed, nothing waits."""
         names = self._class_slots(worker_class)
-        ticket = object()
         with self._slot_free:
-            queue = self._waiting.setdefault(worker_class, collections.deque())
-            queue.append(ticket)
+            line = self._waiting[worker_class]
             try:
                 while True:
                     lost = set(getattr(self.scheduler, "quarantined", ())) | set(
@@ -327,7 +333,7 @@ class MeasurementService:
                     start = self._turn.get(worker_class, 0) % len(names)
                     ordered = [n for n in names[start:] + names[:start] if n in usable]
                     free = [n for n in ordered if not self._active.get(n)]
-                    if queue[0] is ticket and (free or self._closed):
+                    if self._closed or (line and line[0] is ticket and free):
                         slot = free[0] if free else min(ordered,
                                                          key=lambda n: self._active.get(n, 0))
                         self._turn[worker_class] = names.index(slot) + 1
@@ -336,8 +342,16 @@ class MeasurementService:
                     # a slot lost or back in service changes nothing here: look again soon
                     self._slot_free.wait(0.5)
             finally:
-                queue.remove(ticket)
+                if ticket in line:
+                    line.remove(ticket)
                 self._slot_free.notify_all()  # the next in line may take a free slot too
+
+    def _leave_line(self, worker_class: str, ticket: object) -> None:
+        with self._slot_free:
+            line = self._waiting.get(worker_class)
+            if line is not None and ticket in line:
+                line.remove(ticket)
+                self._slot_free.notify_all()
 
     def _give_slot(self, slot: str) -> None:
         with self._slot_free:
