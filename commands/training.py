@@ -185,16 +185,23 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
     scheduler = session.scheduler
     chains: list[Chain] = []
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    # How many chains each worker class serves: an asynchronous chain keeps its share of
+    # its class's slots in flight.  New chains spread over the classes in turn.
+    per_plan = [1 if rd else (chains_per_task or s.chains) for _, rd in plans]
+    sharing: dict[str, int] = {}
+    for i in range(sum(per_plan)):
+        sharing[classes[i % len(classes)]] = sharing.get(classes[i % len(classes)], 0) + 1
     try:
-        for bench, rd in plans:
-            for k in range(1 if rd else (chains_per_task or s.chains)):
+        for (bench, rd), count in zip(plans, per_plan):
+            for k in range(count):
                 if rd is None:
                     # Chains spread over the worker classes; each stays on its own.
                     worker_class = classes[len(chains) % len(classes)]
                     slots = sum(x.worker_class == worker_class for x in scheduler.slots)
                     exp = new_experiment(bench, k, config, slots, worker_class,
                                          algorithm=algorithm, steps=steps, seed=seed, size=size,
-                                         runs=runs, max_pairs=max_pairs)
+                                         runs=runs, max_pairs=max_pairs,
+                                         chains=sharing.get(worker_class, 1))
                     path = s.rundirs / rundir_name(bench, exp.algorithm, exp.seed, stamp)
                     exp = exp.model_copy(update={"rundir": str(path.resolve())})
                     bench.size(exp.size)  # an unknown size fails before anything starts
@@ -257,6 +264,13 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
         # again), and no compile is waited for.
         session.close(abort=stop.is_set())
     report_lost_workers(session)
+    # What the workers did: the share of slot time spent running jobs (a step that waits for
+    # its slowest candidate leaves the others idle; search.mode: async does not).
+    wall = time.monotonic() - t0
+    busy = sum(scheduler.busy_s.values()) / max(wall * len(scheduler.slots), 1e-9)
+    click.echo(f"worker slots busy {100 * min(busy, 1.0):.1f}% of {wall:.1f} s "
+               f"({len(scheduler.slots)} slot{'s' if len(scheduler.slots) != 1 else ''})",
+               err=True)
     if not stop.is_set():  # matplotlib takes seconds to import: not while the user waits
         from analysis.plots import plot_experiment
         for c in chains:

@@ -93,7 +93,7 @@ MAX_RUNS = 10_000  # run.runs, search.baseline_runs, measure.max_pairs
 MAX_STEPS = 1_000_000  # search.steps, search.remeasure_every, measure.canary_every
 MAX_CHAINS = 1_000  # search.chains, search.max_flips, scheduler.quarantine_after
 MAX_ATTEMPTS = 100  # scheduler.attempts
-MAX_PARALLEL = 1_024  # compile.jobs, search.candidates_per_step
+MAX_PARALLEL = 1_024  # compile.jobs, search.candidates_per_step, search.in_flight
 MAX_SEED = 2 ** 63 - 1  # search.seed, either sign
 
 
@@ -129,6 +129,10 @@ class SearchConfig:
     remeasure_every: int = 10
     max_flips: int = 2
     focus: str = "hot"  # "hot": flips favour code the baseline ran in; "uniform"
+    # "sync": a step waits for all its candidates; "async": each candidate is judged as it
+    # lands, with in_flight kept in flight (None: the chain's share of the slots, plus one)
+    mode: str = "sync"
+    in_flight: int | None = None
     rundirs: Path = Path("rundirs")
     batch_log: Path = Path("batch.log")
 
@@ -308,7 +312,8 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
 def _search_config(r: ConfigReader, data: dict, path: Path | None) -> SearchConfig:
     d = r.section(data, "search", {"algorithm", "steps", "chains", "seed", "baseline_runs",
                                    "candidates_per_step", "t_start", "t_end", "remeasure_every",
-                                   "max_flips", "focus", "rundirs", "batch_log"})
+                                   "max_flips", "focus", "mode", "in_flight", "rundirs",
+                                   "batch_log"})
     algorithm = d.get("algorithm", "sa")
     if algorithm not in ("sa", "random-walk"):
         raise r.fail("search.algorithm", "sa or random-walk", algorithm)
@@ -328,6 +333,12 @@ def _search_config(r: ConfigReader, data: dict, path: Path | None) -> SearchConf
     candidates = None if cps == "auto" else r.positive_int(
         d, "candidates_per_step", "search.candidates_per_step", 1, most=MAX_PARALLEL)
     remeasure = r.count(d, "remeasure_every", "search.remeasure_every", 10, most=MAX_STEPS)
+    mode = d.get("mode", "sync")
+    if mode not in ("sync", "async"):
+        raise r.fail("search.mode", "sync or async", mode)
+    flights = d.get("in_flight", "auto")
+    in_flight = None if flights == "auto" else r.positive_int(
+        d, "in_flight", "search.in_flight", 1, most=MAX_PARALLEL)
     paths: dict[str, Path] = {}
     for key in ("rundirs", "batch_log"):
         v = d.get(key, str(getattr(SearchConfig, key)))
@@ -343,7 +354,7 @@ def _search_config(r: ConfigReader, data: dict, path: Path | None) -> SearchConf
                                      most=MAX_RUNS),
         remeasure_every=remeasure,
         max_flips=r.positive_int(d, "max_flips", "search.max_flips", 2, most=MAX_CHAINS),
-        focus=focus,
+        focus=focus, mode=mode, in_flight=in_flight,
         t_start=temps["t_start"], t_end=temps["t_end"], rundirs=paths["rundirs"],
         batch_log=paths["batch_log"])
 

@@ -7,9 +7,15 @@ decide, journal.  Jobs of all chains meet in the scheduler's queue, so a free wo
 takes whichever chain has work and no slot idles while one chain compiles.  Chains only write
 their rundir (through ``dispatcher.records``) and a ``status`` record that the progress display
 reads: data flows one way.
+
+Two modes (``search.mode``): ``sync`` steps propose ``candidates_per_step`` candidates and wait
+for all of them before deciding, so each step waits for its slowest candidate; ``async``
+keeps ``in_flight`` candidates in flight and judges each as it lands, one step per candidate
+(docs/measurement.md, "Asynchronous search").
 """
 from __future__ import annotations
 
+import queue
 import random
 import statistics
 import threading
@@ -42,6 +48,7 @@ from dispatcher.records import (
     FinishEvent,
     HotFunctions,
     Pointer,
+    ProposeEvent,
     RemeasureEvent,
     ResumeEvent,
     RunResult,
@@ -50,10 +57,19 @@ from dispatcher.records import (
     candidate_dir,
     confirm_dir,
     pooled_pairs,
+    proposal_file,
     remeasure_dir,
 )
 from dispatcher.rundir import Rundir
-from dispatcher.search import metropolis, propose, temperature
+from dispatcher.search import (
+    backlog,
+    in_flight_share,
+    judge,
+    metropolis,
+    proposal_rng,
+    propose,
+    temperature,
+)
 from dispatcher.stats import geomean, geomean_ci, paired_speedup_ci
 from dispatcher.store import Artifact
 from dispatcher.tree import Tree, count, to_overrides
@@ -83,6 +99,8 @@ class SearchParams:
     canary_every: int = 0
     confirm: bool = False
     focus: str = "uniform"  # "hot": profile the baseline, then favour flips in code that ran
+    mode: str = "sync"  # "async": judge each candidate as it lands (one step each)
+    in_flight: int = 1  # async: candidates kept in flight
 
     def pairing(self, must_beat: float | None = None) -> PairingPolicy:
         return PairingPolicy(min_pairs=self.runs, max_pairs=max(self.max_pairs, self.runs),
@@ -122,6 +140,19 @@ def _counts(tree: Tree) -> DecisionCounts:
 
 class Interrupted(Exception):
     pass
+
+
+@dataclass
+class _Flight:
+    """An asynchronous proposal between its journal line and its judgement.  Filled in by
+    the compile and comparison callbacks, then put on the chain's landing queue once."""
+
+    proposal: ProposeEvent
+    key: str  # its compile key: the chain holds its binary until it is judged
+    compiled: CompileResult | None = None
+    compared: Comparison | None = None
+    error: str | None = None  # the compile failed: judged without an energy
+    exc: BaseException | None = None  # anything else: the chain fails with it
 
 
 @dataclass
@@ -277,29 +308,51 @@ class Chain:
         for k, ((_, mutation), c) in enumerate(zip(proposals, compiled)):
             entry = Candidate(candidate=k, dir=candidate_dir(step, k), mutation=mutation,
                               error=errors[k])
-            d = self.rundir.fresh_candidate_dir(step, k)
-            if c is not None:
-                compared = self._wait(pending[k])
-                self._save_candidate(d, c, compared.results)
-                trees[k] = Tree.from_dir(d)  # what the compiler really did
-                speedup, low, high = compared.interval
-                entry = entry.model_copy(update=dict(
-                    sha256=c.sha256, artifact=c.artifact.key, decisions=_counts(trees[k]),
-                    times=compared.candidate_times,
-                    reference_times=compared.reference_times, failed=compared.failed,
-                    speedup=speedup, ci95=_interval(low, high), worker=compared.worker,
-                    stopped=compared.stopped,
-                    energy=None if speedup is None else 1.0 / speedup,
-                    error=entry.error or (f"{compared.failed} failed run(s)"
-                                          if compared.failed else None)))
+            compared = self._wait(pending[k]) if c is not None else None
+            entry, tree = self._record(step, entry, c, compared)
+            if tree is not None:
+                trees[k] = tree
             candidates.append(entry)
         return candidates, trees
 
+    def _record(self, step: int, entry: Candidate, c: CompileResult | None,
+                compared: Comparison | None) -> tuple[Candidate, Tree | None]:
+        """A measured (or failed) candidate into its dir -> its record, and the tree the
+        compiler really produced (None: it did not compile)."""
+        d = self.rundir.fresh_candidate_dir(step, entry.candidate)
+        if c is None or compared is None:
+            return entry, None
+        self._save_candidate(d, c, compared.results)
+        tree = Tree.from_dir(d)  # what the compiler really did
+        speedup, low, high = compared.interval
+        return entry.model_copy(update=dict(
+            sha256=c.sha256, artifact=c.artifact.key, decisions=_counts(tree),
+            times=compared.candidate_times,
+            reference_times=compared.reference_times, failed=compared.failed,
+            speedup=speedup, ci95=_interval(low, high), worker=compared.worker,
+            stopped=compared.stopped,
+            energy=None if speedup is None else 1.0 / speedup,
+            error=entry.error or (f"{compared.failed} failed run(s)"
+                                  if compared.failed else None))), tree
+
     def _run(self) -> None:
-        p = self.params
         baseline = self._baseline()
         self._reference = self._binary_of(baseline.pointer())
         self._hot = self.rundir.profile()
+        if self.params.mode == "async":
+            best = self._run_async(baseline)
+        else:
+            best = self._run_sync(baseline)
+        if self.params.confirm and best.step > 0:
+            self._confirm(best)
+        self.rundir.append(FinishEvent(reason="completed"))
+        self.compiler.release(set())
+        self.status.state = "finished"
+
+    def _run_sync(self, baseline: BaselineEvent) -> Pointer:
+        """Steps of ``candidates_per_step`` proposals, each step waiting for all of its
+        candidates before deciding -> the best candidate."""
+        p = self.params
         last = self.rundir.last_step()
         if last is None:
             rng = random.Random(p.seed)
@@ -364,11 +417,147 @@ class Chain:
             self.status.step, self.status.best_energy = step, best.energy
             if p.canary_every and step % p.canary_every == 0:
                 self._canary(step)  # after the step: a resume never repeats it
-        if p.confirm and best.step > 0:
-            self._confirm(best)
-        self.rundir.append(FinishEvent(reason="completed"))
-        self.compiler.release(set())
-        self.status.state = "finished"
+        return best
+
+    # -- the asynchronous search
+
+    def _run_async(self, baseline: BaselineEvent) -> Pointer:
+        """Keep ``in_flight`` candidates in flight and judge each as it lands, one step each
+        -> the best candidate.  A proposal is drawn from the incumbent (random walk: the
+        current tree) of the moment and journaled before it is compiled; a step judges the
+        candidate that landed against the incumbent of the moment it landed.  The journal's
+        order is the decision order: a resume takes the state of its last step, measures
+        again the proposals no step judged (the same files) and goes on drawing."""
+        p = self.params
+        events = self.rundir.events()
+        log = backlog(events)
+        steps = [e for e in events if isinstance(e, StepEvent)]
+        last = steps[-1] if steps else None
+        if last is None:
+            incumbent = best = baseline.pointer()
+            current: str | None = baseline.dir
+            judged = 0
+        else:
+            incumbent, best = last.incumbent, last.best
+            current = last.current or incumbent.dir
+            judged = last.step
+        if last is not None or log.next_proposal > 1:
+            self.rundir.append(ResumeEvent(from_step=judged + 1))
+        trees: dict[str, Tree] = {}  # the incumbent's and the current tree, by dir
+
+        def tree_of(d: str) -> Tree:
+            if d not in trees:
+                trees[d] = Tree.from_dir(self.rundir.path / d)
+            return trees[d]
+
+        self.status.step, self.status.best_energy = judged, best.energy
+        elapsed_before = (last.elapsed_s or 0.0) if last is not None else 0.0
+        busy_before = (last.busy_s or 0.0) if last is not None else 0.0
+        t_begin = time.monotonic()
+        busy_begin = self._busy_s()
+        landed: queue.SimpleQueue[_Flight] = queue.SimpleQueue()
+        flights = {e.proposal: self._launch(e, landed) for e in log.pending}
+        proposal = log.next_proposal
+        while judged < p.steps:
+            while len(flights) < p.in_flight and proposal <= p.steps:
+                origin = incumbent.dir if p.algorithm == "sa" else (current or incumbent.dir)
+                drawn = self._propose(proposal, origin, tree_of(origin), incumbent)
+                flights[proposal] = self._launch(drawn, landed)
+                proposal += 1
+            self.status.state = "running"
+            flight = self._landing(landed)
+            del flights[flight.proposal.proposal]
+            step = judged + 1
+            temp = temperature(step, p.steps, p.t_start, p.t_end) if p.algorithm == "sa" else None
+            entry = Candidate(candidate=0, dir=candidate_dir(step, 0),
+                              mutation=flight.proposal.mutation, error=flight.error)
+            entry, tree = self._record(step, entry, flight.compiled, flight.compared)
+            verdict = judge(p.algorithm, step, entry, incumbent, best, current, temp,
+                            flight.proposal.u)
+            if verdict.best is not best:
+                self.status.best_ci = entry.ci95
+            incumbent, best, current = verdict.incumbent, verdict.best, verdict.current
+            if tree is not None and verdict.accepted:
+                trees[entry.dir] = tree
+            if (p.algorithm == "sa" and p.remeasure_every and step % p.remeasure_every == 0
+                    and incumbent.step > 0):
+                incumbent = self._remeasure(step, incumbent)
+            self._check_stop()  # a judgement cut short by a stop is made again on resume
+            event = StepEvent(step=step, temperature=temp, candidates=[entry],
+                              chosen=0 if entry.energy is not None else None,
+                              accepted=verdict.accepted, incumbent=incumbent, best=best,
+                              current=current, rng=[], proposal=flight.proposal.proposal,
+                              elapsed_s=elapsed_before + time.monotonic() - t_begin,
+                              busy_s=busy_before + self._busy_s() - busy_begin)
+            self.rundir.append(event)
+            self.rundir.write_state(event.state())
+            judged = step
+            for d in [d for d in trees if d not in (incumbent.dir, current)]:
+                del trees[d]
+            # Binaries no later step runs leave the store; those in flight stay.
+            self.compiler.release({self._reference.key, incumbent.artifact, best.artifact}
+                                  | {f.key for f in flights.values()})
+            self.status.step, self.status.best_energy = step, best.energy
+            if p.canary_every and step % p.canary_every == 0:
+                self._canary(step)  # after the step: a resume never repeats it
+        return best
+
+    def _propose(self, n: int, origin: str, tree: Tree, incumbent: Pointer) -> ProposeEvent:
+        """Draw proposal ``n`` from ``tree`` (its own stream: ``search.proposal_rng``), with its
+        Metropolis draw; its file, then its event, are written before it is compiled."""
+        rng = proposal_rng(self.params.seed, n)
+        mutated, mutation = propose(tree, rng, self.params.max_flips, hot=self._hot)
+        u = rng.random()
+        path = proposal_file(n)
+        self.rundir.write_proposal(path, to_overrides(mutated))
+        event = ProposeEvent(proposal=n, origin=origin, mutation=mutation, overrides=path,
+                             bar=1.0 / incumbent.energy, u=u)
+        self.rundir.append(event)
+        return event
+
+    def _launch(self, proposal: ProposeEvent, landed: queue.SimpleQueue[_Flight]) -> _Flight:
+        """Compile a journaled proposal from its file, then compare it with the baseline
+        (callbacks: the chain thread is not needed between the two); the flight goes on
+        ``landed`` once, when it has its comparison or cannot have one."""
+        job = CompileJob(self.benchmark, self.rundir.proposal_overrides(proposal))
+        flight = _Flight(proposal, self.compiler.key(job))
+
+        def compared(future: Future[Comparison]) -> None:
+            try:
+                flight.compared = future.result()
+            except BaseException as exc:
+                flight.exc = exc
+            landed.put(flight)
+
+        def compiled(future: Future[CompileResult]) -> None:
+            try:
+                flight.compiled = future.result()
+                comparison = self.measurements.compare(
+                    self._job(self._reference), self._job(flight.compiled), self.worker_class,
+                    self.params.pairing(proposal.bar))
+            except CompileError as exc:
+                flight.error = f"compile failed: {exc}"
+                landed.put(flight)
+            except BaseException as exc:
+                flight.exc = exc
+                landed.put(flight)
+            else:
+                comparison.add_done_callback(compared)
+
+        self.compiler.submit(job).add_done_callback(compiled)
+        return flight
+
+    def _landing(self, landed: queue.SimpleQueue[_Flight]) -> _Flight:
+        """The next candidate to land (in the order they landed); promptly on Ctrl-C."""
+        while True:
+            try:
+                flight = landed.get(timeout=0.2)
+            except queue.Empty:
+                self._check_stop()
+                continue
+            if flight.exc is not None:
+                raise flight.exc
+            return flight
 
     def _busy_s(self) -> float:
         return sum(self.measurements.scheduler.busy_s.values())
@@ -456,16 +645,24 @@ def _excludes_one(low: float | None, high: float | None) -> bool:
 def new_experiment(bench: Benchmark, chain: int, config, slots: int, worker_class: str, *,
                    algorithm: str | None = None, steps: int | None = None,
                    seed: int | None = None, size: str | None = None,
-                   runs: int | None = None, max_pairs: int | None = None) -> Experiment:
-    """The experiment record of a new chain: the config's search settings, then overrides."""
+                   runs: int | None = None, max_pairs: int | None = None,
+                   chains: int = 1) -> Experiment:
+    """The experiment record of a new chain: the config's search settings, then overrides.
+    ``slots``: the worker slots of its class; ``chains``: the chains sharing them (an
+    asynchronous chain keeps its share of the slots in flight, recorded so that a resume
+    keeps it)."""
     s, m = config.search, config.measure
+    sync = s.mode != "async"
     return Experiment(
         task=bench.name, benchmark=str(bench.directory),
         algorithm=cast(Algorithm, algorithm or s.algorithm),
         seed=(s.seed if seed is None else seed) + chain,
         chain=chain, steps=steps or s.steps, size=size or config.run.size,
         runs=runs or config.run.runs, baseline_runs=s.baseline_runs,
-        candidates_per_step=s.candidates_per_step or slots, t_start=s.t_start, t_end=s.t_end,
+        candidates_per_step=(s.candidates_per_step or slots) if sync else 1,
+        mode="sync" if sync else "async",
+        in_flight=None if sync else (s.in_flight or in_flight_share(slots, chains)),
+        t_start=s.t_start, t_end=s.t_end,
         remeasure_every=s.remeasure_every, max_flips=s.max_flips, worker_class=worker_class,
         max_pairs=max_pairs or m.max_pairs, half_width=m.half_width, canary_every=m.canary_every,
         confirm=m.confirm)
@@ -483,4 +680,5 @@ def params_of(experiment: Experiment, config) -> SearchParams:
         # Version 1 did not pair: a resumed one pairs as the config says from now on.
         max_pairs=e.max_pairs or config.measure.max_pairs,
         half_width=e.half_width or config.measure.half_width,
-        canary_every=e.canary_every, confirm=e.confirm, focus=config.search.focus)
+        canary_every=e.canary_every, confirm=e.confirm, focus=config.search.focus,
+        mode=e.mode, in_flight=e.in_flight or 1)

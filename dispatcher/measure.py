@@ -14,11 +14,16 @@ interval of the speedup is as narrow as asked, the run budget is spent, or the c
 clearly worse than a bar it had to beat.  Pairs never mix slots: when the scheduler moves a
 job to another slot (a lost worker), that round's pairs are dropped (their runs are kept in
 the results) and the comparison goes on where the job went.
+
+A comparison takes its slot when it starts, not when it is asked for: the first free slot
+of its class (one comparison per slot at a time), in the order comparisons were asked for.
+So a candidate compiled ahead (an asynchronous chain keeps one) waits for whichever slot
+frees first instead of queueing behind a busy one while another idles.
 """
 from __future__ import annotations
 
+import collections
 import hashlib
-import itertools
 import json
 import statistics
 import threading
@@ -176,8 +181,15 @@ class MeasurementService:
         # chain's candidates are compared at once on different slots.
         self._comparisons = ThreadPoolExecutor(max(4, 2 * len(scheduler.slots)),
                                                thread_name_prefix="compare")
-        self._next_slot: dict[str, itertools.cycle] = {}
         self._comparing: dict[str, Future[Comparison]] = {}  # in flight, by comparison key
+        # Slots taken by running comparisons (how many each), comparisons waiting for one (in
+        # the order they asked, by class), and where the next search for a free slot begins
+        # (so ties spread over the slots).
+        self._slot_free = threading.Condition(self._lock)
+        self._active: dict[str, int] = {}
+        self._waiting: dict[str, collections.deque[object]] = {}
+        self._turn: dict[str, int] = {}
+        self._closed = False
 
     def submit(self, job: RunJob, worker_class: str, reuse: bool = True) -> Pending:
         """Measure ``job`` on a slot of ``worker_class``.  With ``reuse``, a stored result of
@@ -261,10 +273,17 @@ class MeasurementService:
                 done: Future[Comparison] = Future()
                 done.set_result(stored)
                 return done
-            slot = self._pick_slot_locked(worker_class)
+            self._class_slots(worker_class)  # none of the class: KeyError, here and now
+            # Its place in the line for a slot is taken now, in the order comparisons are
+            # asked for (not when a pool thread happens to start it).
+            ticket = object()
+            self._waiting.setdefault(worker_class, collections.deque()).append(ticket)
             future = self._comparisons.submit(self._compare_and_store, key, reference,
-                                              candidate, slot, policy)
+                                              candidate, worker_class, ticket, policy)
             self._comparing[key] = future
+        # A comparison cancelled before it started must not hold its place (outside the
+        # lock: the callback takes it, and runs here if the future is done already).
+        future.add_done_callback(lambda _f: self._leave_line(worker_class, ticket))
         return future
 
     def _path(self, key: str) -> Path:
@@ -276,25 +295,68 @@ class MeasurementService:
         except (OSError, ValueError, KeyError, TypeError):
             return None  # absent or damaged: measured (again)
 
-    def _compare_and_store(self, key: str, reference: RunJob, candidate: RunJob, slot: str,
+    def _compare_and_store(self, key: str, reference: RunJob, candidate: RunJob,
+                           worker_class: str, ticket: object,
                            policy: PairingPolicy) -> Comparison:
         try:
-            compared = self._compare(reference, candidate, slot, policy)
+            slot = self._take_slot(worker_class, ticket)
+            try:
+                compared = self._compare(reference, candidate, slot, policy)
+            finally:
+                self._give_slot(slot)
             write_json_atomic(self._path(key), compared.to_json())
             return compared
         finally:
             with self._lock:
                 self._comparing.pop(key, None)
 
-    def _pick_slot_locked(self, worker_class: str) -> str:
-        """Slots of the class in turn, so the comparisons of a step spread over them."""
-        cycle = self._next_slot.get(worker_class)
-        if cycle is None:
-            names = [s.name for s in self.scheduler.slots if s.worker_class == worker_class]
-            if not names:
-                raise KeyError(f"no worker slot of class {worker_class!r}")
-            cycle = self._next_slot[worker_class] = itertools.cycle(names)
-        return next(cycle)
+    def _class_slots(self, worker_class: str) -> list[str]:
+        names = [s.name for s in self.scheduler.slots if s.worker_class == worker_class]
+        if not names:
+            raise KeyError(f"no worker slot of class {worker_class!r}")
+        return names
+
+    def _take_slot(self, worker_class: str, ticket: object) -> str:
+        """The slot this comparison runs on: the first of its class with no comparison
+        running, taken in the order comparisons were asked for (``ticket``: its place in that
+        line); while none is free, it waits.  Slots out of service or backing off after a
+        loss are passed over while others are in service (if none is, it takes one anyway:
+        the scheduler moves or fails its jobs).  Once the service is closed, nothing waits."""
+        names = self._class_slots(worker_class)
+        with self._slot_free:
+            line = self._waiting[worker_class]
+            try:
+                while True:
+                    lost = set(getattr(self.scheduler, "quarantined", ())) | set(
+                        getattr(self.scheduler, "down", ()))
+                    usable = [n for n in names if n not in lost] or names
+                    start = self._turn.get(worker_class, 0) % len(names)
+                    ordered = [n for n in names[start:] + names[:start] if n in usable]
+                    free = [n for n in ordered if not self._active.get(n)]
+                    if self._closed or (line and line[0] is ticket and free):
+                        slot = free[0] if free else min(ordered,
+                                                         key=lambda n: self._active.get(n, 0))
+                        self._turn[worker_class] = names.index(slot) + 1
+                        self._active[slot] = self._active.get(slot, 0) + 1
+                        return slot
+                    # a slot lost or back in service changes nothing here: look again soon
+                    self._slot_free.wait(0.5)
+            finally:
+                if ticket in line:
+                    line.remove(ticket)
+                self._slot_free.notify_all()  # the next in line may take a free slot too
+
+    def _leave_line(self, worker_class: str, ticket: object) -> None:
+        with self._slot_free:
+            line = self._waiting.get(worker_class)
+            if line is not None and ticket in line:
+                line.remove(ticket)
+                self._slot_free.notify_all()
+
+    def _give_slot(self, slot: str) -> None:
+        with self._slot_free:
+            self._active[slot] -= 1
+            self._slot_free.notify_all()
 
     def _compare(self, reference: RunJob, candidate: RunJob, slot: str,
                  policy: PairingPolicy) -> Comparison:
@@ -352,4 +414,7 @@ class MeasurementService:
         return slot
 
     def close(self) -> None:
+        with self._slot_free:  # comparisons waiting for a slot go on (and fail: closed)
+            self._closed = True
+            self._slot_free.notify_all()
         self._comparisons.shutdown(wait=False, cancel_futures=True)

@@ -8,9 +8,11 @@ half-used.
 
 Version 2 adds to version 1: the chain's ``worker_class`` in the experiment, and in each run
 record what the agent measured but version 1 dropped (``stdout_sha256``, ``stdout_bytes``,
-``cpus_allowed``).  Version 3 (this one) adds ``profile.json`` (``HotFunctions``): where the
-baseline spent its time, which biases the search's flips, so a resume must see it.  Older
-rundirs are read as they are (missing fields take their defaults; no profile: every site
+``cpus_allowed``).  Version 3 adds ``profile.json`` (``HotFunctions``): where the
+baseline spent its time, which biases the search's flips, so a resume must see it.  Version 4
+(this one) adds the asynchronous search (``Experiment.mode``): ``propose`` events and the
+``proposals/`` files they name, and the proposal a step judged.  Older rundirs are read as
+they are (missing fields take their defaults: synchronous steps; no profile: every site
 alike, as they were searched); a newer version is refused.
 """
 from __future__ import annotations
@@ -18,15 +20,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 STEPS_DIR = "steps"
 REMEASURE_DIR = "remeasure"
+PROPOSALS_DIR = "proposals"
 
 
 def candidate_dir(step: int, candidate: int) -> str:
@@ -44,6 +47,12 @@ def canary_dir(step: int) -> str:
 
 def confirm_dir(step: int) -> str:
     return f"{STEPS_DIR}/{step:05d}/confirm"
+
+
+def proposal_file(proposal: int) -> str:
+    """The rundir-relative overrides file of an asynchronous search's proposal: written before
+    its ``propose`` event, compiled from (again, by a resume, while it is not judged)."""
+    return f"{PROPOSALS_DIR}/{proposal:05d}.sexp"
 
 
 BASELINE_DIR = candidate_dir(0, 0)
@@ -64,9 +73,13 @@ class Record(BaseModel):
     """Frozen, strict about unknown fields (so the format cannot drift silently)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    # Fields a later version added, written only when they differ from their default: a
+    # record of an earlier version writes out as it was read.
+    later_fields: ClassVar[frozenset[str]] = frozenset()
 
     def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        return self.model_dump(mode="json", exclude={
+            f for f in self.later_fields if getattr(self, f) == type(self).model_fields[f].default})
 
     @classmethod
     def from_json(cls, data: Any, where: str = "record"):
@@ -231,6 +244,7 @@ def read_results(path: Path) -> list[RunResult]:
 # --------------------------------------------------------------------------- experiment
 
 Algorithm = Literal["sa", "random-walk"]
+SearchMode = Literal["sync", "async"]
 
 
 class Experiment(Record):
@@ -258,6 +272,11 @@ class Experiment(Record):
     half_width: Optional[float] = None
     canary_every: int = 0
     confirm: bool = False
+    # Version 4.  sync: a step is candidates_per_step proposals judged together; async: a step
+    # is one candidate, judged when it lands, with in_flight candidates kept in flight.
+    mode: SearchMode = "sync"
+    in_flight: Optional[int] = None  # async only
+    later_fields: ClassVar[frozenset[str]] = frozenset({"mode", "in_flight"})
 
 
 def check_version(version: Any, where: str) -> None:
@@ -375,14 +394,29 @@ class StepEvent(_Event):
     incumbent: Pointer
     best: Pointer
     current: Optional[str] = None
-    rng: list[Any]
+    rng: list[Any]  # async: empty (each proposal draws from its own stream: ProposeEvent)
     elapsed_s: Optional[float] = None
     busy_s: Optional[float] = None
+    proposal: Optional[int] = None  # async: the proposal this step judged
+    later_fields: ClassVar[frozenset[str]] = frozenset({"proposal"})
 
     def state(self) -> SearchState:
         return SearchState(step=self.step, temperature=self.temperature,
                            incumbent=self.incumbent, best=self.best, current=self.current,
                            rng=self.rng)
+
+
+class ProposeEvent(_Event):
+    """A proposal of an asynchronous search, journaled before it is compiled: a resume
+    compiles and measures again each one no step has judged, from the same file."""
+
+    event: Literal["propose"] = "propose"
+    proposal: int  # 1, 2, ... in the order they were drawn
+    origin: str  # the candidate dir of the tree it mutates (SA: the incumbent)
+    mutation: str
+    overrides: str  # rundir-relative: proposal_file(proposal)
+    bar: float  # the speedup it must beat (the incumbent's when drawn): measuring stops early
+    u: float  # its Metropolis draw, taken with the proposal
 
 
 class RemeasureEvent(_Event):
@@ -434,9 +468,10 @@ class FinishEvent(_Event):
     reason: str  # completed | interrupted | failed: <one line>
 
 
-Event = Annotated[Union[StartEvent, BaselineEvent, StepEvent, RemeasureEvent, CanaryEvent,
-                        ConfirmEvent, ResumeEvent, FinishEvent], Field(discriminator="event")]
-EVENT_TYPES = (StartEvent, BaselineEvent, StepEvent, RemeasureEvent, CanaryEvent,
+Event = Annotated[Union[StartEvent, BaselineEvent, StepEvent, ProposeEvent, RemeasureEvent,
+                        CanaryEvent, ConfirmEvent, ResumeEvent, FinishEvent],
+                  Field(discriminator="event")]
+EVENT_TYPES = (StartEvent, BaselineEvent, StepEvent, ProposeEvent, RemeasureEvent, CanaryEvent,
                ConfirmEvent, ResumeEvent, FinishEvent)
 _EVENT = TypeAdapter(Event)
 

@@ -8,6 +8,8 @@
                                 the search focuses on hot code; written before ``baseline``
     <rundir>/steps/<nnnnn>/c<k>/  per candidate: overrides.sexp (the proposal), the compiler's
                                 *.decisions.sexp (what it really did), measurements.json
+    <rundir>/proposals/<nnnnn>.sexp  an asynchronous search's proposal, written before its
+                                ``propose`` event (records.ProposeEvent)
     <rundir>/plot.png           energy against step (written by analysis.plots)
     <rundir>/master.lock        flock'ed by the master working on it; holds its pid
 
@@ -46,14 +48,17 @@ from typing import TypeVar
 
 import yaml
 
+from dispatcher.decisions import Override, read_overrides, write_overrides
 from dispatcher.files import append_json_line, current_umask, write_json_atomic, write_text_atomic
 from dispatcher.records import (
+    PROPOSALS_DIR,
     BaselineEvent,
     BatchEntry,
     Event,
     Experiment,
     FinishEvent,
     HotFunctions,
+    ProposeEvent,
     RecordError,
     RunResult,
     SearchState,
@@ -388,7 +393,7 @@ class Rundir:
         ``.plot.png.<random>.png``, beside the file it was replacing): the files themselves
         are whole, old or new."""
         patterns = [f"{name}*.tmp" for name in (EXPERIMENT, "config.yaml", "state.json")]
-        patterns += [f"steps/*/*/{MEASUREMENTS}*.tmp", ".plot.png.*"]
+        patterns += [f"steps/*/*/{MEASUREMENTS}*.tmp", f"{PROPOSALS_DIR}/*.tmp", ".plot.png.*"]
         for pattern in patterns:
             for tmp in self.path.glob(pattern):
                 tmp.unlink(missing_ok=True)
@@ -475,6 +480,19 @@ class Rundir:
             return HotFunctions.from_json(data, str(path))
         except RecordError as exc:
             raise RundirError(str(exc)) from None
+
+    def write_proposal(self, relative: str, overrides: list[Override]) -> None:
+        """An asynchronous proposal's overrides file, whole before its event is journaled."""
+        write_overrides(self.path / relative, overrides)
+
+    def proposal_overrides(self, proposal: ProposeEvent) -> tuple[Override, ...]:
+        """What a journaled proposal asks the compiler for (a resume compiles it again)."""
+        path = self.path / proposal.overrides
+        try:
+            return tuple(read_overrides(path))
+        except (OSError, ValueError) as exc:
+            raise RundirError(f"{path}: proposal {proposal.proposal} unreadable "
+                              f"({' '.join(str(exc).split())[:200]})") from None
 
     def write_state(self, state: SearchState) -> None:
         write_json_atomic(self.path / "state.json", state.to_json())

@@ -1,4 +1,6 @@
-"""Search rules as pure functions: temperature schedule, Metropolis acceptance, proposals.
+"""Search rules as pure functions: temperature schedule, Metropolis acceptance, proposals,
+and the bookkeeping of the asynchronous search (how many candidates a chain keeps in flight,
+how a landed one is judged, which journaled proposals a resume must measure again).
 The driver (``dispatcher.experiment``) does the I/O around them; energies come from paired
 comparisons (``dispatcher.measure``), their statistics from ``dispatcher.stats``.
 """
@@ -6,11 +8,12 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Optional
 
 from dispatcher.profile import focus_weights, site_samples
-from dispatcher.records import HotFunctions
+from dispatcher.records import Candidate, HotFunctions, Pointer, ProposeEvent, StepEvent
 from dispatcher.tree import Located, Tree, backtrack, backtrackable, flip_leaves, flippable
 
 
@@ -67,3 +70,91 @@ def focus(hot: HotFunctions | None) -> Weights | None:
     def weights(pool: list[Located]) -> Sequence[float] | None:
         return focus_weights(site_samples(pool, profile))
     return weights
+
+
+# --------------------------------------------------------------------------- asynchronous search
+
+def in_flight_share(slots: int, chains: int) -> int:
+    """Candidates one of ``chains`` chains keeps in flight on ``slots`` worker slots: its
+    share of the slots, so that each slot has a comparison, and one more, compiled while the
+    others are measured, to take the first slot that frees (a slot never waits on a
+    compile).  More would only draw proposals from older incumbents."""
+    return max(1, math.ceil(slots / max(chains, 1))) + 1
+
+
+def proposal_rng(seed: int, proposal: int) -> random.Random:
+    """The stream proposal ``proposal`` of the chain seeded ``seed`` draws from (its tree, then
+    its Metropolis draw).  One stream per proposal: a proposal's draws do not depend on how
+    many the tree before it took, nor on the order candidates landed in, and a resume needs
+    no RNG state to go on."""
+    return random.Random(f"inlining-orchestrator proposal {seed} {proposal}")
+
+
+def accept(algorithm: str, incumbent: float, energy: float | None, temp: float | None,
+           u: float) -> bool:
+    """Whether a measured candidate replaces the incumbent: SA by the Metropolis rule at
+    ``temp``; a random walk moves to every measured candidate; none without an energy."""
+    if energy is None:
+        return False
+    if algorithm != "sa":
+        return True
+    assert temp is not None
+    return metropolis(incumbent, energy, temp, u)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The search state after judging one landed candidate."""
+
+    accepted: bool
+    incumbent: Pointer
+    best: Pointer
+    current: str | None  # random walk: the last tree it moved to
+
+
+def judge(algorithm: str, step: int, candidate: Candidate, incumbent: Pointer, best: Pointer,
+          current: str | None, temp: float | None, u: float) -> Verdict:
+    """Judge ``candidate`` as step ``step``, against the incumbent of the moment it landed
+    (not the one it was drawn from): accepted by ``accept``, and the best if it beats it."""
+    accepted = accept(algorithm, incumbent.energy, candidate.energy, temp, u)
+    if accepted:
+        incumbent, current = candidate.pointer(step), candidate.dir
+    if candidate.energy is not None and candidate.energy < best.energy:
+        best = candidate.pointer(step)
+    return Verdict(accepted, incumbent, best, current)
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What a journal says of an asynchronous chain's proposals."""
+
+    pending: tuple[ProposeEvent, ...]  # journaled, not judged: measured (again) on resume
+    next_proposal: int  # the number the next one drawn gets
+
+
+class JournalOrderError(ValueError):
+    """A journal whose proposals and judgements do not fit together (one line)."""
+
+
+def backlog(events: Iterable[object]) -> Backlog:
+    """The proposals of a journal no step has judged yet, in the order they were drawn.
+    Refuses a journal where a proposal is journaled twice or out of order, or a step judges
+    one that was never proposed or was judged already: resuming it would not continue it."""
+    proposed: dict[int, ProposeEvent] = {}
+    judged: set[int] = set()
+    for e in events:
+        if isinstance(e, ProposeEvent):
+            if e.proposal != len(proposed) + 1:
+                raise JournalOrderError(f"proposal {e.proposal} journaled after proposal "
+                                        f"{len(proposed)}")
+            proposed[e.proposal] = e
+        elif isinstance(e, StepEvent) and e.proposal is not None:
+            if e.proposal not in proposed:
+                raise JournalOrderError(f"step {e.step} judges proposal {e.proposal}, which "
+                                        "was never proposed")
+            if e.proposal in judged:
+                raise JournalOrderError(f"step {e.step} judges proposal {e.proposal} a second "
+                                        "time")
+            judged.add(e.proposal)
+    return Backlog(pending=tuple(e for n, e in proposed.items() if n not in judged),
+                   next_proposal=len(proposed) + 1)

@@ -90,6 +90,9 @@ def test_default_config_loads():
     ("run: [1, 2]\n", "run: expected a mapping"),
     ("run:\n  runs: 3\n  bogus: 1\n", "run.bogus: expected one of"),
     ("backend: local\n  nested: : :\n", "YAML syntax error"),
+    ("search:\n  mode: eventually\n", "search.mode: expected sync or async, got 'eventually'"),
+    ("search:\n  in_flight: lots\n", "search.in_flight: expected a positive integer"),
+    ("search:\n  in_flight: 0\n", "search.in_flight: expected a positive integer"),
 ])
 def test_bad_config_is_one_clear_line(tmp_path, text, message):
     path = tmp_path / "bad.yaml"
@@ -151,6 +154,7 @@ _BOUNDED = [
     ("search", "chains", MAX_CHAINS, "a positive integer, at most 1000"),
     ("search", "baseline_runs", MAX_RUNS, "a positive integer, at most 10000"),
     ("search", "candidates_per_step", MAX_PARALLEL, "a positive integer, at most 1024"),
+    ("search", "in_flight", MAX_PARALLEL, "a positive integer, at most 1024"),
     ("search", "remeasure_every", MAX_STEPS, "a number of steps from 0 (never) to 1000000"),
     ("search", "max_flips", MAX_CHAINS, "a positive integer, at most 1000"),
     ("search", "seed", MAX_SEED, f"an integer from -{MAX_SEED} to {MAX_SEED}"),

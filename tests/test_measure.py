@@ -6,6 +6,8 @@ tests/test_experiment.py and tests/test_ssh.py.
 from __future__ import annotations
 
 import tempfile
+import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -248,3 +250,49 @@ def test_a_run_whose_cpu_share_drops_below_its_binarys_own_is_disturbed_and_redo
     assert "below this binary's 0.95" in marked[0].disturbed
     # The round's other pair counts; one more round replaces the lost pair.
     assert got.pairs == 7 and got.dropped == 1 and len(got.results) == 16
+
+
+def test_a_comparison_takes_the_first_slot_to_free_in_the_order_comparisons_asked():
+    """Three comparisons on two slots: two start at once on different slots; the third runs
+    nothing until one of them ends, then goes to the slot that freed (not to one chosen in
+    turn when it was asked for, which may still be busy); never two on one slot at once."""
+    C, D = "ef" * 32, "01" * 32
+    held = {B: threading.Event(), C: threading.Event()}  # candidates whose runs wait
+    submitted: list[tuple[str, str]] = []  # (sha, slot) as the jobs were submitted
+
+    class GatedScheduler(TimedScheduler):
+        def submit(self, job, slot=None, worker_class=None):
+            submitted.append((job.sha256, slot))
+            future: Future = Future()
+
+            def run():
+                if job.sha256 in held:
+                    held[job.sha256].wait(30)
+                future.set_result(TimedScheduler.submit(self, job, slot, worker_class).result())
+            threading.Thread(target=run, daemon=True).start()
+            return future
+
+    scheduler = GatedScheduler({A: 1.0, B: 0.8, C: 0.9, D: 0.7})
+    svc = MeasurementService(scheduler, Store(Path(tempfile.mkdtemp(prefix="slots-"))))  # type: ignore[arg-type]
+    policy = PairingPolicy(min_pairs=1, max_pairs=1, half_width=1e-9)
+    try:
+        first = svc.compare(job(A, 1), job(B, 1), "local", policy)
+        second = svc.compare(job(A, 1), job(C, 1), "local", policy)
+        third = svc.compare(job(A, 1), job(D, 1), "local", policy)
+        deadline = time.monotonic() + 10
+        while {B, C} - {sha for sha, _ in submitted} and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)
+        slot_of = {sha: slot for sha, slot in submitted}
+        assert D not in slot_of  # waiting: both slots are taken
+        assert slot_of[B] != slot_of[C]
+        held[C].set()  # the second ends first: its slot is the one free
+        assert second.result(timeout=10).worker == slot_of[C]
+        assert third.result(timeout=10).worker == slot_of[C]
+        assert not first.done()
+        held[B].set()
+        assert first.result(timeout=10).worker == slot_of[B]
+    finally:
+        for gate in held.values():
+            gate.set()
+        svc.close()

@@ -1,5 +1,6 @@
-"""The experiment record: golden rundirs (version 1 and 2) read, round-tripped and resumed;
-versions checked; docs/rundir-format.md in step with the types."""
+"""The experiment record: golden rundirs (versions 1, 2, and 4 of an asynchronous search)
+read, round-tripped and resumed; versions checked; docs/rundir-format.md in step with the
+types."""
 from __future__ import annotations
 
 import json
@@ -17,6 +18,7 @@ from dispatcher import records
 from dispatcher.records import (
     BaselineEvent,
     FinishEvent,
+    ProposeEvent,
     RecordError,
     RemeasureEvent,
     RunResult,
@@ -26,10 +28,12 @@ from dispatcher.records import (
     results_from_json,
 )
 from dispatcher.rundir import Rundir, RundirError, read_batch_log, read_journal
+from dispatcher.search import backlog
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "golden"
 V1, V2 = GOLDEN / "rundir-v1", GOLDEN / "rundir-v2"
+V4 = GOLDEN / "rundir-v4"  # an asynchronous search (search.mode: async) of tinysum
 
 
 def journal_lines(rundir: Path) -> list[dict]:
@@ -94,9 +98,9 @@ def _write_experiment(tmp_path: Path, **changes) -> Path:
 
 
 def test_an_unknown_version_or_a_damaged_record_is_one_line_naming_file_and_field(tmp_path):
-    path = _write_experiment(tmp_path, version=4)
-    with pytest.raises(RecordError, match=r"experiment.json: rundir format version 4 is not one "
-                                          r"this tool reads \(1, 2, 3\)$"):
+    path = _write_experiment(tmp_path, version=5)
+    with pytest.raises(RecordError, match=r"experiment.json: rundir format version 5 is not one "
+                                          r"this tool reads \(1, 2, 3, 4\)$"):
         read_experiment(path)
     path = _write_experiment(tmp_path, steps=None)
     with pytest.raises(RecordError, match=r"experiment.json: steps: Field required$"):
@@ -128,7 +132,7 @@ def test_resume_refuses_a_rundir_of_another_version_with_one_line(tmp_path):
                           timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip() == (f"Error: {rundir}/experiment.json: rundir format version 9 "
-                                   "is not one this tool reads (1, 2, 3)")
+                                   "is not one this tool reads (1, 2, 3, 4)")
 
 
 # --------------------------------------------------------------------------- the document
@@ -151,7 +155,7 @@ def test_the_format_document_lists_exactly_the_fields_of_each_record():
     types = {name: getattr(records, name) for name in documented}
     assert set(documented) == {"Experiment", "StartEvent", "BaselineEvent", "StepEvent",
                                "Candidate", "Pointer", "DecisionCounts", "RemeasureEvent",
-                               "CanaryEvent", "ConfirmEvent",
+                               "CanaryEvent", "ConfirmEvent", "ProposeEvent",
                                "ResumeEvent", "FinishEvent", "SearchState", "RunResult",
                                "RunRecord", "PerfCount", "BatchEntry", "SampleProfile",
                                "HotFunctions"}
@@ -252,3 +256,74 @@ def test_golden_v3_profile_round_trips_and_is_what_a_resume_reads(tmp_path):
     with pytest.raises(RundirError, match=r"profile.json: samples: Input should be a valid "
                                           r"integer"):
         Rundir(rundir).profile()
+
+
+# --------------------------------------------------------------------------- version 4: async
+
+def test_golden_v4_async_round_trips_exactly_and_every_proposal_is_judged_once():
+    """An asynchronous search's rundir, written by a real run: every record reads back and
+    writes out to the same JSON; each proposal is journaled before the step that judges it."""
+    lines = journal_lines(V4)
+    for line in lines:
+        assert records.event_from_json(line, "journal").to_json() == line
+    experiment = json.loads((V4 / "experiment.json").read_text())
+    assert read_experiment(V4 / "experiment.json").to_json() == experiment
+    assert (experiment["version"], experiment["mode"], experiment["in_flight"]) == (4, "async", 2)
+    state = json.loads((V4 / "state.json").read_text())
+    assert records.SearchState.from_json(state).to_json() == state
+    events = read_journal(V4 / "journal.jsonl")
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    assert [e.step for e in steps] == [1, 2, 3, 4] and sorted(e.proposal for e in steps) == \
+        [1, 2, 3, 4]
+    log = backlog(events)
+    assert log.pending == () and log.next_proposal == 5
+    for e in events:
+        if isinstance(e, ProposeEvent):
+            assert (V4 / e.overrides).is_file()
+    # a synchronous rundir of version 4 writes none of the new fields (as version 3 did)
+    sync = read_experiment(V2 / "experiment.json").model_copy(update={"version": 4})
+    assert "mode" not in sync.to_json() and "in_flight" not in sync.to_json()
+
+
+def test_golden_v4_async_resumes_exactly_with_a_fresh_store(compiler, tmp_path):
+    """Cut just after step 2 (proposal 3 drawn and in flight, 4 not yet): the resume measures
+    proposal 3 again from its file, draws proposal 4 as the original run did (the state after
+    step 2, its own stream) and judges them as steps 3 and 4 (one slot, one compile job: in
+    that order)."""
+    rundir = tmp_path / "v4"
+    shutil.copytree(V4, rundir)
+    data = json.loads((rundir / "experiment.json").read_text())
+    data["benchmark"] = str(GOLDEN / "tinysum")
+    (rundir / "experiment.json").write_text(json.dumps(data))
+    kept = []
+    for line in (rundir / "journal.jsonl").read_text().splitlines():
+        kept.append(line)
+        if json.loads(line)["event"] == "step" and json.loads(line)["step"] == 2:
+            break
+    (rundir / "journal.jsonl").write_text("\n".join(kept) + "\n")
+    for d in (rundir / "steps").iterdir():
+        if int(d.name) > 2:
+            shutil.rmtree(d)
+    (rundir / records.proposal_file(4)).unlink()
+    assert [e.proposal for e in backlog(Rundir(rundir).events()).pending] == [3]
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"store": str(tmp_path / "store"),
+                                      "local": {"cpus": [max(os.sched_getaffinity(0))]},
+                                      "compile": {"jobs": 1}, "run": {"timeout": 60}}))
+    proc = subprocess.run([sys.executable, "-m", "commands", "run_training_experiments",
+                           "--config", str(config), "--resume", str(rundir)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    events = Rundir(rundir).events()
+    golden = read_journal(V4 / "journal.jsonl")
+    assert [e.step for e in events if isinstance(e, StepEvent)] == [1, 2, 3, 4]
+    assert [(e.step, e.proposal) for e in events if isinstance(e, StepEvent)] == \
+        [(e.step, e.proposal) for e in golden if isinstance(e, StepEvent)]
+    assert [e.model_dump(exclude={"time"}) for e in events if isinstance(e, ProposeEvent)] == \
+        [e.model_dump(exclude={"time"}) for e in golden if isinstance(e, ProposeEvent)]
+    for n in (3, 4):
+        d = records.candidate_dir(n, 0)
+        assert (rundir / d / "overrides.sexp").read_text() == \
+            (V4 / d / "overrides.sexp").read_text() == \
+            (V4 / records.proposal_file(n)).read_text()
+    assert isinstance(events[-1], FinishEvent) and events[-1].reason == "completed"

@@ -1,0 +1,13 @@
+(inlining_decisions
+ (version 1)
+ (unit "Main")
+ (round 2)
+ (overrides (entries 7) (matched 2) (unmatched 5)
+  (unmatched_keys ("C(Stdlib__Printf.printf@main.ml:5:2-36)/I/C(CamlinternalFormat.make_printf@printf.ml:31:17-35>printf.ml:27:21-43>printf.ml:20:2-63)" "C(Vec.sum_squares@main.ml:4:33-56)" "C(Vec.sum_squares@main.ml:4:33-56)/I/C(Main.go@vec.ml:7:20-62>vec.ml:6:2-11>vec.ml:5:44-64)" "C(Vec.sum_squares@main.ml:4:33-56)/I/C(Main.go@vec.ml:7:20-62>vec.ml:6:2-11>vec.ml:5:44-64)/I/C(Main.go@vec.ml:5:44-64)" "C(Vec.sum_squares@main.ml:4:33-56)/I/D(Main.go@vec.ml:5:13-64)/C(Main.go@vec.ml:5:44-64)")))
+ (decisions
+  ((key "D(Main.go@vec.ml:5:13-64)/C(Main.go@vec.ml:5:44-64)") (callee "Main.go") (action dont_inline) (reason (prevented self_call)))
+  ((key "C(Main.go@main.ml:4:33-56>vec.ml:7:20-62>vec.ml:6:2-11>vec.ml:5:44-64)") (callee "Main.go") (action inline) (reason heuristic) (detail without_subfunctions))
+  ((key "C(Main.go@main.ml:4:33-56>vec.ml:7:20-62>vec.ml:6:2-11>vec.ml:5:44-64)/I/C(Main.go@vec.ml:5:44-64)") (callee "Main.go") (action dont_inline) (reason (prevented unrolling_depth_exceeded)))
+  ((key "C(CamlinternalFormat.make_printf@main.ml:5:2-36>printf.ml:31:17-35>printf.ml:27:21-43>printf.ml:20:2-63)") (callee "CamlinternalFormat.make_printf") (action inline) (reason override) (override inline))
+  ((key "C(CamlinternalFormat.make_printf@main.ml:5:2-36>printf.ml:31:17-35>printf.ml:27:21-43>printf.ml:20:2-63)/I/C(CamlinternalFormat.make_printf@camlinternalFormat.ml:1563:4-54)") (callee "CamlinternalFormat.make_printf") (action dont_inline) (reason (prevented unrolling_depth_exceeded)) (override dont_inline))
+ ))
