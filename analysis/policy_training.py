@@ -57,17 +57,20 @@ class TrainingSet:
 
 
 def numeric_features(table: pd.DataFrame) -> pd.DataFrame:
-    """Features as numbers: booleans as 0/1, absent values as -1 (Flambda did not compute
-    it), anything not numeric dropped."""
-    out = {}
+    """Features as numbers: booleans as 0/1 and absent numbers as -1 (Flambda did not
+    compute it); a text feature (an attribute: ``always``, ``never``, ...) as one 0/1 column
+    per value, ``name=value``."""
+    out: dict[str, pd.Series] = {}
     for name in table.columns:
         col = table[name]
-        if col.dtype == bool or col.dropna().map(lambda v: isinstance(v, bool)).all():
+        present = col.dropna()
+        if len(present) and present.map(lambda v: isinstance(v, bool)).all():
             out[name] = col.map(lambda v: -1.0 if v is None or v != v else float(bool(v)))
+        elif len(present) and present.map(lambda v: isinstance(v, str)).all():
+            for value in sorted(set(present)):
+                out[f"{name}={value}"] = (col == value).astype(float)
         else:
-            num = pd.to_numeric(col, errors="coerce")
-            if num.notna().any() or col.isna().all():
-                out[name] = num.fillna(-1.0).astype(float)
+            out[name] = pd.to_numeric(col, errors="coerce").fillna(-1.0).astype(float)
     return pd.DataFrame(out, index=table.index)
 
 
@@ -164,8 +167,11 @@ class TrainedPolicy:
 
     def advise(self, features: Mapping[str, Any]) -> str:
         """``inline``, ``dont_inline`` or ``default`` for one call site's features."""
-        row = numeric_features(pd.DataFrame([{c: features.get(c) for c in self.columns}]))
-        row = row.reindex(columns=self.columns, fill_value=-1.0)
+        row = numeric_features(pd.DataFrame([dict(features)]))
+        # a text value never seen in training, or a feature absent: as in training, an
+        # indicator column is 0 and an absent number -1
+        row = row.reindex(columns=self.columns).fillna(
+            {c: 0.0 if "=" in c else -1.0 for c in self.columns})
         return str(self.model.predict(row.to_numpy())[0])
 
 

@@ -38,14 +38,16 @@ def planted(seed: int = 0, benches=("a", "b", "c"), n: int = 120):
                                    "net": net})
         features[b] = pd.DataFrame({"unit": "Main", "round": 0, "key": keys, "size": size,
                                     "noise": rng.normal(size=n),
-                                    "is_stub": rng.integers(0, 2, n).astype(bool)})
+                                    "is_stub": rng.integers(0, 2, n).astype(bool),
+                                    "attribute": rng.choice(["default", "always"], n)})
     return rewards, features
 
 
 def test_a_planted_rule_is_learned_on_benchmarks_left_out():
     ts = training_set(*planted(), threshold=0.01)
     assert set(ts.labels) == {"inline", "dont_inline", "default"}
-    assert ts.columns == ["size", "noise", "is_stub"]
+    assert ts.columns == ["size", "noise", "is_stub", "attribute=always",
+                          "attribute=default"]
     for name in CLASSIFIERS:
         scores = leave_one_benchmark_out(ts, name)
         assert list(scores["held_out"]) == ["a", "b", "c"]
@@ -60,7 +62,10 @@ def test_a_saved_policy_answers_as_trained(tmp_path):
     save_policy(policy, tmp_path / "p.policy")
     back = load_policy(tmp_path / "p.policy")
     assert back.columns == policy.columns and back.benchmarks == ["a", "b", "c"]
-    assert back.advise({"size": 5, "noise": 0.3, "is_stub": False}) == "inline"
+    assert back.advise({"size": 5, "noise": 0.3, "is_stub": False,
+                        "attribute": "always"}) == "inline"
+    assert back.advise({"size": 5, "noise": 0.3, "is_stub": False,
+                        "attribute": "never seen"}) == "inline"
     assert back.advise({"size": 50, "noise": 0.3, "is_stub": True}) == "dont_inline"
     assert back.advise({"size": 5}) == "inline"  # an absent feature is -1, as in training
 
