@@ -15,6 +15,7 @@ The steps are ``analysis.extract`` -> ``analysis.expanded`` -> ``analysis.models
 """
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from analysis.models import (
     validate,
 )
 from analysis.optimal import Choice, optimal, to_overrides
+from dispatcher.benchmark import Benchmark, load_benchmark, resolve_benchmark
 from dispatcher.decisions import write_overrides
 from dispatcher.files import atomic_output, write_json_atomic, write_text_atomic
 
@@ -207,3 +209,28 @@ def report(result: BenchmarkRewards, f: Fit) -> str:
 
 def _fmt(x: float) -> str:
     return "n/a" if x is None or math.isnan(x) else f"{x:.3f}"
+
+
+def benchmark_of(rewards: Path, name: str) -> tuple[Benchmark, tuple[str, ...]]:
+    """The benchmark whose rewards are ``<rewards>/<name>`` (the directory its rundirs
+    recorded, in ``sources.json``; the bundled benchmark of that name when none was
+    recorded) and those rundirs.  RewardError or ManifestError, in one line, otherwise."""
+    sources = rewards / name / "sources.json"
+    try:
+        data = json.loads(sources.read_text())
+    except FileNotFoundError:
+        data = {}
+    except (OSError, ValueError) as exc:
+        raise RewardError(f"{sources}: unreadable ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("rundirs", []), list) \
+            or not isinstance(data.get("directory"), (str, type(None))):
+        raise RewardError(f"{sources}: expected an object with a directory and a list of "
+                          "rundirs")
+    rundirs = tuple(str(r) for r in data.get("rundirs", []))
+    directory = data.get("directory")
+    if directory is None:  # written before sources.json recorded it: the bundled one
+        return resolve_benchmark(name), rundirs
+    if not Path(directory).is_dir():
+        raise RewardError(f"{name}: the benchmark directory {directory} (from {sources}) no "
+                          "longer exists")
+    return load_benchmark(directory), rundirs

@@ -13,7 +13,6 @@ end is ``analysis.results``'s.
 from __future__ import annotations
 
 import csv
-import json
 import sys
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any, NoReturn
 import click
 
 from analysis.results import Outcome, format_speedup, print_tables
+from analysis.rewards import RewardError, benchmark_of
 from commands.common import (
     backend_errors_in_one_line,
     heuristic_comparison,
@@ -31,7 +31,7 @@ from commands.common import (
     run_job,
     show_warnings,
 )
-from dispatcher.benchmark import Benchmark, ManifestError, load_benchmark, resolve_benchmark
+from dispatcher.benchmark import Benchmark, ManifestError
 from dispatcher.compile import CompileError, CompileJob, CompileResult, OverridesMismatch
 from dispatcher.compiler import CompilerNotFound
 from dispatcher.config import MAX_RUNS, ConfigError, load_config
@@ -81,28 +81,10 @@ def _optimal_files(rewards: Path, bench: str, model: str) -> dict[str, Path]:
 
 
 def _locate(rewards: Path, name: str) -> tuple[Benchmark, tuple[str, ...]]:
-    """The benchmark the rewards of ``name`` were fitted to, and its rundirs."""
-    sources = rewards / name / "sources.json"
     try:
-        data = json.loads(sources.read_text())
-    except FileNotFoundError:
-        data = {}
-    except (OSError, ValueError) as exc:
-        _fail(f"{sources}: unreadable ({exc})")
-    if not isinstance(data, dict) or not isinstance(data.get("rundirs", []), list) \
-            or not isinstance(data.get("directory"), (str, type(None))):
-        _fail(f"{sources}: expected an object with a directory and a list of rundirs")
-    rundirs = tuple(str(r) for r in data.get("rundirs", []))
-    directory = data.get("directory")
-    try:
-        if directory is None:  # written before sources.json recorded it: the bundled one
-            return resolve_benchmark(name), rundirs
-        if not Path(directory).is_dir():
-            _fail(f"{name}: the benchmark directory {directory} (from {sources}) no longer "
-                  "exists")
-        return load_benchmark(directory), rundirs
-    except ManifestError as exc:
-        _fail(f"{name}: {exc}")
+        return benchmark_of(rewards, name)
+    except (RewardError, ManifestError) as exc:
+        _fail(str(exc))
 
 
 def collect(rewards: Path, model: str, benchmarks: tuple[str, ...],
