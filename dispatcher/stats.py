@@ -120,6 +120,27 @@ def paired_speedup_ci(reference_times: Sequence[float], candidate_times: Sequenc
     return math.exp(m), math.exp(m - half), math.exp(m + half)
 
 
+def geomean_speedup_ci(speedups: Sequence[tuple[float, float, float]], level: float = 0.95
+                       ) -> tuple[float, float, float]:
+    """(geometric mean, low, high) of several benchmarks' speedups, each given with its own
+    interval (``paired_speedup_ci``'s, at the same ``level``).
+
+    The geometric mean is the exponential of the mean log speedup.  Its interval counts the
+    measurement uncertainty of each speedup, not the choice of benchmarks: each log speedup's
+    standard error is read back from its interval (half its log width over the normal
+    quantile), the mean's is the root of their summed squares over n, and the interval is the
+    mean plus or minus the normal quantile times that, exponentiated."""
+    if not speedups:
+        raise ValueError("no speedups")
+    from scipy.special import ndtri  # the normal quantile; first use only
+    z = float(ndtri(0.5 + level / 2))
+    logs = [math.log(s) for s, _, _ in speedups]
+    ses = [(math.log(high) - math.log(low)) / (2 * z) for _, low, high in speedups]
+    mean = sum(logs) / len(logs)
+    se = math.sqrt(sum(x * x for x in ses)) / len(logs)
+    return math.exp(mean), math.exp(mean - z * se), math.exp(mean + z * se)
+
+
 def relative_half_width(speedup: float, low: float | None, high: float | None) -> float:
     """How far the interval reaches from the speedup, relative to it (0.01: within 1%);
     infinite without an interval."""

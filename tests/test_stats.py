@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from dispatcher.stats import (
     geomean,
     geomean_ci,
+    geomean_speedup_ci,
     paired_speedup_ci,
     relative_half_width,
     speedup_ci,
@@ -267,3 +268,21 @@ def test_paired_speedup_ci_edge_cases():
     with pytest.raises(ValueError, match="no pairs"):
         paired_speedup_ci([], [])
     assert relative_half_width(1.0, None, None) == math.inf
+
+
+def test_geomean_of_speedups_with_intervals_by_hand():
+    """Two speedups 1.1 [1.0, 1.21] and 0.9 [0.81, 1.0]: the geometric mean is sqrt(0.99);
+    each log interval has half-width h (log 1.1 - log 1.0 and log 0.9 - log 0.81 differ, each
+    read back as its own standard error), combined as sqrt(se1^2 + se2^2) / 2."""
+    z = scipy.stats.norm.ppf(0.975)
+    got = geomean_speedup_ci([(1.1, 1.0, 1.21), (0.9, 0.81, 1.0)])
+    se1 = (math.log(1.21) - math.log(1.0)) / (2 * z)
+    se2 = (math.log(1.0) - math.log(0.81)) / (2 * z)
+    se = math.sqrt(se1 ** 2 + se2 ** 2) / 2
+    mean = (math.log(1.1) + math.log(0.9)) / 2
+    assert got == pytest.approx((math.exp(mean), math.exp(mean - z * se),
+                                 math.exp(mean + z * se)))
+    one = geomean_speedup_ci([(1.2, 1.1, 1.3)])  # one benchmark: its own (log-centred) interval
+    assert one[0] == pytest.approx(1.2) and one[1] < 1.2 < one[2]
+    with pytest.raises(ValueError):
+        geomean_speedup_ci([])
