@@ -15,7 +15,6 @@ The steps are ``analysis.extract`` -> ``analysis.expanded`` -> ``analysis.models
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,9 +35,9 @@ from analysis.models import (
     validate,
 )
 from analysis.optimal import Choice, optimal, to_overrides
-from dispatcher.benchmark import Benchmark, load_benchmark, resolve_benchmark
+from analysis.sources import write_sources
 from dispatcher.decisions import write_overrides
-from dispatcher.files import atomic_output, write_json_atomic, write_text_atomic
+from dispatcher.files import atomic_output, write_text_atomic
 
 MIN_CANDIDATES = 3  # measured trees, the baseline's included, below which nothing is fitted
 
@@ -156,9 +155,8 @@ def write(result: BenchmarkRewards, out: Path) -> list[Path]:
     from analysis.plots import plot_predicted, plot_rewards
     bench_dir = out / result.benchmark
     bench_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(bench_dir / "sources.json", {
-        "benchmark": result.benchmark, "directory": result.directory,
-        "rundirs": sorted(set(result.measured["chain"]))})
+    write_sources(bench_dir, result.benchmark, result.directory,
+                  sorted(set(result.measured["chain"])))
     with atomic_output(bench_dir / "fits.csv") as tmp:
         result.scores_table().to_csv(tmp, index=False)
     write_text_atomic(bench_dir / "constant-nodes.txt",
@@ -210,27 +208,3 @@ def report(result: BenchmarkRewards, f: Fit) -> str:
 def _fmt(x: float) -> str:
     return "n/a" if x is None or math.isnan(x) else f"{x:.3f}"
 
-
-def benchmark_of(rewards: Path, name: str) -> tuple[Benchmark, tuple[str, ...]]:
-    """The benchmark whose rewards are ``<rewards>/<name>`` (the directory its rundirs
-    recorded, in ``sources.json``; the bundled benchmark of that name when none was
-    recorded) and those rundirs.  RewardError or ManifestError, in one line, otherwise."""
-    sources = rewards / name / "sources.json"
-    try:
-        data = json.loads(sources.read_text())
-    except FileNotFoundError:
-        data = {}
-    except (OSError, ValueError) as exc:
-        raise RewardError(f"{sources}: unreadable ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("rundirs", []), list) \
-            or not isinstance(data.get("directory"), (str, type(None))):
-        raise RewardError(f"{sources}: expected an object with a directory and a list of "
-                          "rundirs")
-    rundirs = tuple(str(r) for r in data.get("rundirs", []))
-    directory = data.get("directory")
-    if directory is None:  # written before sources.json recorded it: the bundled one
-        return resolve_benchmark(name), rundirs
-    if not Path(directory).is_dir():
-        raise RewardError(f"{name}: the benchmark directory {directory} (from {sources}) no "
-                          "longer exists")
-    return load_benchmark(directory), rundirs

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 import click
 
 from analysis.results import Outcome, format_speedup, print_tables
-from analysis.rewards import RewardError, benchmark_of
+from analysis.sources import SourcesError, benchmark_of
 from commands.common import (
     backend_errors_in_one_line,
     heuristic_comparison,
@@ -83,7 +83,7 @@ def _optimal_files(rewards: Path, bench: str, model: str) -> dict[str, Path]:
 def _locate(rewards: Path, name: str) -> tuple[Benchmark, tuple[str, ...]]:
     try:
         return benchmark_of(rewards, name)
-    except (RewardError, ManifestError) as exc:
+    except (SourcesError, ManifestError) as exc:
         _fail(str(exc))
 
 
