@@ -36,7 +36,8 @@ REQUIRED_SIZES = ("quick", "full")
 DEFAULT_FLAGS = ("-O3",)
 
 #: Options that build_benchmark manages itself; a manifest may not set them.
-RESERVED_FLAGS = ("-o", "-c", "-inlining-overrides", "-dump-inlining-decisions")
+RESERVED_FLAGS = ("-o", "-c", "-inlining-overrides", "-dump-inlining-decisions",
+                  "-inlining-policy-channel", "-inlining-policy-timeout")
 
 #: The compiler options a manifest may give: code generation and Flambda's inlining knobs,
 #: nothing that runs a program (-pp, -ppx), reads or writes other files, or loads code.  An
@@ -563,6 +564,17 @@ class BuildError(RuntimeError):
         return (type(self), (str(self), self.output))
 
 
+@dataclass(frozen=True)
+class PolicyChannel:
+    """A policy host's channel for ``build_benchmark`` (``dispatcher.policy_host``): ``base``
+    goes to every ``.ml`` compile; ``identity``, what determines the policy's answers, to each
+    unit's cache key in its place (the channel's path changes from build to build)."""
+
+    base: Path
+    identity: str
+    timeout: float | None = None  # seconds the compiler waits for an answer (None: its 60)
+
+
 class UnitCache(Protocol):
     """Where ``build_benchmark`` gets compiled units from instead of compiling them again."""
 
@@ -633,6 +645,7 @@ def build_benchmark(
     dump_decisions: bool = False,
     timeout: float = 300,
     unit_cache: UnitCache | None = None,
+    policy: PolicyChannel | None = None,
 ) -> BuildResult:
     """Copy the sources into ``outdir`` and compile them there into ``outdir/<name>.exe``.
 
@@ -643,7 +656,9 @@ def build_benchmark(
     passed otherwise, so a stock compiler works too. ``overrides`` may instead map unit names
     (``Series``) to files: each ``.ml`` gets its own unit's file, a unit not in the mapping
     none (the compiler only applies a file's entries for the unit it compiles, so this builds
-    the same as one file holding them all).  ``timeout`` bounds the whole build.
+    the same as one file holding them all).  ``policy`` adds ``-inlining-policy-channel`` (and
+    its timeout) to every ``.ml`` compile: a host must be serving it.  ``timeout`` bounds the
+    whole build.
 
     With ``unit_cache``, each unit's compile is looked up there first, under its inputs: the
     command (flags, the content of its overrides file), its source, the names of all sources,
@@ -728,6 +743,11 @@ def build_benchmark(
             if dump_decisions:
                 options.append("-dump-inlining-decisions")
                 keyed.append("-dump-inlining-decisions")
+            if policy is not None:
+                options += ["-inlining-policy-channel", str(policy.base)]
+                keyed += ["-inlining-policy-channel", "policy:" + policy.identity]
+                if policy.timeout is not None:
+                    options += ["-inlining-policy-timeout", f"{policy.timeout:g}"]
         cmd = [str(ocamlopt), *use_flags, *options, "-c", unit.source]
 
         def compile_unit(cmd: list[str] = cmd, unit: Unit = unit) -> tuple[list[str], str]:
