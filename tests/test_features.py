@@ -94,3 +94,13 @@ def test_version_1_and_2_dumps_read(compiler, tmp_path):
             parse_dump(bad, "bad.sexp")
         assert str(err.value).startswith("bad.sexp: ") and message in str(err.value)
         assert "\n" not in str(err.value)
+
+
+def test_features_are_deterministic(compiler, tmp_path):
+    """Same source, same options: byte-identical dumps, features included."""
+    (tmp_path / "main.ml").write_text(FEATURES_ML)
+    runs = []
+    for _ in range(2):
+        compile_units(compiler, tmp_path, ["main.ml"])
+        runs.append({p.name: p.read_bytes() for p in sorted(tmp_path.glob("*.decisions.sexp"))})
+    assert runs[0] == runs[1] and b"(features " in runs[0]["main.0.decisions.sexp"]

@@ -371,3 +371,16 @@ def test_observations_parse_as_the_compiler_writes_them():
             o.heuristic_guard) == (3, "Main", 1, "dont_inline", "prevented", "self_call")
     assert o.features.threshold is None and o.features.inline_attribute == "(unroll 2)"
     assert o.features.specialised_attribute == "never" and o.features.evaluation is None
+
+
+def test_run_benchmark_with_a_policy(tmp_path):
+    from tests.test_dispatcher import write_config
+    config = write_config(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "commands", "run-benchmark", "kahan",
+                           "--policy", "never-inline", "--config", str(config), "--runs", "1",
+                           "--no-compare"], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stdout.splitlines()
+    worker, label, time_s = line.split(",")
+    assert label == "policy:never-inline" and float(time_s) > 0
