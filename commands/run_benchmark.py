@@ -1,4 +1,5 @@
-"""``run-benchmark BENCH [decision.sexp]``: compile once, run on every worker slot."""
+"""``run-benchmark BENCH [decision.sexp] [--policy P]``: compile once, run on every worker
+slot."""
 from __future__ import annotations
 
 import statistics
@@ -21,6 +22,7 @@ from dispatcher.compiler import CompilerNotFound
 from dispatcher.config import MAX_RUNS, ConfigError, load_config
 from dispatcher.decisions import DecisionDump, DecisionFileError, read_overrides
 from dispatcher.measure import ReferenceFailed
+from dispatcher.policy import PolicyError, PolicySpec, parse_policy
 from dispatcher.records import RunResult
 from dispatcher.session import Session
 from dispatcher.store import StoreError
@@ -74,24 +76,30 @@ def cached_results(session: Session, job: RunJob) -> list[RunResult]:
 @click.option("--remeasure", is_flag=True,
               help="Measure even if this binary was measured before on this worker class.")
 @click.option("--compare/--no-compare", default=True, show_default=True,
-              help="With DECISIONS: also compare it with the heuristic build in pairs on one "
-                   "worker CPU, and print the speedup with its 95% interval.")
+              help="With DECISIONS or --policy: also compare it with the heuristic build in "
+                   "pairs on one worker CPU, and print the speedup with its 95% interval.")
+@click.option("--policy", "policy_name", metavar="POLICY",
+              help="Answer each of the compiler's decisions through its policy channel: "
+                   "heuristic, never-inline, or an overrides file such as an optimal.sexp "
+                   "(its decisions; the heuristic's elsewhere).  Overrides in DECISIONS win.")
 @backend_errors_in_one_line
 def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
                   config_path: Path | None, size: str | None, csv_only: bool, summary: bool,
-                  remeasure: bool, compare: bool) -> None:
+                  remeasure: bool, compare: bool, policy_name: str | None) -> None:
     """Compile BENCHMARK (a bundled name, or a directory's path: ./mine) with DECISIONS (an
     overrides file; none: the compiler's heuristic), run it on every worker slot and print one
-    CSV line per worker: worker, overrides file, run times in seconds.  With DECISIONS, the
-    summary also gives its speedup over the heuristic, measured as the search measures
-    candidates."""
+    CSV line per worker: worker, overrides file (or policy), run times in seconds.  With
+    DECISIONS or --policy, the summary also gives its speedup over the heuristic, measured as
+    the search measures candidates."""
     try:
+        policy: PolicySpec | None = parse_policy(policy_name) if policy_name else None
         config = load_config(config_path)
         bench = resolve_benchmark(benchmark)
         overrides = tuple(read_overrides(decisions)) if decisions else ()
         bench_size = bench.size(size or config.run.size)
         session = Session(config, compile_jobs=1)
-    except (ConfigError, ManifestError, DecisionFileError, CompilerNotFound, StoreError) as exc:
+    except (ConfigError, ManifestError, DecisionFileError, CompilerNotFound, StoreError,
+            PolicyError) as exc:
         raise click.ClickException(str(exc)) from None
     runs = runs or config.run.runs
     show_warnings()
@@ -101,7 +109,7 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
     speedup_line = None
     try:
         try:
-            compiled = session.compiler.compile(CompileJob(bench, overrides))
+            compiled = session.compiler.compile(CompileJob(bench, overrides, policy=policy))
         except OverridesMismatch as exc:
             raise click.ClickException(f"{decisions}: {exc}") from None
         except CompileError as exc:
@@ -126,7 +134,7 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
                     session.store.add_measurement(r, job)
                 except StoreError as exc:
                     errors.append(str(exc))
-        if (decisions and compare and not csv_only and results
+        if ((decisions or policy) and compare and not csv_only and results
                 and not any(r.failed for r in results)):
             speedup_line = compare_with_heuristic(session, bench, job, runs, remeasure)
     finally:
@@ -141,7 +149,8 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
                    "job measured before with the same binary, arguments, expected output and "
                    "settings (--remeasure to measure again)", err=True)
 
-    label = str(decisions) if decisions else "heuristic"
+    label = " ".join(str(x) for x in (decisions, policy and f"policy:{policy}") if x) \
+        or "heuristic"
     for r in results:
         click.echo(",".join([r.worker, label, *(f"{rec.wall_s:.6f}" if rec.usable
                                                  else "disturbed" if rec.failure is None

@@ -36,7 +36,8 @@ REQUIRED_SIZES = ("quick", "full")
 DEFAULT_FLAGS = ("-O3",)
 
 #: Options that build_benchmark manages itself; a manifest may not set them.
-RESERVED_FLAGS = ("-o", "-c", "-inlining-overrides", "-dump-inlining-decisions")
+RESERVED_FLAGS = ("-o", "-c", "-inlining-overrides", "-dump-inlining-decisions",
+                  "-inlining-policy-channel", "-inlining-policy-timeout")
 
 #: The compiler options a manifest may give: code generation and Flambda's inlining knobs,
 #: nothing that runs a program (-pp, -ppx), reads or writes other files, or loads code.  An
@@ -563,6 +564,17 @@ class BuildError(RuntimeError):
         return (type(self), (str(self), self.output))
 
 
+@dataclass(frozen=True)
+class PolicyChannel:
+    """A policy host's channel for ``build_benchmark`` (``dispatcher.policy_host``): ``base``
+    goes to every ``.ml`` compile; ``identity``, what determines the policy's answers, to each
+    unit's cache key in its place (the channel's path changes from build to build)."""
+
+    base: Path
+    identity: str
+    timeout: float | None = None  # seconds the compiler waits for an answer (None: its 60)
+
+
 class UnitCache(Protocol):
     """Where ``build_benchmark`` gets compiled units from instead of compiling them again."""
 
@@ -624,15 +636,17 @@ def _sha256(path: Path) -> str:
 
 
 def unit_command(ocamlopt: Path, flags: Sequence[str], unit: Unit, overrides: str | None,
-                 dump_decisions: bool) -> list[str]:
+                 dump_decisions: bool, channel: Sequence[str] = ()) -> list[str]:
     """The ``ocamlopt -c`` of one unit, run in the build directory; ``overrides``: the path
-    of its overrides file (only an implementation takes one)."""
+    of its overrides file, ``channel``: the policy channel's options (only an implementation
+    takes either)."""
     options: list[str] = []
     if unit.is_impl:
         if overrides is not None:
             options += ["-inlining-overrides", overrides]
         if dump_decisions:
             options.append("-dump-inlining-decisions")
+        options += channel
     return [str(ocamlopt), *flags, *options, "-c", unit.source]
 
 
@@ -673,6 +687,7 @@ def build_benchmark(
     dump_decisions: bool = False,
     timeout: float = 300,
     unit_cache: UnitCache | None = None,
+    policy: PolicyChannel | None = None,
 ) -> BuildResult:
     """Copy the sources into ``outdir`` and compile them there into ``outdir/<name>.exe``.
 
@@ -683,7 +698,9 @@ def build_benchmark(
     passed otherwise, so a stock compiler works too. ``overrides`` may instead map unit names
     (``Series``) to files: each ``.ml`` gets its own unit's file, a unit not in the mapping
     none (the compiler only applies a file's entries for the unit it compiles, so this builds
-    the same as one file holding them all).  ``timeout`` bounds the whole build.
+    the same as one file holding them all).  ``policy`` adds ``-inlining-policy-channel`` (and
+    its timeout) to every ``.ml`` compile: a host must be serving it.  ``timeout`` bounds the
+    whole build.
 
     With ``unit_cache``, each unit's compile is looked up there first, under its inputs: the
     command (flags, the content of its overrides file), its source, the names of all sources,
@@ -754,12 +771,19 @@ def build_benchmark(
     compiled = reused = 0
     for unit in units:
         own = per_unit.get(unit.module) if unit.is_impl else None
+        channel: list[str] = []
+        keyed_channel: list[str] = []  # the same, with the policy named by its identity
+        if policy is not None:
+            channel = ["-inlining-policy-channel", str(policy.base)]
+            keyed_channel = ["-inlining-policy-channel", "policy:" + policy.identity]
+            if policy.timeout is not None:
+                channel += ["-inlining-policy-timeout", f"{policy.timeout:g}"]
         cmd = unit_command(ocamlopt, use_flags, unit, None if own is None else str(own),
-                           dump_decisions)
+                           dump_decisions, channel)
         # the same, with the overrides file named by its content
         keyed = unit_command(Path(), use_flags, unit,
                              None if own is None else "sha256:" + _sha256(own),
-                             dump_decisions)[1 + len(use_flags):-2]
+                             dump_decisions, keyed_channel)[1 + len(use_flags):-2]
 
         def compile_unit(cmd: list[str] = cmd, unit: Unit = unit) -> tuple[list[str], str]:
             before = _snapshot(outdir)

@@ -12,6 +12,11 @@ compiles that unit, and the later ones only if its .cmi/.cmx changed; the link a
 The binary and dumps are byte-identical to a whole build (tested).  Two compiles needing the
 same unit at once compile it once.
 
+A job may name a policy (``CompileJob.policy``, ``dispatcher.policy``): the compile then starts
+a policy host (``dispatcher.policy_host``) that answers the compiler on its policy channel.
+The policy's identity joins the cache keys of that job and its units; a job without one has
+the key it always had.
+
 Entries the compiler would pass over silently are refused (``OverridesMismatch``): one for a
 unit the benchmark does not have, before compiling, and one for a round the compiler did not
 run for its unit, known from the dumps it wrote, before the candidate is stored.  A search's
@@ -30,9 +35,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from dispatcher.benchmark import Benchmark, BuildError, BuildResult, build_benchmark
+from dispatcher.benchmark import (
+    Benchmark,
+    BuildError,
+    BuildResult,
+    PolicyChannel,
+    build_benchmark,
+)
 from dispatcher.compiler import Compiler
 from dispatcher.decisions import DUMP_NAME, Override, overrides_text
+from dispatcher.policy import PolicyError, PolicySpec, load_policy
+from dispatcher.policy_host import PolicyHost
 from dispatcher.store import Artifact, Store, StoreError, compile_key, store_error, unit_key
 
 log = logging.getLogger(__name__)
@@ -63,6 +76,7 @@ class CompileJob:
     benchmark: Benchmark
     overrides: tuple[Override, ...] = ()
     flags: tuple[str, ...] | None = None  # None: the manifest's flags
+    policy: PolicySpec | None = None  # None: no policy channel (overrides and the heuristic)
 
     @property
     def effective_flags(self) -> tuple[str, ...]:
@@ -218,7 +232,8 @@ class CompileService:
 
     def key(self, job: CompileJob, source_hash: str | None = None) -> str:
         return compile_key(self.compiler.identity, source_hash or job.benchmark.source_hash(),
-                           job.effective_flags, overrides_text(job.overrides))
+                           job.effective_flags, overrides_text(job.overrides),
+                           job.policy.identity() if job.policy is not None else None)
 
     def submit(self, job: CompileJob) -> Future[CompileResult]:
         """Compile ``job`` (or find it stored); the calling thread holds the result's binary
@@ -320,6 +335,7 @@ class CompileService:
                 "compiler": self.compiler.identity,
                 "source_hash": source_hash,
                 "overrides": len(job.overrides), "built_on": built_on,
+                **({"policy": job.policy.identity()} if job.policy is not None else {}),
                 "units_compiled": result.units_compiled, "units_reused": result.units_reused})
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
@@ -332,18 +348,39 @@ class CompileService:
 
     def _build(self, job: CompileJob, build: Path,
                overrides: dict[str, Path]) -> tuple[BuildResult, str]:
-        """The build, on the remote builder if there is one -> its result and where it ran."""
+        """The build -> its result and where it ran: on the remote builder if there is one
+        and the job names no policy (the policy host serves the master's compiler only),
+        else here, with a policy host serving the job's policy if it names one.  What went
+        wrong on the host's side (its policy failed) comes first in the error: the compiler
+        only says that the host closed the channel."""
         builder = self._builder
-        if builder is not None:
+        if builder is not None and job.policy is None:
             try:
                 return builder.build(job.benchmark, build, self.compiler.ocamlopt,
                                      job.effective_flags, overrides, True), builder.name
             except BuilderLost as exc:
                 log.warning("%s: built on the master instead: %s", job.benchmark.name, exc)
                 shutil.rmtree(build, ignore_errors=True)
-        return build_benchmark(job.benchmark, build, self.compiler.ocamlopt,
-                               flags=job.effective_flags, overrides=overrides,
-                               dump_decisions=True, unit_cache=self.units), "master"
+
+        def run(policy: PolicyChannel | None = None) -> BuildResult:
+            return build_benchmark(job.benchmark, build, self.compiler.ocamlopt,
+                                   flags=job.effective_flags, overrides=overrides,
+                                   dump_decisions=True, unit_cache=self.units, policy=policy)
+
+        if job.policy is None:
+            return run(), "master"
+        try:
+            policy = load_policy(job.policy)
+        except PolicyError as exc:
+            raise CompileError(str(exc), "") from None
+        with PolicyHost(policy) as host:
+            try:
+                return run(PolicyChannel(host.base, job.policy.identity())), "master"
+            except BuildError as exc:
+                if host.errors:
+                    raise BuildError(f"{job.benchmark.name}: policy {job.policy}: "
+                                     f"{host.errors[0]} ({exc})", exc.output) from None
+                raise
 
     def close(self, wait: bool = True) -> None:
         """``wait=False``: queued compiles are cancelled and a running one stops before its

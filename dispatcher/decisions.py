@@ -1,27 +1,188 @@
 """The compiler's two s-expression files: decision dumps (read) and overrides (written).
 
-Formats are documented in ``compiler/README.md``; both are version 1.  A dump is what the
-patched ``ocamlopt`` reports it really did for one compilation unit and round; an overrides
-file pins decisions by the same keys, so a tool copies a dump, flips actions, feeds it back.
+Formats are documented in ``compiler/README.md``.  A dump is what the patched ``ocamlopt``
+reports it really did for one compilation unit and round (versions 1 and 2 are read; version 2
+adds each decision's features, ``Features``); an overrides file (version 1) pins decisions by
+the same keys, so a tool copies a dump, flips actions, feeds it back.
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import sexpdata
 
 from dispatcher.files import TextFileError, read_utf8, write_text_atomic
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # of the overrides file
+DUMP_VERSIONS = (1, 2)  # the decision dumps this module reads
 ACTIONS = ("inline", "dont_inline", "specialise")
+ADVICE = ("inline", "dont_inline", "default")  # a policy's answers (compiler/README.md)
 DUMP_NAME = re.compile(r"^(?P<prefix>.+)\.(?P<round>\d+)\.decisions\.sexp$")
 
 
 class DecisionFileError(ValueError):
     """A dump or overrides file that does not follow the documented format."""
+
+
+@dataclass(frozen=True)
+class Features:
+    """What the inliner knew of a call site when it decided it (dump version 2, and each
+    observation of the policy channel); every field is documented in compiler/README.md,
+    "Features".  The first group is always present; the second (from ``evaluation`` on) only
+    where the heuristic evaluated the site's benefit, else None.  ``row()`` gives one row of
+    a feature table."""
+
+    round: int
+    depth: int
+    args: int
+    known_args: int
+    callee_size: int
+    threshold: int | None  # None: no inlining budget left (the site is prevented)
+    toplevel: bool
+    branch_depth: int
+    recursive: bool
+    self_call: bool
+    in_loop: bool
+    in_recursive_function: bool
+    via_stub: bool
+    inline_attribute: str  # always | never | hint | default | (unroll N)
+    inlined_attribute: str
+    specialise_attribute: str  # always | never | default
+    specialised_attribute: str
+    evaluation: str | None = None
+    size_before: int | None = None
+    size_after: int | None = None
+    size_after_without_subfunctions: int | None = None
+    remove_call: int | None = None
+    remove_alloc: int | None = None
+    remove_prim: int | None = None
+    remove_branch: int | None = None
+    direct_call_of_indirect: int | None = None
+    requested_inline: int | None = None
+    evaluated_benefit: int | None = None
+    lifting: bool | None = None
+    accepted: bool | None = None
+
+    def row(self) -> dict[str, Any]:
+        """The features as one flat row (name -> value, None where absent)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+#: name -> kind (int, bool or str, from its annotation) of every feature.
+_FEATURE_KINDS = {f.name: str(f.type).split(" ")[0] for f in fields(Features)}
+#: The features every version-2 decision has (``threshold`` may be absent).
+_REQUIRED_FEATURES = tuple(f.name for f in fields(Features)
+                           if f.default is MISSING and f.name != "threshold")
+_EVALUATION_KINDS = ("inline_estimate", "inline", "inline_with_subfunctions", "specialise",
+                     "specialise_with_subfunctions")
+
+
+_INT_TEXT = re.compile(r"-?[0-9]+\Z")
+_ATTRIBUTE_TEXT = re.compile(r"(?:always|never|hint|default|\(unroll -?[0-9]+\))\Z")
+# One (name value) pair of a features list as the compiler writes it, and a whole list of them.
+_PAIR = r"\(([a-z_]+) (\(unroll -?[0-9]+\)|[^()\s\"]+)\)"
+_FEATURE_PAIR = re.compile(_PAIR)
+_FEATURES_BODY = re.compile(r"(?:\s*" + _PAIR + r")*\s*\Z")
+
+
+def _feature_value(name: str, text: str, where: str) -> Any:
+    """One feature's value from its text, checked against its type."""
+    kind = _FEATURE_KINDS.get(name)
+    if kind is None:
+        raise DecisionFileError(f"{where}: features: unknown field {name}")
+    if kind == "int":
+        if not _INT_TEXT.match(text):
+            raise DecisionFileError(f"{where}: features: {name}: expected an integer, got {text}")
+        return int(text)
+    if kind == "bool":
+        if text not in ("true", "false"):
+            raise DecisionFileError(f"{where}: features: {name}: expected true or false, "
+                                    f"got {text}")
+        return text == "true"
+    if name == "evaluation":
+        if text not in _EVALUATION_KINDS:
+            raise DecisionFileError(f"{where}: features: {name}: expected one of "
+                                    f"{', '.join(_EVALUATION_KINDS)}, got {text}")
+        return text
+    if not _ATTRIBUTE_TEXT.match(text):
+        raise DecisionFileError(f"{where}: features: {name}: expected always, never, hint, "
+                                f"default or (unroll N), got {text}")
+    return text
+
+
+def _evaluation(text: str) -> str:
+    if text not in _EVALUATION_KINDS:
+        raise ValueError(text)
+    return text
+
+
+def _attribute_text(text: str) -> str:
+    if not _ATTRIBUTE_TEXT.match(text):
+        raise ValueError(text)
+    return text
+
+
+_BOOLS = {"true": True, "false": False}
+#: name -> converter of its text (ValueError or KeyError when it is not one).
+_CONVERT: dict[str, Any] = {
+    name: (int if kind == "int" else _BOOLS.__getitem__ if kind == "bool"
+           else _evaluation if name == "evaluation" else _attribute_text)
+    for name, kind in _FEATURE_KINDS.items()}
+
+
+def _features(pairs: Sequence[tuple[str, str]], where: str) -> Features:
+    try:
+        values = {name: _CONVERT[name](text) for name, text in pairs}
+    except (KeyError, ValueError):
+        values = {}
+    if len(values) != len(pairs):  # something is wrong: find it, for its message
+        values = {}
+        for name, text in pairs:
+            if name in values:
+                raise DecisionFileError(f"{where}: features: {name} given twice")
+            values[name] = _feature_value(name, text, where)
+    missing = [n for n in _REQUIRED_FEATURES if n not in values]
+    if missing:
+        raise DecisionFileError(f"{where}: features: missing {', '.join(missing)}")
+    values.setdefault("threshold", None)
+    return Features(**values)
+
+
+def _text_of(value: Any) -> str:
+    """A feature's value, read as an s-expression, back as the text the compiler wrote."""
+    if isinstance(value, list):
+        return "(" + " ".join(_text_of(v) for v in value) + ")"
+    return _sym(value) or str(value)
+
+
+def parse_features(items: Sequence, where: str) -> Features:
+    """The fields of ``(features ...)`` (without its head), read as s-expressions, as a
+    ``Features``; a one-line DecisionFileError naming ``where`` and the field otherwise."""
+    pairs = []
+    for item in items:
+        name = _sym(item[0]) if isinstance(item, list) and len(item) == 2 else None
+        if name is None:
+            raise DecisionFileError(f"{where}: features: expected (name value), got "
+                                    f"{_text_of(item)}")
+        pairs.append((name, _text_of(item[1])))
+    return _features(pairs, where)
+
+
+def parse_features_text(body: str, where: str) -> Features:
+    """``parse_features`` from the text between ``(features`` and its closing parenthesis:
+    a dump is read for every candidate, and a regular expression reads the compiler's layout
+    several times faster than the s-expression reader."""
+    if _FEATURES_BODY.match(body):
+        return _features(_FEATURE_PAIR.findall(body), where)
+    try:
+        items = read_sexp("(" + body + ")")
+    except ValueError as exc:
+        raise DecisionFileError(f"{where}: features: not an s-expression ({exc})") from None
+    return parse_features(items, where)
 
 
 @dataclass(frozen=True)
@@ -33,10 +194,15 @@ class Decision:
     key: str
     callee: str
     action: str  # inline | dont_inline | specialise
-    reason: str  # heuristic | attribute | override | prevented
+    reason: str  # heuristic | attribute | override | policy | prevented
     guard: str | None = None  # what prevented it, when reason == "prevented"
     detail: str | None = None  # the heuristic's own reason, when reason == "heuristic"
     override: str | None = None  # the action an override asked for, if any
+    # Dump version 2 (None in version 1): what the inliner knew of the site; with a policy
+    # channel, the policy's advice and the heuristic's own action, which it may have replaced.
+    features: Features | None = None
+    advice: str | None = None  # inline | dont_inline | default
+    heuristic: str | None = None  # the heuristic's action, when a policy was asked
 
     @property
     def prevented(self) -> bool:
@@ -150,7 +316,21 @@ def read_sexp(text: str):
     return stack[0][0]
 
 
+# A decision's features in the compiler's layout (the last field of a decision's line, no
+# strings), cut out of the dump before the s-expression reader sees it and read by
+# ``parse_features_text``.
+_FEATURES_BLOCK = re.compile(r" \(features([^\"\n]*)\)\)\n")
+
+
 def parse_dump(text: str, source: str = "<dump>") -> DecisionDump:
+    blocks: list[str] = []
+
+    def cut(m: re.Match) -> str:
+        blocks.append(m.group(1))
+        return f" (features {len(blocks) - 1}))\n"
+
+    if "(features" in text:
+        text = _FEATURES_BLOCK.sub(cut, text)
     try:
         form = read_sexp(text)
     except ValueError:
@@ -162,8 +342,9 @@ def parse_dump(text: str, source: str = "<dump>") -> DecisionDump:
         raise DecisionFileError(f"{source}: expected (inlining_decisions ...)")
     top = _fields(form[1:], source)
     version = _one(top, "version", source)
-    if version != FORMAT_VERSION:
-        raise DecisionFileError(f"{source}: version {version}, expected {FORMAT_VERSION}")
+    if version not in DUMP_VERSIONS:
+        raise DecisionFileError(f"{source}: version {version}, expected one of "
+                                f"{', '.join(map(str, DUMP_VERSIONS))}")
     unit = _text(_one(top, "unit", source))
     round_ = int(_one(top, "round", source))
     ov = _fields(top.get("overrides", []), f"{source}: overrides")
@@ -178,12 +359,24 @@ def parse_dump(text: str, source: str = "<dump>") -> DecisionDump:
             reason = _sym(reason[0])
         else:
             reason = _text(reason)
+        features = None
+        if "features" in f:
+            if version < 2:
+                raise DecisionFileError(f"{where}: features in a version {version} dump")
+            value = f["features"]
+            if len(value) == 1 and isinstance(value[0], int) and 0 <= value[0] < len(blocks):
+                features = parse_features_text(blocks[value[0]], where)
+            else:
+                features = parse_features(value, where)
         decisions.append(Decision(
             unit=unit, round=round_, key=_text(_one(f, "key", where)),
             callee=_text(_one(f, "callee", where)), action=_text(_one(f, "action", where)),
             reason=reason, guard=guard,
             detail=_text(f["detail"][0]) if "detail" in f else None,
-            override=_text(f["override"][0]) if "override" in f else None))
+            override=_text(f["override"][0]) if "override" in f else None,
+            features=features,
+            advice=_text(f["advice"][0]) if "advice" in f else None,
+            heuristic=_text(f["heuristic"][0]) if "heuristic" in f else None))
     unmatched = ov.get("unmatched_keys", [[]])[0]
     return DecisionDump(
         unit=unit, round=round_, decisions=tuple(decisions),
@@ -200,6 +393,15 @@ def read_dump(path: Path | str) -> DecisionDump:
 def read_dumps(paths: Iterable[Path | str]) -> list[DecisionDump]:
     """Dumps sorted by (unit, round), the order every consumer wants."""
     return sorted((read_dump(p) for p in paths), key=lambda d: (d.unit, d.round))
+
+
+def feature_rows(dumps: Iterable[DecisionDump]) -> list[dict[str, Any]]:
+    """One row per decision that has features (version-2 dumps): its unit, round, key, callee,
+    action and reason, then every feature; what a feature table (``pandas.DataFrame(rows)``)
+    for training is made of."""
+    return [{"unit": d.unit, "round": d.round, "key": d.key, "callee": d.callee,
+             "action": d.action, "reason": d.reason, **d.features.row()}
+            for dump in dumps for d in dump.decisions if d.features is not None]
 
 
 def dump_files(directory: Path | str) -> list[Path]:

@@ -87,9 +87,14 @@ def _hash(obj) -> str:
 
 
 def compile_key(compiler_identity: str, source_hash: str, flags: tuple[str, ...],
-                overrides_text: str) -> str:
-    return _hash({"compiler": compiler_identity, "sources": source_hash, "flags": list(flags),
-                  "overrides": overrides_text})
+                overrides_text: str, policy: str | None = None) -> str:
+    """``policy`` (a policy's identity) joins the key only when a compile has one, so the keys
+    of every other compile are those they always were."""
+    identity = {"compiler": compiler_identity, "sources": source_hash, "flags": list(flags),
+                "overrides": overrides_text}
+    if policy is not None:
+        identity["policy"] = policy
+    return _hash(identity)
 
 
 def unit_key(compiler_identity: str, inputs: dict) -> str:

@@ -1,0 +1,210 @@
+"""Inlining policies: what answers the compiler's questions on the policy channel.
+
+The patched ``ocamlopt -inlining-policy-channel BASE`` sends one observation per decision (the
+call site's key, callee, features and the heuristic's own answer) and reads one advice:
+``inline``, ``dont_inline`` or ``default`` (compiler/README.md, "Policy channel").  A policy is
+any object with ``decide(observation) -> Advice`` (``Policy``); ``dispatcher.policy_host``
+serves one over the channel.
+
+A compile names its policy by a ``PolicySpec`` (hashable, part of the compile's cache key):
+``heuristic`` (always ``default``: the compiler's own heuristic), ``never-inline``
+(``dont_inline`` everywhere the compiler can keep a call) or an overrides file such as an
+``optimal.sexp`` (its action for a listed key, ``default`` for the others).  ``POLICY_KINDS``
+is the seam for more: a learned model is one more kind whose loader reads the model file and
+returns an object with ``decide``.
+"""
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import sexpdata
+
+from dispatcher.decisions import (
+    DecisionFileError,
+    Features,
+    Override,
+    overrides_text,
+    parse_features,
+    read_overrides,
+    read_sexp,
+)
+
+
+class Advice(str, enum.Enum):
+    """A policy's answer for one decision, as the channel spells it."""
+
+    INLINE = "inline"
+    DONT_INLINE = "dont_inline"
+    DEFAULT = "default"  # the compiler's heuristic decides
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be named or loaded; the message is one line."""
+
+
+class ObservationError(ValueError):
+    """An observation line that does not follow the protocol."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One decision the compiler asks about (an ``(observation ...)`` line)."""
+
+    seq: int  # its index in the session (one session per compilation unit)
+    unit: str
+    round: int
+    key: str
+    callee: str
+    heuristic_action: str  # what the heuristic did: inline | dont_inline | specialise
+    heuristic_reason: str  # heuristic | attribute | prevented
+    heuristic_guard: str | None  # what prevented it, when prevented
+    heuristic_detail: str | None  # the heuristic's own reason, when reason == heuristic
+    features: Features
+
+
+def _sym(x: object) -> str | None:
+    return x.value() if isinstance(x, sexpdata.Symbol) else None
+
+
+def _flat(x: object) -> str:
+    if isinstance(x, list):
+        return " ".join(_flat(y) for y in x)
+    return _sym(x) or str(x)
+
+
+def parse_observation(line: str) -> Observation:
+    """An ``(observation ...)`` line as the compiler writes it; ObservationError otherwise."""
+    try:
+        form = read_sexp(line)
+    except ValueError as exc:
+        raise ObservationError(f"not an s-expression ({exc})") from None
+    if not isinstance(form, list) or not form or _sym(form[0]) != "observation":
+        raise ObservationError("expected (observation ...)")
+    fields: dict[str, list] = {}
+    for item in form[1:]:
+        name = _sym(item[0]) if isinstance(item, list) and item else None
+        if name is None:
+            raise ObservationError(f"expected (field value ...), got {item!r}")
+        fields[name] = item[1:]
+    try:
+        heuristic = {_sym(i[0]): i[1] for i in fields["heuristic"]
+                     if isinstance(i, list) and len(i) == 2}
+        reason = heuristic["reason"]
+        guard = None
+        if isinstance(reason, list):  # (prevented GUARD)
+            guard = _flat(reason[1:])
+            reason = reason[0]
+        return Observation(
+            seq=int(fields["seq"][0]), unit=str(fields["unit"][0]),
+            round=int(fields["round"][0]), key=str(fields["key"][0]),
+            callee=str(fields["callee"][0]),
+            heuristic_action=_flat(heuristic["action"]), heuristic_reason=_flat(reason),
+            heuristic_guard=guard,
+            heuristic_detail=_flat(heuristic["detail"]) if "detail" in heuristic else None,
+            features=parse_features(fields["features"], "observation"))
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise ObservationError(f"malformed observation ({type(exc).__name__}: {exc})") from None
+
+
+class Policy(Protocol):
+    """Anything that answers the compiler's questions."""
+
+    def decide(self, observation: Observation) -> Advice:
+        ...
+
+
+class HeuristicPolicy:
+    """Always ``default``: the build is the heuristic's (what a policy is compared with)."""
+
+    def decide(self, observation: Observation) -> Advice:
+        return Advice.DEFAULT
+
+
+class NeverInlinePolicy:
+    """``dont_inline`` everywhere: only what the compiler's guards and stubs force is inlined."""
+
+    def decide(self, observation: Observation) -> Advice:
+        return Advice.DONT_INLINE
+
+
+class DecisionFilePolicy:
+    """The decisions of an overrides file (an ``optimal.sexp``): its action for a (unit, round,
+    key) it lists, ``default`` for any other.  ``specialise`` is answered ``default``: the
+    channel has no such advice (the heuristic specialises where it sees a benefit)."""
+
+    _ADVICE = {"inline": Advice.INLINE, "dont_inline": Advice.DONT_INLINE,
+               "specialise": Advice.DEFAULT}
+
+    def __init__(self, overrides: tuple[Override, ...]):
+        self.table = {(o.unit, o.round, o.key): self._ADVICE[o.action] for o in overrides}
+
+    def decide(self, observation: Observation) -> Advice:
+        return self.table.get((observation.unit, observation.round, observation.key),
+                              Advice.DEFAULT)
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy as a compile names it: its kind and what it was loaded from.  Frozen and
+    hashable: ``identity()`` joins the compile's cache key."""
+
+    kind: str  # a key of POLICY_KINDS
+    source: str = ""  # where it came from (a file), for messages
+    overrides: tuple[Override, ...] = ()  # kind "decisions"
+
+    def identity(self) -> str:
+        """What determines the policy's answers (not where it was read from)."""
+        if self.kind == "decisions":
+            digest = hashlib.sha256(overrides_text(self.overrides).encode()).hexdigest()
+            return f"decisions:sha256:{digest}"
+        return self.kind
+
+    def __str__(self) -> str:
+        return self.source or self.kind
+
+
+#: Policy kinds: name -> a loader from a spec to a policy object.  A learned model (trained
+#: over the dumps' features) is one more entry: its loader reads the model file named by the
+#: spec and returns an object with ``decide``.
+POLICY_KINDS: dict[str, Callable[[PolicySpec], Policy]] = {
+    "heuristic": lambda spec: HeuristicPolicy(),
+    "never-inline": lambda spec: NeverInlinePolicy(),
+    "decisions": lambda spec: DecisionFilePolicy(spec.overrides),
+}
+
+_NAMED = ("heuristic", "never-inline")
+_PATH_LIKE = re.compile(r"[/\\]|\.sexp$")
+
+
+def parse_policy(text: str) -> PolicySpec:
+    """A policy from its name on a command line: ``heuristic``, ``never-inline``, or the path
+    of an overrides file (read and checked now, so a bad file is refused before anything is
+    compiled).  PolicyError, in one line, for anything else."""
+    if text in _NAMED:
+        return PolicySpec(text)
+    if _PATH_LIKE.search(text) or Path(text).exists():
+        try:
+            overrides = tuple(read_overrides(text))
+        except DecisionFileError as exc:
+            raise PolicyError(f"policy {text}: {exc}") from None
+        except OSError as exc:
+            raise PolicyError(f"policy {text}: cannot read ({exc.strerror or exc})") from None
+        return PolicySpec("decisions", source=text, overrides=overrides)
+    raise PolicyError(f"policy {text!r}: expected {', '.join(_NAMED)} or the path of an "
+                      f"overrides file (.sexp)")
+
+
+def load_policy(spec: PolicySpec) -> Policy:
+    """The policy object a spec names."""
+    loader = POLICY_KINDS.get(spec.kind)
+    if loader is None:
+        raise PolicyError(f"policy kind {spec.kind!r}: expected one of "
+                          f"{', '.join(POLICY_KINDS)}")
+    return loader(spec)
+
