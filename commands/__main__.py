@@ -17,6 +17,8 @@ COMMANDS = {
     "assign-rewards": "commands.assign_rewards:assign_rewards",
     "run-all-benchmarks": "commands.run_all_benchmarks:run_all_benchmarks",
     "store-gc": "commands.store_gc:store_gc",
+    "train-policy": "commands.train_policy:train_policy",
+    "run-plugin-benchmark": "commands.run_plugin_benchmark:run_plugin_benchmark",
 }
 
 

@@ -157,29 +157,51 @@ class PolicySpec:
     kind: str  # a key of POLICY_KINDS
     source: str = ""  # where it came from (a file), for messages
     overrides: tuple[Override, ...] = ()  # kind "decisions"
+    digest: str = ""  # kind "learned": the sha256 of its policy file
 
     def identity(self) -> str:
         """What determines the policy's answers (not where it was read from)."""
         if self.kind == "decisions":
             digest = hashlib.sha256(overrides_text(self.overrides).encode()).hexdigest()
             return f"decisions:sha256:{digest}"
+        if self.kind == "learned":
+            return f"learned:sha256:{self.digest}"
         return self.kind
 
     def __str__(self) -> str:
         return self.source or self.kind
 
 
-#: Policy kinds: name -> a loader from a spec to a policy object.  A learned model (trained
-#: over the dumps' features) is one more entry: its loader reads the model file named by the
-#: spec and returns an object with ``decide``.
+class LearnedPolicy:
+    """A classifier ``train-policy`` trained (``analysis.policy_training``): its answer for
+    the site's features.  A site the heuristic did not decide freely (an attribute forced it,
+    or a guard prevented it) is answered ``default``, as the policy was trained on sites
+    whose decision could change."""
+
+    def __init__(self, spec: PolicySpec):
+        from analysis.policy_training import TrainingError, load_policy  # policy -> analysis
+        try:
+            self.trained = load_policy(Path(spec.source))
+        except TrainingError as exc:
+            raise PolicyError(f"policy {spec.source}: {exc}") from None
+
+    def decide(self, observation: Observation) -> Advice:
+        if observation.heuristic_reason != "heuristic":
+            return Advice.DEFAULT
+        return Advice(self.trained.advise(observation.features.row()))
+
+
+#: Policy kinds: name -> a loader from a spec to a policy object.
 POLICY_KINDS: dict[str, Callable[[PolicySpec], Policy]] = {
     "heuristic": lambda spec: HeuristicPolicy(),
     "never-inline": lambda spec: NeverInlinePolicy(),
     "decisions": lambda spec: DecisionFilePolicy(spec.overrides),
+    "learned": LearnedPolicy,
 }
 
 _NAMED = ("heuristic", "never-inline")
 _PATH_LIKE = re.compile(r"[/\\]|\.sexp$")
+LEARNED_SUFFIX = ".policy"  # what train-policy writes
 
 
 def parse_policy(text: str) -> PolicySpec:
@@ -188,6 +210,14 @@ def parse_policy(text: str) -> PolicySpec:
     compiled).  PolicyError, in one line, for anything else."""
     if text in _NAMED:
         return PolicySpec(text)
+    if text.endswith(LEARNED_SUFFIX):
+        try:
+            digest = hashlib.sha256(Path(text).read_bytes()).hexdigest()
+        except OSError as exc:
+            raise PolicyError(f"policy {text}: cannot read ({exc.strerror or exc})") from None
+        spec = PolicySpec("learned", source=str(Path(text).resolve()), digest=digest)
+        load_policy(spec)  # a file that is not a policy is refused before anything compiles
+        return spec
     if _PATH_LIKE.search(text) or Path(text).exists():
         try:
             overrides = tuple(read_overrides(text))
@@ -196,8 +226,9 @@ def parse_policy(text: str) -> PolicySpec:
         except OSError as exc:
             raise PolicyError(f"policy {text}: cannot read ({exc.strerror or exc})") from None
         return PolicySpec("decisions", source=text, overrides=overrides)
-    raise PolicyError(f"policy {text!r}: expected {', '.join(_NAMED)} or the path of an "
-                      f"overrides file (.sexp)")
+    raise PolicyError(f"policy {text!r}: expected {', '.join(_NAMED)}, the path of an "
+                      f"overrides file (.sexp) or of a policy file train-policy wrote "
+                      f"({LEARNED_SUFFIX})")
 
 
 def load_policy(spec: PolicySpec) -> Policy:

@@ -338,8 +338,16 @@ def test_a_failing_policy_is_one_compile_error(compiler, tmp_path, monkeypatch):
 def test_bad_policy_names_and_files_in_one_line(tmp_path):
     with pytest.raises(PolicyError) as err:
         parse_policy("bogus")
-    assert str(err.value) == ("policy 'bogus': expected heuristic, never-inline or the path "
-                              "of an overrides file (.sexp)")
+    assert str(err.value) == ("policy 'bogus': expected heuristic, never-inline, the path "
+                              "of an overrides file (.sexp) or of a policy file train-policy "
+                              "wrote (.policy)")
+    (tmp_path / "junk.policy").write_text("not a pickle")
+    for name, message in ((str(tmp_path / "none.policy"), "cannot read"),
+                          (str(tmp_path / "junk.policy"), "not a policy file")):
+        with pytest.raises(PolicyError) as err:
+            parse_policy(name)
+        assert str(err.value).startswith(f"policy {name}") and message in str(err.value)
+        assert "\n" not in str(err.value)
     (tmp_path / "bad.sexp").write_text("(inlining_overrides (version 1) (overrides oops))")
     for name, message in ((str(tmp_path / "none.sexp"), "cannot read"),
                           (str(tmp_path / "bad.sexp"), "expected")):
