@@ -24,7 +24,7 @@ from dispatcher.benchmark import (
     load_benchmark,
     resolve_benchmark,
 )
-from dispatcher.compiler import CompilerNotFound
+from dispatcher.compiler import PREFIX_ENV, CompilerNotFound
 from dispatcher.config import (
     MAX_CHAINS,
     MAX_RUNS,
@@ -201,7 +201,8 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
                     exp = new_experiment(bench, k, config, slots, worker_class,
                                          algorithm=algorithm, steps=steps, seed=seed, size=size,
                                          runs=runs, max_pairs=max_pairs,
-                                         chains=sharing.get(worker_class, 1))
+                                         chains=sharing.get(worker_class, 1),
+                                         compiler=session.compiler.compiler.identity)
                     path = s.rundirs / rundir_name(bench, exp.algorithm, exp.seed, stamp)
                     exp = exp.model_copy(update={"rundir": str(path.resolve())})
                     bench.size(exp.size)  # an unknown size fails before anything starts
@@ -210,6 +211,13 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
                     rd = Rundir.create(path, exp, config.raw)
                     log_experiment(s.batch_log, rd)
                 experiment = rd.experiment
+                identity = session.compiler.compiler.identity
+                if experiment.compiler is not None and experiment.compiler != identity:
+                    raise RundirError(
+                        f"{rd.path}: its candidates were compiled by compiler "
+                        f"{experiment.compiler[:16]}, not by this one ({identity[:16]}, "
+                        f"{session.compiler.compiler.prefix}): resume it with that compiler "
+                        f"(${PREFIX_ENV}=<its prefix>)")
                 # Version 1 rundirs did not record their class: the first one, as then.
                 worker_class = experiment.worker_class or classes[0]
                 if worker_class not in classes:

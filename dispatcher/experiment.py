@@ -646,7 +646,7 @@ def new_experiment(bench: Benchmark, chain: int, config, slots: int, worker_clas
                    algorithm: str | None = None, steps: int | None = None,
                    seed: int | None = None, size: str | None = None,
                    runs: int | None = None, max_pairs: int | None = None,
-                   chains: int = 1) -> Experiment:
+                   chains: int = 1, compiler: str | None = None) -> Experiment:
     """The experiment record of a new chain: the config's search settings, then overrides.
     ``slots``: the worker slots of its class; ``chains``: the chains sharing them (an
     asynchronous chain keeps its share of the slots in flight, recorded so that a resume
@@ -665,7 +665,7 @@ def new_experiment(bench: Benchmark, chain: int, config, slots: int, worker_clas
         t_start=s.t_start, t_end=s.t_end,
         remeasure_every=s.remeasure_every, max_flips=s.max_flips, worker_class=worker_class,
         max_pairs=max_pairs or m.max_pairs, half_width=m.half_width, canary_every=m.canary_every,
-        confirm=m.confirm)
+        confirm=m.confirm, compiler=compiler)
 
 
 def params_of(experiment: Experiment, config) -> SearchParams:

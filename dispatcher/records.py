@@ -11,7 +11,8 @@ record what the agent measured but version 1 dropped (``stdout_sha256``, ``stdou
 ``cpus_allowed``).  Version 3 adds ``profile.json`` (``HotFunctions``): where the
 baseline spent its time, which biases the search's flips, so a resume must see it.  Version 4
 (this one) adds the asynchronous search (``Experiment.mode``): ``propose`` events and the
-``proposals/`` files they name, and the proposal a step judged.  Older rundirs are read as
+``proposals/`` files they name, and the proposal a step judged; and the compiler's identity
+(``Experiment.compiler``), which a resume must match.  Older rundirs are read as
 they are (missing fields take their defaults: synchronous steps; no profile: every site
 alike, as they were searched); a newer version is refused.
 """
@@ -276,7 +277,10 @@ class Experiment(Record):
     # is one candidate, judged when it lands, with in_flight candidates kept in flight.
     mode: SearchMode = "sync"
     in_flight: Optional[int] = None  # async only
-    later_fields: ClassVar[frozenset[str]] = frozenset({"mode", "in_flight"})
+    # Version 4: the compiler's identity (sha256 of its ocamlopt): a resume with another
+    # compiler would mix two compilers' binaries in one chain, so it is refused.
+    compiler: Optional[str] = None
+    later_fields: ClassVar[frozenset[str]] = frozenset({"mode", "in_flight", "compiler"})
 
 
 def check_version(version: Any, where: str) -> None:

@@ -24,6 +24,8 @@ def trained(tmp_path_factory, compiler):
     run = _cli("run_training_experiments", "--config", str(cfg), "--tasks", str(tmp / "tasks"),
                "--steps", "6", cwd=tmp)
     assert run.returncode == 0, run.stderr
+    for experiment in (tmp / "rundirs").glob("*/experiment.json"):  # what a resume checks
+        assert json.loads(experiment.read_text())["compiler"] == compiler.identity
     rewards = _cli("assign-rewards", "--batch-log", str(tmp / "batch.log"), "--out",
                    str(tmp / "rewards"), "--model", "ridge", "--gamma", "0.8", "--alpha", "0.01",
                    "--target", "log", "--bootstrap", "10", cwd=tmp)

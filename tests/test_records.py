@@ -327,3 +327,23 @@ def test_golden_v4_async_resumes_exactly_with_a_fresh_store(compiler, tmp_path):
             (V4 / d / "overrides.sexp").read_text() == \
             (V4 / records.proposal_file(n)).read_text()
     assert isinstance(events[-1], FinishEvent) and events[-1].reason == "completed"
+
+
+def test_resume_refuses_a_rundir_made_by_another_compiler(compiler, tmp_path):
+    """Its baseline and candidates would be one compiler's binaries, its new steps another's."""
+    rundir = relocated(V2, tmp_path, keep_steps=2)
+    data = json.loads((rundir / "experiment.json").read_text())
+    (rundir / "experiment.json").write_text(json.dumps({**data, "compiler": "ab" * 32}))
+    journal = (rundir / "journal.jsonl").read_bytes()
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"store": str(tmp_path / "store"),
+                                      "local": {"cpus": [max(os.sched_getaffinity(0))]}}))
+    proc = subprocess.run([sys.executable, "-m", "commands", "run_training_experiments",
+                           "--config", str(config), "--resume", str(rundir)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        f"Error: {rundir}: its candidates were compiled by compiler abababababababab, not by "
+        f"this one ({compiler.identity[:16]}, {compiler.prefix}): resume it with that compiler "
+        "($INLINING_COMPILER_PREFIX=<its prefix>)")
+    assert (rundir / "journal.jsonl").read_bytes() == journal  # nothing appended
