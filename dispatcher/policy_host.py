@@ -142,11 +142,11 @@ class PolicyHost:
     def _serve_sessions(self) -> None:
         pending = b""
         session: Session | None = None
+        # poll, not select: a master's descriptors may be numbered past select's 1024
+        poller = select.poll()
+        poller.register(self._out_fd, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
         while True:
-            # poll, not select: a master's descriptors may be numbered past select's 1024
-            poller = select.poll()
-            poller.register(self._out_fd, select.POLLIN)
-            poller.register(self._wake_r, select.POLLIN)
             ready = {fd for fd, _ in poller.poll()}
             if self._wake_r in ready:
                 break
@@ -159,8 +159,10 @@ class PolicyHost:
                 # would report end of file for ever, and the new one is there before the
                 # old one goes, so a compiler's open never finds no reader.
                 fresh = os.open(self.out_path, os.O_RDONLY | os.O_NONBLOCK)
+                poller.unregister(self._out_fd)
                 os.close(self._out_fd)
                 self._out_fd = fresh
+                poller.register(fresh, select.POLLIN)
                 if session is not None:
                     self._end(session, "the compiler closed its end without (end)")
                     session = None

@@ -381,6 +381,36 @@ def test_observations_parse_as_the_compiler_writes_them():
     assert o.features.specialised_attribute == "never" and o.features.evaluation is None
 
 
+def test_the_fast_observation_reader_reads_as_the_generic_one(compiler, tmp_path,
+                                                              monkeypatch):
+    """Every line real compiles of two benchmarks sent reads the same through the fast
+    path (regular expressions on the compiler's layout) and the s-expression reader."""
+    import dispatcher.policy_host as host_module
+    from dispatcher.benchmark import PolicyChannel, build_benchmark
+    from dispatcher.policy import HeuristicPolicy, parse_observation_generic
+    lines: list[str] = []
+    real = host_module.parse_observation
+    monkeypatch.setattr(host_module, "parse_observation",
+                        lambda line: (lines.append(line), real(line))[1])
+    for name in ("kahan", "bdd"):
+        with PolicyHost(HeuristicPolicy()) as host:
+            build_benchmark(resolve_benchmark(name), tmp_path / name, compiler.ocamlopt,
+                            dump_decisions=True, policy=PolicyChannel(host.base, "h"))
+    assert len(lines) > 500
+    import dispatcher.policy as policy_module
+    fast = [policy_module._OBSERVATION_HEAD.match(
+        line[:policy_module._OBSERVATION_FEATURES.search(line).start()] + ")") is not None
+        for line in lines]
+    assert sum(fast) > 0.95 * len(lines)  # the fast path is the one taken
+    reasons = set()
+    for line in lines:
+        o = real(line)
+        assert o == parse_observation_generic(line), line
+        reasons.add((o.heuristic_reason, o.heuristic_detail is not None,
+                     o.features.evaluation is not None))
+    assert len(reasons) >= 3  # prevented, attribute or heuristic; with and without details
+
+
 def test_run_benchmark_with_a_policy(tmp_path):
     from tests.test_dispatcher import write_config
     config = write_config(tmp_path)
