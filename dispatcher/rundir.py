@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -300,8 +301,10 @@ class Rundir:
     def journal_path(self) -> Path:
         return self.path / JOURNAL
 
-    @property
+    @functools.cached_property
     def experiment(self) -> Experiment:
+        """Read once: what was asked of a chain never changes while it runs, and a master
+        must not stop over an edit of the file under it."""
         try:
             return read_experiment(self.path / EXPERIMENT)
         except RecordError as exc:
