@@ -168,7 +168,10 @@ def choose(rng: random.Random, campaign: Campaign, events: list) -> tuple[str, f
         return "baseline:1", None
     last = max((e.step for e in events if isinstance(e, StepEvent)), default=0)
     total = sum(campaign.kills.values())
-    if total >= KILLS - 2 or last >= STEPS:  # the end: the confirmation, then finish
+    # The end (the confirmation, then finish) only once the kills are all but done: it ends
+    # with one or two kills (one if a random kill already fell after the confirmation), and
+    # no life may finish the run before then.
+    if total >= KILLS - 1:
         return ("confirm:1,finish:1" if not campaign.kills["confirm"] else "finish:1"), None
     upcoming = last + 1
     if last >= STEPS - 1:  # keep the last step for the end: no progress until then
