@@ -81,7 +81,7 @@ def site_features(session: Session, bench: Benchmark) -> pd.DataFrame:
     """One row per decision of the heuristic build: unit, round, key and its features."""
     try:
         built = session.compiler.compile(CompileJob(bench))
-    except CompileError as exc:
+    except (CompileError, StoreError) as exc:
         _fail(f"{bench.name}: {exc}")
     rows = []
     for dump in built.artifact.dumps():
@@ -158,11 +158,14 @@ def train_policy(benchmarks, rewards_dir, model, hyper, threshold, classifier, o
         click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     chosen = choose(scores, names_to_try)
     policy = train(ts, chosen, threshold)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    save_policy(policy, out)
-    if not scores.empty:
-        with atomic_output(out.with_name(out.name + ".scores.csv")) as tmp:
-            scores.to_csv(tmp, index=False)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        save_policy(policy, out)
+        if not scores.empty:
+            with atomic_output(out.with_name(out.name + ".scores.csv")) as tmp:
+                scores.to_csv(tmp, index=False)
+    except OSError as exc:
+        _fail(f"{out}: cannot write the policy ({exc.strerror or exc})")
     click.echo(f"{chosen} trained on {', '.join(policy.benchmarks)}: {out}")
 
 

@@ -270,7 +270,9 @@ def _one(fields: dict, name: str, where: str):
 
 # The compiler's writer (``sexp_string`` in the patch) escapes only these four characters.
 _GAP = r'(?:\s|;[^\n]*(?:\n|\Z))*'  # blanks and ;-comments (a comment runs to the line's end)
-_TOKEN = re.compile(_GAP + r'(?:(\()|(\))|"((?:[^"\\]|\\["\\nt])*)"|([^\s()";]+))')
+#: The inside of a string as the compiler writes it (the four escapes above).
+STRING_BODY = r'(?:[^"\\]|\\["\\nt])*'
+_TOKEN = re.compile(_GAP + r'(?:(\()|(\))|"(' + STRING_BODY + r')"|([^\s()";]+))')
 _SPACE = re.compile(_GAP + r'\Z')
 _ESCAPE = re.compile(r'\\(.)')
 _UNESCAPE = {'"': '"', "\\": "\\", "n": "\n", "t": "\t"}
@@ -300,8 +302,7 @@ def read_sexp(text: str):
             top = stack[-1]
             top.append(done)
         elif string is not None:
-            top.append(_ESCAPE.sub(lambda e: _UNESCAPE[e.group(1)], string)
-                       if "\\" in string else string)
+            top.append(unescape(string))
         elif _INT.match(atom):
             top.append(int(atom))
         else:
@@ -457,7 +458,8 @@ def _atom(text: str):
     return int(text) if _INT.match(text) else sexpdata.Symbol(text)
 
 
-def _unescape(s: str) -> str:
+def unescape(s: str) -> str:
+    """The text of a string the compiler wrote, its escapes undone."""
     return _ESCAPE.sub(lambda e: _UNESCAPE[e.group(1)], s) if "\\" in s else s
 
 
@@ -588,8 +590,8 @@ def parse_overrides(text: str, source: str = "<overrides>") -> list[Override]:
     for i, entry in enumerate(entries):
         if rows is not None:
             unit_string, unit_atom, round_, key, action = entry
-            unit = unit_atom if unit_string is None else _unescape(unit_string)
-            key = _unescape(key)
+            unit = unit_atom if unit_string is None else unescape(unit_string)
+            key = unescape(key)
             if (unit and key and action in ACTIONS and len(round_) <= 8
                     and (unit_atom is None or unit_atom[0].isalpha())):
                 o = Override(unit, int(round_), key, action)

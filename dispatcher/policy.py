@@ -26,6 +26,7 @@ from typing import Protocol
 import sexpdata
 
 from dispatcher.decisions import (
+    STRING_BODY,
     DecisionFileError,
     Features,
     Override,
@@ -34,6 +35,7 @@ from dispatcher.decisions import (
     parse_features_text,
     read_overrides,
     read_sexp,
+    unescape,
 )
 
 
@@ -83,19 +85,16 @@ def _flat(x: object) -> str:
 _OBSERVATION_FEATURES = re.compile(r" \(features([^\"\n]*)\)\)\s*$")
 
 
-_STRING = r'"((?:[^"\\]|\\["\\nt])*)"'
+def _string(name: str) -> str:
+    return f'"(?P<{name}>{STRING_BODY})"'
+
+
 _OBSERVATION_HEAD = re.compile(
-    r'\(observation \(seq (?P<seq>[0-9]+)\) \(unit ' + _STRING.replace("((", "(?P<unit>(", 1)
-    + r'\) \(round (?P<round>[0-9]+)\) \(key ' + _STRING.replace("((", "(?P<key>(", 1)
-    + r'\) \(callee ' + _STRING.replace("((", "(?P<callee>(", 1)
+    r'\(observation \(seq (?P<seq>[0-9]+)\) \(unit ' + _string("unit")
+    + r'\) \(round (?P<round>[0-9]+)\) \(key ' + _string("key")
+    + r'\) \(callee ' + _string("callee")
     + r'\) \(heuristic \(action (?P<action>[a-z_]+)\) \(reason (?:(?P<reason>[a-z_]+)|'
     r'\(prevented (?P<guard>[a-z_]+)\))\)(?: \(detail (?P<detail>[a-z_]+)\))?\)\)$')
-_ESCAPED = re.compile(r"\\(.)")
-_UNESCAPED = {'"': '"', "\\": "\\", "n": "\n", "t": "\t"}
-
-
-def _unescape(text: str) -> str:
-    return _ESCAPED.sub(lambda e: _UNESCAPED[e.group(1)], text) if "\\" in text else text
 
 
 def parse_observation(line: str) -> Observation:
@@ -110,8 +109,8 @@ def parse_observation(line: str) -> Observation:
         return parse_observation_generic(line)
     try:  # the compiler's own layout: no s-expression reader needed
         return Observation(
-            seq=int(head["seq"]), unit=_unescape(head["unit"]), round=int(head["round"]),
-            key=_unescape(head["key"]), callee=_unescape(head["callee"]),
+            seq=int(head["seq"]), unit=unescape(head["unit"]), round=int(head["round"]),
+            key=unescape(head["key"]), callee=unescape(head["callee"]),
             heuristic_action=head["action"], heuristic_reason=head["reason"] or "prevented",
             heuristic_guard=head["guard"], heuristic_detail=head["detail"],
             features=parse_features_text(cut.group(1), "observation"))

@@ -84,6 +84,9 @@ def test_bad_inputs_are_one_line(trained):
          f"train-policy: {tmp / 'nowhere'}: no such rewards directory"),
         (("train-policy", "--rewards", str(tmp / "rewards"), "lens"),
          "train-policy: unknown benchmark lens"),
+        (("train-policy", "--rewards", str(tmp / "rewards"), "--classifier", "logistic",
+          "--out", "/proc/nowhere/p.policy"),
+         "train-policy: /proc/nowhere/p.policy: cannot write the policy"),
     ]
     for args, start in cases:
         r = _cli(*args, "--config", str(cfg), cwd=tmp)
