@@ -18,7 +18,7 @@ Best speedup: baseline geomean / geomean of the best candidate's times (the jour
 still step 0, plus the new runs of every ``remeasure`` of the same dir or of the same binary).
 Its 95% confidence interval is a Welch t-interval for the
 difference of the mean log times (baseline minus candidate), exponentiated
-(``dispatcher.stats.speedup_ci``; the t quantile for the fractional Welch degrees of freedom
+(``dispatcher.core.stats.speedup_ci``; the t quantile for the fractional Welch degrees of freedom
 comes from scipy).
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 import click
 
 from analysis.export import experiment_info
-from dispatcher.records import (
+from dispatcher.core.records import (
     BaselineEvent,
     BatchEntry,
     CanaryEvent,
@@ -47,8 +47,8 @@ from dispatcher.records import (
     StepEvent,
     pooled_pairs,
 )
-from dispatcher.rundir import RundirError, read_batch_log, read_journal
-from dispatcher.stats import paired_speedup_ci, speedup_ci
+from dispatcher.core.rundir import RundirError, read_batch_log, read_journal
+from dispatcher.core.stats import paired_speedup_ci, speedup_ci
 
 STALE_AFTER_S = 3600.0
 

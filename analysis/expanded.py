@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import scipy.sparse as sp
 
-from dispatcher.tree import CALL, DONT_INLINE, INLINE, SPECIALISE, Node, Tree
+from dispatcher.core.tree import CALL, DONT_INLINE, INLINE, SPECIALISE, Node, Tree
 
 INLINE_COL, OUT_COL = "inline", "out"
 

@@ -31,8 +31,8 @@ from typing import Any
 
 import pandas as pd
 
-from dispatcher.files import atomic_output
-from dispatcher.records import (
+from dispatcher.core.files import atomic_output
+from dispatcher.core.records import (
     BaselineEvent,
     CanaryEvent,
     ConfirmEvent,
@@ -50,7 +50,7 @@ from dispatcher.records import (
     read_experiment,
     read_results,
 )
-from dispatcher.rundir import read_journal
+from dispatcher.core.rundir import read_journal
 
 BASE_COLUMNS = ("benchmark", "rundir", "step", "candidate", "dir", "mutation", "accepted",
                 "energy", "inlined", "not_inlined", "prevented", "kind", "remeasured_at",

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dispatcher.records import (
+from dispatcher.core.records import (
     BaselineEvent,
     ConfirmEvent,
     Event,
@@ -34,9 +34,9 @@ from dispatcher.records import (
     read_experiment,
     read_results,
 )
-from dispatcher.rundir import MEASUREMENTS, RundirError, read_journal
-from dispatcher.stats import paired_speedup_ci
-from dispatcher.tree import Tree, TreeError
+from dispatcher.core.rundir import MEASUREMENTS, RundirError, read_journal
+from dispatcher.core.stats import paired_speedup_ci
+from dispatcher.core.tree import Tree, TreeError
 
 COLUMNS = ("benchmark", "chain", "step", "candidate", "dir", "tree", "sha256", "mutation",
            "failed", "error", "speedup", "ci_low", "ci_high", "pairs", "confirmed",

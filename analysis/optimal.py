@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from analysis.expanded import ExpandedTree
-from dispatcher.decisions import Override
-from dispatcher.tree import CALL, DONT_INLINE, INLINE
+from dispatcher.core.decisions import Override
+from dispatcher.core.tree import CALL, DONT_INLINE, INLINE
 
 
 @dataclass(frozen=True)

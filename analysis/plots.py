@@ -19,9 +19,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from analysis.export import experiment_info
-from dispatcher.files import atomic_output
-from dispatcher.records import ConfirmEvent, RemeasureEvent, StepEvent
-from dispatcher.rundir import read_journal
+from dispatcher.core.files import atomic_output
+from dispatcher.core.records import ConfirmEvent, RemeasureEvent, StepEvent
+from dispatcher.core.rundir import read_journal
 
 
 def plot_experiment(rundir: Path) -> Path:

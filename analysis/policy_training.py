@@ -4,7 +4,7 @@ A call site's label comes from its *net* reward (what inlining it adds, ``analys
 and a threshold ``t`` on it, as the research tool labelled: ``inline`` when the net reward is
 above ``t``, ``dont_inline`` below ``-t``, ``default`` (does not matter: the heuristic decides)
 in between.  Its features are those the inliner saw at the site (the decision dump's
-``features``, ``dispatcher.decisions``), so the policy host can ask the same questions of a
+``features``, ``dispatcher.core.decisions``), so the policy host can ask the same questions of a
 program the policy never saw.  A classifier (scikit-learn: logistic regression, gradient-boosted
 trees, a small MLP) is validated leave-one-benchmark-out (each benchmark held out in turn:
 scores on programs the classifier did not see), then fitted to every benchmark and saved.
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dispatcher.files import atomic_output
+from dispatcher.core.files import atomic_output
 
 LABELS = ("inline", "dont_inline", "default")
 CLASSIFIERS = ("logistic", "boosted", "mlp")

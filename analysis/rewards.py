@@ -36,8 +36,8 @@ from analysis.models import (
 )
 from analysis.optimal import Choice, optimal, to_overrides
 from analysis.sources import write_sources
-from dispatcher.decisions import write_overrides
-from dispatcher.files import atomic_output, write_text_atomic
+from dispatcher.core.decisions import write_overrides
+from dispatcher.core.files import atomic_output, write_text_atomic
 
 MIN_CANDIDATES = 3  # measured trees, the baseline's included, below which nothing is fitted
 

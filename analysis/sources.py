@@ -8,8 +8,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from dispatcher.benchmark import Benchmark, load_benchmark, resolve_benchmark
-from dispatcher.files import write_json_atomic
+from dispatcher.build.manifest import Benchmark, load_benchmark, resolve_benchmark
+from dispatcher.core.files import write_json_atomic
 
 SOURCES = "sources.json"
 

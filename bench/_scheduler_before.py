@@ -1,6 +1,6 @@
 """The scheduler core as it was before issue 14 (one condition, every slot thread woken on
 every submit), kept only as the reference ``bench/scheduler_core`` measures the current one
-against.  Copied verbatim from dispatcher/scheduler.py at commit 90d8853 (docstring aside);
+against.  Copied verbatim from dispatcher/running/scheduler.py at commit 90d8853 (docstring aside);
 not used by anything else, and not to be fixed or extended.
 
 The original docstring:
@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from dispatcher.backend import PermanentLoss, Slot, WorkerLost
-from dispatcher.config import SchedulerConfig
-from dispatcher.records import RunResult
-from dispatcher.worker import RunJob
+from dispatcher.config import SchedulerConfig  # noqa: E402
+from dispatcher.core.records import RunResult  # noqa: E402
+from dispatcher.running.agent_client import RunJob  # noqa: E402
+from dispatcher.running.backend import PermanentLoss, Slot, WorkerLost  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -11,13 +11,13 @@ from typing import Any, Callable, TypeVar
 
 import click
 
-from dispatcher.backend import BackendUnavailable
-from dispatcher.benchmark import Benchmark, Size
-from dispatcher.compile import CompileJob, CompileResult
+from dispatcher.build.manifest import Benchmark, Size
+from dispatcher.build.service import CompileJob, CompileResult
 from dispatcher.config import Config
-from dispatcher.measure import Comparison, PairingPolicy
+from dispatcher.running.agent_client import RunJob
+from dispatcher.running.backend import BackendUnavailable
+from dispatcher.running.measurement import Comparison, PairingPolicy
 from dispatcher.session import Session
-from dispatcher.worker import RunJob
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -31,15 +31,15 @@ from commands.common import (
     run_job,
     show_warnings,
 )
-from dispatcher.benchmark import Benchmark, ManifestError
-from dispatcher.compile import CompileError, CompileJob, CompileResult, OverridesMismatch
-from dispatcher.compiler import CompilerNotFound
+from dispatcher.build.manifest import Benchmark, ManifestError
+from dispatcher.build.service import CompileError, CompileJob, CompileResult, OverridesMismatch
+from dispatcher.build.toolchain import CompilerNotFound
 from dispatcher.config import MAX_RUNS, ConfigError, load_config
-from dispatcher.decisions import DecisionFileError, Override, read_overrides
-from dispatcher.files import atomic_output
-from dispatcher.measure import Comparison, ReferenceFailed
+from dispatcher.core.decisions import DecisionFileError, Override, read_overrides
+from dispatcher.core.files import atomic_output
+from dispatcher.running.agent_client import AgentError
+from dispatcher.running.measurement import Comparison, ReferenceFailed
 from dispatcher.session import Session
-from dispatcher.worker import AgentError
 
 PROG = "run-all-benchmarks"
 HEURISTIC = "heuristic"  # the overrides column of the heuristic's paired runs

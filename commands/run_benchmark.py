@@ -16,17 +16,17 @@ from commands.common import (
     run_job,
     show_warnings,
 )
-from dispatcher.benchmark import Benchmark, ManifestError, resolve_benchmark
-from dispatcher.compile import CompileError, CompileJob, OverridesMismatch
-from dispatcher.compiler import CompilerNotFound
+from dispatcher.build.manifest import Benchmark, ManifestError, resolve_benchmark
+from dispatcher.build.policies import PolicyError, PolicySpec, parse_policy
+from dispatcher.build.service import CompileError, CompileJob, OverridesMismatch
+from dispatcher.build.toolchain import CompilerNotFound
 from dispatcher.config import MAX_RUNS, ConfigError, load_config
-from dispatcher.decisions import DecisionDump, DecisionFileError, read_overrides
-from dispatcher.measure import ReferenceFailed
-from dispatcher.policy import PolicyError, PolicySpec, parse_policy
-from dispatcher.records import RunResult
+from dispatcher.core.decisions import DecisionDump, DecisionFileError, read_overrides
+from dispatcher.core.records import RunResult
+from dispatcher.running.agent_client import AgentError, RunJob
+from dispatcher.running.measurement import ReferenceFailed
 from dispatcher.session import Session
-from dispatcher.store import StoreError
-from dispatcher.worker import AgentError, RunJob
+from dispatcher.storage.store import StoreError
 
 
 def summary_lines(results: list[RunResult], dumps: list[DecisionDump]) -> list[str]:

@@ -3,13 +3,13 @@ inlining policy answering the compiler (its policy channel) and measure each aga
 heuristic build.
 
 POLICY is ``heuristic``, ``never-inline``, an overrides file (``optimal.sexp``) or a policy
-file ``train-policy`` wrote (``dispatcher.policy.parse_policy``).  Each benchmark is compiled
-with the policy serving the compiler, then compared with its heuristic build in pairs on one
-worker CPU, as ``run-benchmark`` compares; each comparison is written to
+file ``train-policy`` wrote (``dispatcher.build.policies.parse_policy``).  Each benchmark is
+compiled with the policy serving the compiler, then compared with its heuristic build in pairs
+on one worker CPU, as ``run-benchmark`` compares; each comparison is written to
 ``<results>/<bench>/plugins/plugin_<name>.csv`` (one line per worker for the policy's runs and
 one for the heuristic's, as ``run-all-benchmarks`` writes) as soon as it ends.  The table at
 the end: each benchmark's speedup with its 95% interval, the geometric mean over the training
-split and over the test split with its interval (``dispatcher.stats.geomean_speedup_ci``), and
+split and over the test split with its interval (``dispatcher.core.stats.geomean_speedup_ci``), and
 how many benchmarks are significantly faster or slower.
 """
 from __future__ import annotations
@@ -32,21 +32,21 @@ from commands.common import (
     show_warnings,
 )
 from commands.run_all_benchmarks import csv_rows, outcome, write_csv
-from dispatcher.benchmark import (
+from dispatcher.build.manifest import (
     SPLITS,
     Benchmark,
     ManifestError,
     bundled_benchmarks,
     resolve_benchmark,
 )
-from dispatcher.compile import CompileError, CompileJob, CompileResult
-from dispatcher.compiler import CompilerNotFound
+from dispatcher.build.policies import PolicyError, PolicySpec, parse_policy
+from dispatcher.build.service import CompileError, CompileJob, CompileResult
+from dispatcher.build.toolchain import CompilerNotFound
 from dispatcher.config import MAX_RUNS, ConfigError, load_config
-from dispatcher.measure import Comparison, ReferenceFailed
-from dispatcher.policy import PolicyError, PolicySpec, parse_policy
+from dispatcher.core.stats import geomean_speedup_ci
+from dispatcher.running.agent_client import AgentError
+from dispatcher.running.measurement import Comparison, ReferenceFailed
 from dispatcher.session import Session
-from dispatcher.stats import geomean_speedup_ci
-from dispatcher.worker import AgentError
 
 PROG = "run-plugin-benchmark"
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]")

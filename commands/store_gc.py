@@ -1,4 +1,4 @@
-"""``store-gc``: shrink the store to what the rundirs still need (dispatcher.gc)."""
+"""``store-gc``: shrink the store to what the rundirs still need (dispatcher.storage.gc)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,9 +6,9 @@ from pathlib import Path
 import click
 
 from dispatcher.config import ConfigError, load_config
-from dispatcher.gc import collect, needs_of, rundirs_of
-from dispatcher.rundir import JOURNAL, RundirError
-from dispatcher.store import StoreError
+from dispatcher.core.rundir import JOURNAL, RundirError
+from dispatcher.storage.gc import collect, needs_of, rundirs_of
+from dispatcher.storage.store import StoreError
 
 
 def _size(n: int) -> str:

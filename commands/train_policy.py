@@ -29,13 +29,13 @@ from analysis.policy_training import (
 )
 from analysis.sources import SourcesError, benchmark_of
 from commands.common import backend_errors_in_one_line, show_warnings
-from dispatcher.benchmark import Benchmark, ManifestError
-from dispatcher.compile import CompileError, CompileJob
-from dispatcher.compiler import CompilerNotFound
+from dispatcher.build.manifest import Benchmark, ManifestError
+from dispatcher.build.service import CompileError, CompileJob
+from dispatcher.build.toolchain import CompilerNotFound
 from dispatcher.config import ConfigError, load_config
-from dispatcher.files import atomic_output
+from dispatcher.core.files import atomic_output
 from dispatcher.session import Session
-from dispatcher.store import StoreError
+from dispatcher.storage.store import StoreError
 
 PROG = "train-policy"
 DEFAULT_THRESHOLD = 0.005  # net reward (log speedup with the default target): half a percent

@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.text import Text
 
 from commands.common import backend_errors_in_one_line, report_lost_workers, show_warnings
-from dispatcher.benchmark import (
+from dispatcher.build.manifest import (
     BUNDLED_DIR,
     Benchmark,
     ManifestError,
@@ -24,7 +24,7 @@ from dispatcher.benchmark import (
     load_benchmark,
     resolve_benchmark,
 )
-from dispatcher.compiler import PREFIX_ENV, CompilerNotFound
+from dispatcher.build.toolchain import PREFIX_ENV, CompilerNotFound
 from dispatcher.config import (
     MAX_CHAINS,
     MAX_RUNS,
@@ -33,9 +33,8 @@ from dispatcher.config import (
     ConfigError,
     load_config,
 )
-from dispatcher.experiment import Chain, ChainStatus, new_experiment, params_of
-from dispatcher.records import FORMAT_VERSION, BatchEntry
-from dispatcher.rundir import (
+from dispatcher.core.records import FORMAT_VERSION, BatchEntry
+from dispatcher.core.rundir import (
     Rundir,
     RundirError,
     append_batch_log,
@@ -43,9 +42,10 @@ from dispatcher.rundir import (
     check_batch_log,
     check_rundirs_dir,
 )
+from dispatcher.cpu_split import split_config
+from dispatcher.search.chain import Chain, ChainStatus, new_experiment, params_of
 from dispatcher.session import Session
-from dispatcher.split import split_config
-from dispatcher.store import StoreError
+from dispatcher.storage.store import StoreError
 
 
 def read_tasks(path: Path) -> list[str]:

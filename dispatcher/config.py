@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from dispatcher.backend import MODULES, backend_spec
-from dispatcher.files import TextFileError, read_utf8
+from dispatcher.core.files import TextFileError, read_utf8
+from dispatcher.running.backend import MODULES, backend_spec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "local.yaml"
@@ -175,7 +175,7 @@ class Config:
 
     @property
     def backend_settings(self) -> Any:
-        """The chosen backend's own settings (``dispatcher.local.LocalConfig``, ...)."""
+        """The chosen backend's own settings (``dispatcher.running.local.LocalConfig``, ...)."""
         return self.backends[self.backend]
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from dispatcher.backend import Backend, BackendContext, BackendSpec, backend_spec
-from dispatcher.compile import CompileService
-from dispatcher.compiler import locate_compiler
+from dispatcher.build.service import CompileService
+from dispatcher.build.toolchain import locate_compiler
 from dispatcher.config import Config
-from dispatcher.measure import MeasurementService
-from dispatcher.scheduler import Scheduler
-from dispatcher.store import Store
+from dispatcher.running.backend import Backend, BackendContext, BackendSpec, backend_spec
+from dispatcher.running.measurement import MeasurementService
+from dispatcher.running.scheduler import Scheduler
+from dispatcher.storage.store import Store
 
 
 class Session:

@@ -15,17 +15,16 @@ from pathlib import Path
 
 import click
 
-from dispatcher.benchmark import (
+from dispatcher.build.driver import BuildError, build_benchmark
+from dispatcher.build.manifest import (
     Benchmark,
-    BuildError,
     ManifestError,
-    build_benchmark,
     bundled_benchmarks,
     check_output,
     resolve_benchmark,
 )
-from dispatcher.compiler import CompilerNotFound, locate_compiler
-from dispatcher.decisions import read_dumps
+from dispatcher.build.toolchain import CompilerNotFound, locate_compiler
+from dispatcher.core.decisions import read_dumps
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ import tempfile
 
 import pytest
 
-from dispatcher.compiler import Compiler, locate_compiler
+from dispatcher.build.toolchain import Compiler, locate_compiler
 
 # The suite's local agents lock CPUs in a directory of their own: a test session never waits
 # for (or is refused by) a real master on this machine, nor another test session.

@@ -1,7 +1,7 @@
 """analysis/: the batch-log table, CSV/Parquet export and plots, on synthetic rundirs.
 
-The rundirs are written with dispatcher.rundir (Rundir.create + append, append_batch_log) and
-dispatcher.worker (RunResult.to_json for measurements.json), following docs/rundir-format.md.
+The rundirs are written with dispatcher.core.rundir (Rundir.create + append, append_batch_log) and
+dispatcher.running.agent_client (RunResult.to_json for measurements.json), following docs/rundir-format.md.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from analysis.batch_log import best_times, load_batch_log, main, summaries
 from analysis.export import PARQUET_MISSING, measurements_table
 from analysis.plots import plot_experiment
-from dispatcher.records import (
+from dispatcher.core.records import (
     BaselineEvent,
     BatchEntry,
     Candidate,
@@ -34,7 +34,7 @@ from dispatcher.records import (
     StepEvent,
     event_from_json,
 )
-from dispatcher.rundir import Rundir, append_batch_log
+from dispatcher.core.rundir import Rundir, append_batch_log
 
 NOW = time.time()
 GC = {"minor_collections": 12, "major_collections": 3, "minor_words": 123456,
@@ -80,7 +80,7 @@ def geo(times: list[float]) -> float:
 def build(root: Path, name: str, *, algorithm: str = "sa", planned: int, steps: list[dict],
           finish: str | None = None, t0: float = NOW - 600, seed: int = 7,
           baseline: bool = True, batch_log: Path | None = None) -> Path:
-    """A rundir as dispatcher/experiment.py writes it.
+    """A rundir as dispatcher/search/chain.py writes it.
 
     ``steps``: [{"cands": [log-times list | "compile" (compile failed) | ("fail", n)],
                  "accept": bool, "remeasure": log-times of the incumbent measured again}]
@@ -531,8 +531,8 @@ def test_golden_rundirs_of_both_versions_summarize_export_and_plot(tmp_path):
 
 def test_batch_log_speedup_is_the_paired_one_then_the_confirmation_and_counts_canaries():
     from analysis.batch_log import Summary, format_canaries, format_speedup, summarize_speedup
-    from dispatcher.records import CanaryEvent, ConfirmEvent
-    from dispatcher.stats import paired_speedup_ci
+    from dispatcher.core.records import CanaryEvent, ConfirmEvent
+    from dispatcher.core.stats import paired_speedup_ci
 
     ref1, cand1 = [1.0, 1.2, 0.9, 1.1], [0.9, 1.09, 0.8, 1.0]
     ref2, cand2 = [1.05, 0.95], [0.95, 0.86]

@@ -1,4 +1,4 @@
-"""The bundled benchmark suite, its manifest format and dispatcher.benchmark.
+"""The bundled benchmark suite, its manifest format and dispatcher.build.manifest.
 
 Builds every bundled benchmark with the compiler under test and checks its quick run;
 checks manifest validation on deliberately broken manifests; and checks that a user's
@@ -16,19 +16,18 @@ from pathlib import Path
 import pytest
 import sexpdata
 
-from dispatcher.benchmark import (
+from dispatcher.build.driver import BuildError, build_benchmark
+from dispatcher.build.manifest import (
     BUNDLED_DIR,
     Benchmark,
-    BuildError,
     ExpectedOutput,
     ManifestError,
-    build_benchmark,
     bundled_benchmarks,
     check_output,
     load_benchmark,
     resolve_benchmark,
 )
-from dispatcher.decisions import read_sexp
+from dispatcher.core.decisions import read_sexp
 
 BUNDLED = bundled_benchmarks()
 RUN_TIMEOUT = 60

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.decisions import Override, dump_files, read_dump, read_dumps, write_overrides
-from dispatcher.tree import split_key
+from dispatcher.core.decisions import Override, dump_files, read_dump, read_dumps, write_overrides
+from dispatcher.core.tree import split_key
 
 UTIL_ML = """\
 let add x y = x + y

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.benchmark import build_benchmark, bundled_benchmarks
-from dispatcher.decisions import Decision, Override, dump_files, read_dumps, write_overrides
+from dispatcher.build.driver import build_benchmark
+from dispatcher.build.manifest import bundled_benchmarks
+from dispatcher.core.decisions import Decision, Override, dump_files, read_dumps, write_overrides
 from tests.test_compiler import assert_subtrees_consistent, split_key
 
 SAMPLE_SIZE = 60

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher import decisions
-from dispatcher.benchmark import resolve_benchmark
-from dispatcher.compile import CompileJob, CompileService
-from dispatcher.decisions import (
+from dispatcher.build.manifest import resolve_benchmark
+from dispatcher.build.service import CompileJob, CompileService
+from dispatcher.core import decisions
+from dispatcher.core.decisions import (
     MAX_OVERRIDES,
     DecisionFileError,
     Override,
@@ -18,7 +18,7 @@ from dispatcher.decisions import (
     parse_overrides,
     read_overrides,
 )
-from dispatcher.store import Store
+from dispatcher.storage.store import Store
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 HEAD = "(inlining_overrides (version 1)\n (overrides\n"

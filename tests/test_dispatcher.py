@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dispatcher.benchmark import build_benchmark, resolve_benchmark
-from dispatcher.compile import CompileError, CompileJob, CompileService, OverridesMismatch
+from dispatcher.build.driver import build_benchmark
+from dispatcher.build.manifest import resolve_benchmark
+from dispatcher.build.service import CompileError, CompileJob, CompileService, OverridesMismatch
 from dispatcher.config import (
     MAX_ATTEMPTS,
     MAX_BACKOFF_S,
@@ -27,13 +28,13 @@ from dispatcher.config import (
     ConfigError,
     load_config,
 )
-from dispatcher.decisions import Override, read_dumps, write_overrides
-from dispatcher.local import LocalBackend
-from dispatcher.scheduler import Scheduler
-from dispatcher.ssh import MAX_CACHE_MB
-from dispatcher.store import Store, unpack
-from dispatcher.tree import Tree, to_overrides
-from dispatcher.worker import RunJob
+from dispatcher.core.decisions import Override, read_dumps, write_overrides
+from dispatcher.core.tree import Tree, to_overrides
+from dispatcher.running.agent_client import RunJob
+from dispatcher.running.local import LocalBackend
+from dispatcher.running.scheduler import Scheduler
+from dispatcher.running.ssh import MAX_CACHE_MB
+from dispatcher.storage.store import Store, unpack
 
 REPO = Path(__file__).resolve().parent.parent
 FIRST_CPU = min(os.sched_getaffinity(0))
@@ -600,9 +601,9 @@ def test_master_threads_stay_off_worker_cpus_but_agents_may_use_them(tmp_path):
     script = f"""
 import os, threading
 from pathlib import Path
-from dispatcher.local import keep_master_off
-from dispatcher.worker import LocalAgent
-from dispatcher.local import AGENT_CPUS
+from dispatcher.running.local import keep_master_off
+from dispatcher.running.agent_client import LocalAgent
+from dispatcher.running.local import AGENT_CPUS
 keep_master_off(({worker},))
 seen = []
 t = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))

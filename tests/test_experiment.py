@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dispatcher.records import (
+from dispatcher.core.records import (
     BaselineEvent,
     CanaryEvent,
     ConfirmEvent,
@@ -21,7 +21,7 @@ from dispatcher.records import (
     Pointer,
     StepEvent,
 )
-from dispatcher.rundir import Rundir, read_batch_log
+from dispatcher.core.rundir import Rundir, read_batch_log
 
 REPO = Path(__file__).resolve().parent.parent
 FIRST_CPU = min(os.sched_getaffinity(0))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from dispatcher.records import (
+from dispatcher.core.records import (
     BaselineEvent,
     CanaryEvent,
     ConfirmEvent,
@@ -26,8 +26,8 @@ from dispatcher.records import (
     StepEvent,
     proposal_file,
 )
-from dispatcher.rundir import KILL_HOOK_ENV, Rundir
-from dispatcher.search import accept, temperature
+from dispatcher.core.rundir import KILL_HOOK_ENV, Rundir
+from dispatcher.search.rules import accept, temperature
 from tests.test_experiment import FIRST_CPU, REPO, command, only_rundir, run_to_end, rundirs_in
 
 STEPS = 6

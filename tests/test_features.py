@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher.decisions import (
+from dispatcher.core.decisions import (
     DecisionFileError,
     Features,
     feature_rows,

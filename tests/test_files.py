@@ -1,4 +1,4 @@
-"""dispatcher.files.atomic_output and the writers built on it (export table, plot)."""
+"""dispatcher.core.files.atomic_output and the writers built on it (export table, plot)."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from analysis.export import write_table
-from dispatcher.files import atomic_output
+from dispatcher.core.files import atomic_output
 
 
 def listing(d: Path) -> list[str]:

@@ -158,7 +158,7 @@ def test_eof_kills_the_running_binary_within_1s(agent_pyz, cache_dir, progs, spa
 MASTER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from dispatcher.worker import LocalAgent, RunJob
+    from dispatcher.running.agent_client import LocalAgent, RunJob
     cache, sha, cpu = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     agent = LocalAgent("local/cpu%d" % cpu, cache, "local")
     job = RunJob(sha, cache / sha, (), runs=5, timeout=60)
@@ -198,14 +198,14 @@ def test_a_killed_master_leaves_no_binary_running(cache_dir, progs):
 BACKEND_MASTER = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
-    from dispatcher.backend import PermanentLoss
-    from dispatcher.local import LocalBackend
-    from dispatcher.worker import RunJob
+    from dispatcher.running.backend import PermanentLoss
+    from dispatcher.running.local import LocalBackend
+    from dispatcher.running.agent_client import RunJob
     cache, lock_dir, binary = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     cpu, wait, jobs, tag, log = (int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]),
                                  sys.argv[7], sys.argv[8])
     hold = float(sys.argv[9])
-    from dispatcher.files import sha256_file
+    from dispatcher.core.files import sha256_file
     backend = LocalBackend((cpu,), cache, lock_dir=lock_dir, lock_wait=wait)
     slot = backend.slots[0]
     job = RunJob(sha256_file(binary), binary, (), runs=2, timeout=60, perf=False,
@@ -342,7 +342,7 @@ def test_a_run_that_migrated_is_disturbed_and_run_again_within_bounds(
     as disturbed and run again, at most 2 extra runs; RunResult.times skips them."""
     import threading
 
-    from dispatcher.records import RunRecord, RunResult
+    from dispatcher.core.records import RunRecord, RunResult
     if CPU == 0:
         pytest.skip("needs a second CPU")
     sha = put(cache_dir, progs["busy"])
@@ -416,7 +416,7 @@ def test_config_run_aslr(tmp_path):
 
 
 def test_run_job_sends_aslr():
-    from dispatcher.worker import RunJob
+    from dispatcher.running.agent_client import RunJob
     job = RunJob("0" * 64, Path("/x"), (), runs=1, timeout=1)
     assert job.request(1)["aslr"] is False
     assert RunJob("0" * 64, Path("/x"), (), runs=1, timeout=1, aslr=True).request(1)["aslr"]

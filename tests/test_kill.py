@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from dispatcher.records import (
+from dispatcher.core.records import (
     BaselineEvent,
     CanaryEvent,
     ConfirmEvent,
@@ -23,7 +23,7 @@ from dispatcher.records import (
     StartEvent,
     StepEvent,
 )
-from dispatcher.rundir import KILL_HOOK_ENV, Rundir, lock_holder, read_batch_log
+from dispatcher.core.rundir import KILL_HOOK_ENV, Rundir, lock_holder, read_batch_log
 from tests.test_experiment import REPO, command, config, run_to_end, rundirs_in
 
 TINYSUM = REPO / "tests" / "golden" / "tinysum"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.measure import MeasurementService, PairingPolicy, ReferenceFailed
-from dispatcher.records import RunRecord, RunResult
-from dispatcher.store import Store
-from dispatcher.worker import RunJob
+from dispatcher.core.records import RunRecord, RunResult
+from dispatcher.running.agent_client import RunJob
+from dispatcher.running.measurement import MeasurementService, PairingPolicy, ReferenceFailed
+from dispatcher.storage.store import Store
 
 A, B = "ab" * 32, "cd" * 32
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.records import RunRecord, RunResult
-from dispatcher.store import Store, binary_key, measurement_key
-from dispatcher.worker import RunJob
+from dispatcher.core.records import RunRecord, RunResult
+from dispatcher.running.agent_client import RunJob
+from dispatcher.storage.store import Store, binary_key, measurement_key
 
 SHA = "ab" * 32
 # measurement_key(job(), "local") as computed before profile_period_ns existed

@@ -1,5 +1,5 @@
 """The policy channel end to end, with the real compiler: the compiler asking a host (a
-scripted one, and ``dispatcher.policy_host`` with each built-in policy), what wins over what,
+scripted one, and ``dispatcher.build.policy_host`` with each built-in policy), what wins over what,
 and every way a host can fail (one line from the compiler, never a hang)."""
 from __future__ import annotations
 
@@ -11,16 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.benchmark import resolve_benchmark
-from dispatcher.compile import CompileError, CompileJob, CompileService
-from dispatcher.decisions import (
-    Override,
-    dump_files,
-    parse_dump,
-    read_dump,
-    write_overrides,
-)
-from dispatcher.policy import (
+from dispatcher.build.manifest import resolve_benchmark
+from dispatcher.build.policies import (
     Advice,
     HeuristicPolicy,
     NeverInlinePolicy,
@@ -29,8 +21,16 @@ from dispatcher.policy import (
     PolicySpec,
     parse_policy,
 )
-from dispatcher.policy_host import PolicyHost
-from dispatcher.store import Store, compile_key
+from dispatcher.build.policy_host import PolicyHost
+from dispatcher.build.service import CompileError, CompileJob, CompileService
+from dispatcher.core.decisions import (
+    Override,
+    dump_files,
+    parse_dump,
+    read_dump,
+    write_overrides,
+)
+from dispatcher.storage.store import Store, compile_key
 from tests.test_compiler import (
     calls,
     compile_units,
@@ -322,7 +322,7 @@ class Broken:
 
 
 def test_a_failing_policy_is_one_compile_error(compiler, tmp_path, monkeypatch):
-    from dispatcher import policy as policy_module
+    from dispatcher.build import policies as policy_module
     monkeypatch.setitem(policy_module.POLICY_KINDS, "broken", lambda spec: Broken())
     service = CompileService(Store(tmp_path / "store"), compiler)
     try:
@@ -373,7 +373,7 @@ def test_observations_parse_as_the_compiler_writes_them():
             '(in_loop false) (in_recursive_function true) (via_stub false) '
             '(inline_attribute (unroll 2)) (inlined_attribute default) '
             '(specialise_attribute default) (specialised_attribute never)))')
-    from dispatcher.policy import parse_observation
+    from dispatcher.build.policies import parse_observation
     o = parse_observation(line)
     assert (o.seq, o.unit, o.round, o.heuristic_action, o.heuristic_reason,
             o.heuristic_guard) == (3, "Main", 1, "dont_inline", "prevented", "self_call")
@@ -385,9 +385,9 @@ def test_the_fast_observation_reader_reads_as_the_generic_one(compiler, tmp_path
                                                               monkeypatch):
     """Every line real compiles of two benchmarks sent reads the same through the fast
     path (regular expressions on the compiler's layout) and the s-expression reader."""
-    import dispatcher.policy_host as host_module
-    from dispatcher.benchmark import PolicyChannel, build_benchmark
-    from dispatcher.policy import HeuristicPolicy, parse_observation_generic
+    import dispatcher.build.policy_host as host_module
+    from dispatcher.build.driver import PolicyChannel, build_benchmark
+    from dispatcher.build.policies import HeuristicPolicy, parse_observation_generic
     lines: list[str] = []
     real = host_module.parse_observation
     monkeypatch.setattr(host_module, "parse_observation",
@@ -397,7 +397,7 @@ def test_the_fast_observation_reader_reads_as_the_generic_one(compiler, tmp_path
             build_benchmark(resolve_benchmark(name), tmp_path / name, compiler.ocamlopt,
                             dump_decisions=True, policy=PolicyChannel(host.base, "h"))
     assert len(lines) > 500
-    import dispatcher.policy as policy_module
+    import dispatcher.build.policies as policy_module
     fast = [policy_module._OBSERVATION_HEAD.match(
         line[:policy_module._OBSERVATION_FEATURES.search(line).start()] + ")") is not None
         for line in lines]

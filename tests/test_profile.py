@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.decisions import Decision, DecisionDump
-from dispatcher.profile import (
+from dispatcher.core.decisions import Decision, DecisionDump
+from dispatcher.core.records import HotFunctions
+from dispatcher.core.tree import Tree, diff, flip_leaves, weighted_sample
+from dispatcher.running.agent_client import LocalAgent, RunJob, result_from_response
+from dispatcher.search.focus import (
     COLD_SHARE,
     RUNTIME,
     demangle,
@@ -23,10 +26,7 @@ from dispatcher.profile import (
     site_function,
     site_heat,
 )
-from dispatcher.records import HotFunctions
-from dispatcher.search import propose
-from dispatcher.tree import Tree, diff, flip_leaves, weighted_sample
-from dispatcher.worker import LocalAgent, RunJob, result_from_response
+from dispatcher.search.rules import propose
 from tests.programs import compile_programs
 
 FIRST_CPU = min(os.sched_getaffinity(0))

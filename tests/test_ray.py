@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from dispatcher.config import ConfigError, load_config, parse_config
-from dispatcher.files import sha256_file
-from dispatcher.records import StepEvent
-from dispatcher.rundir import Rundir
-from dispatcher.worker import agent_zipapp
+from dispatcher.core.files import sha256_file
+from dispatcher.core.records import StepEvent
+from dispatcher.core.rundir import Rundir
+from dispatcher.running.agent_client import agent_zipapp
 from tests.raylab import LabUnavailable, RayLab, lab_unavailable_reason
 from tests.test_ssh import spin_benchmark
 
@@ -70,7 +70,7 @@ def test_actor_code_needs_nothing_of_ours_on_the_node(tmp_path):
     """The actor travels by value: it loads and serves where neither ``dispatcher`` nor
     ``workers`` can be imported (a node has Ray and a python, nothing of this project)."""
     cloudpickle = pytest.importorskip("ray.cloudpickle")
-    from dispatcher import ray_actor
+    from dispatcher.running.ray import actor as ray_actor
     cloudpickle.register_pickle_by_value(ray_actor)
     payload = tmp_path / "actor.pickle"
     payload.write_bytes(cloudpickle.dumps(ray_actor.AgentHost))
@@ -309,9 +309,9 @@ def test_node_removed_mid_job_the_other_slot_finishes_it(lab, compiler, tmp_path
 def test_a_build_on_a_compiling_node_is_the_build_on_the_master(lab, compiler, tmp_path):
     """The same binary and decision dumps, byte for byte, as the master builds (with its
     unit cache) for the same overrides; a compile error is the master's one line."""
-    from dispatcher.benchmark import resolve_benchmark
-    from dispatcher.compile import CompileJob
-    from dispatcher.decisions import Override
+    from dispatcher.build.manifest import resolve_benchmark
+    from dispatcher.build.service import CompileJob
+    from dispatcher.core.decisions import Override
     from dispatcher.session import Session
     bench = resolve_benchmark("kahan")
     local = Session(load_config(write_config(tmp_path / "l.yaml", lab, tmp_path / "s1",
@@ -323,15 +323,15 @@ def test_a_build_on_a_compiling_node_is_the_build_on_the_master(lab, compiler, t
                         action="dont_inline" if first.action == "inline" else "inline")
         want = local.compiler.compile(CompileJob(bench, (flip,)))
         want_dumps = want.artifact.decision_texts()
-        from dispatcher.compile import CompileError
+        from dispatcher.build.service import CompileError
         with pytest.raises(CompileError) as local_error:
             local.compiler.compile(CompileJob(bench, flags=("-O3", "-no-such-flag")))
     script = textwrap.dedent(f"""
         import json, sys
-        from dispatcher.benchmark import resolve_benchmark
-        from dispatcher.compile import CompileJob, CompileError
+        from dispatcher.build.manifest import resolve_benchmark
+        from dispatcher.build.service import CompileJob, CompileError
         from dispatcher.config import load_config
-        from dispatcher.decisions import Override
+        from dispatcher.core.decisions import Override
         from dispatcher.session import Session
         bench = resolve_benchmark("kahan")
         flip = Override(unit={flip.unit!r}, round=0, key={flip.key!r}, action={flip.action!r})

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dispatcher import records
-from dispatcher.records import (
+from dispatcher.core import records
+from dispatcher.core.records import (
     BaselineEvent,
     FinishEvent,
     ProposeEvent,
@@ -27,8 +27,8 @@ from dispatcher.records import (
     read_experiment,
     results_from_json,
 )
-from dispatcher.rundir import Rundir, RundirError, read_batch_log, read_journal
-from dispatcher.search import backlog
+from dispatcher.core.rundir import Rundir, RundirError, read_batch_log, read_journal
+from dispatcher.search.rules import backlog
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "golden"

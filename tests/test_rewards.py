@@ -20,8 +20,8 @@ from analysis.extract import Candidates, extract, tree_digest
 from analysis.models import Hyper, grid
 from analysis.optimal import optimal
 from analysis.rewards import RewardError, assign
-from dispatcher.decisions import Decision, DecisionDump, read_overrides
-from dispatcher.tree import INLINE, Tree
+from dispatcher.core.decisions import Decision, DecisionDump, read_overrides
+from dispatcher.core.tree import INLINE, Tree
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "golden"
@@ -202,9 +202,9 @@ def test_a_real_search_gives_rewards_and_an_optimal_tree_the_compiler_honours(co
     assert len(candidates.table) == 9 and candidates.table["step"].tolist()[0] == 0
 
     # the optimal tree is an ordinary overrides file: compile with it, read the dumps
-    from dispatcher.benchmark import load_benchmark
-    from dispatcher.compile import CompileJob, CompileService
-    from dispatcher.store import Store
+    from dispatcher.build.manifest import load_benchmark
+    from dispatcher.build.service import CompileJob, CompileService
+    from dispatcher.storage.store import Store
     pins = read_overrides(d / "optimal.sexp")
     service = CompileService(Store(tmp_path / "store2"), compiler, jobs=1)
     try:

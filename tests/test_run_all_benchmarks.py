@@ -17,9 +17,9 @@ import pytest
 
 from analysis.results import Outcome, choose, per_benchmark, print_tables, regrets, total_regrets
 from commands.run_all_benchmarks import csv_rows, pairs_by_worker
-from dispatcher.decisions import Override, write_overrides
-from dispatcher.measure import Comparison
-from dispatcher.records import RunRecord, RunResult
+from dispatcher.core.decisions import Override, write_overrides
+from dispatcher.core.records import RunRecord, RunResult
+from dispatcher.running.measurement import Comparison
 from tests.test_rewards import tiny_search_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -272,7 +272,7 @@ def test_an_optimal_tree_the_compiler_refuses_is_one_line(compiler, tmp_path):
 
 def test_rewards_without_a_recorded_directory_are_for_the_bundled_benchmark(tmp_path):
     from commands.run_all_benchmarks import collect
-    from dispatcher.benchmark import BUNDLED_DIR
+    from dispatcher.build.manifest import BUNDLED_DIR
     rewards = _rewards(tmp_path, None)
     shutil.move(rewards / "tinysum", rewards / "kahan")
     (target,) = collect(rewards, "ridge", (), ())

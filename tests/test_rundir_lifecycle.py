@@ -19,19 +19,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dispatcher import rundir as rundir_module
-from dispatcher.compile import CompileError, CompileService
-from dispatcher.experiment import Chain
-from dispatcher.files import current_umask
-from dispatcher.records import Experiment, FinishEvent, RemeasureEvent, StepEvent
-from dispatcher.rundir import (
+from dispatcher.build.service import CompileError, CompileService
+from dispatcher.core import rundir as rundir_module
+from dispatcher.core.files import current_umask
+from dispatcher.core.records import Experiment, FinishEvent, RemeasureEvent, StepEvent
+from dispatcher.core.rundir import (
     KILL_HOOK_ENV,
     Rundir,
     RundirError,
     lock_holder,
     read_batch_log,
 )
-from dispatcher.store import Store
+from dispatcher.search.chain import Chain
+from dispatcher.storage.store import Store
 from tests.test_experiment import REPO, command, config, run_to_end, rundirs_in
 from tests.test_records import V2, relocated
 
@@ -430,7 +430,7 @@ def test_lock_holder_is_none_for_a_dead_master(tmp_path):
     """The kernel drops the lock of a master that died, however it died."""
     rundir = relocated(V2, tmp_path, keep_steps=2)
     child = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; from dispatcher.rundir import Rundir; "
+        "import sys, time; from pathlib import Path; from dispatcher.core.rundir import Rundir; "
         f"Rundir.open(Path({str(rundir)!r})); print('locked', flush=True); time.sleep(60)")],
         cwd=REPO, stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None and child.stdout.readline() == "locked\n"

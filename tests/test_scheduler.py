@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.backend import AgentError, PermanentLoss, Slot, WorkerLost
 from dispatcher.config import SchedulerConfig
-from dispatcher.records import RunResult
-from dispatcher.scheduler import NoWorkers, Scheduler
-from dispatcher.worker import RunJob
+from dispatcher.core.records import RunResult
+from dispatcher.running.agent_client import RunJob
+from dispatcher.running.backend import AgentError, PermanentLoss, Slot, WorkerLost
+from dispatcher.running.scheduler import NoWorkers, Scheduler
 
 JOB = RunJob("0" * 64, Path("/nonexistent"), ("x",), runs=1, timeout=1)
 FAST = SchedulerConfig(attempts=3, quarantine_after=2, backoff_s=0.01, backoff_max_s=0.02)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.backend import PermanentLoss, WorkerLost
 from dispatcher.config import SchedulerConfig
-from dispatcher.records import RunResult
-from dispatcher.scheduler import JobBoard, NoWorkers, Scheduler, _Queued
-from dispatcher.worker import RunJob
+from dispatcher.core.records import RunResult
+from dispatcher.running.agent_client import RunJob
+from dispatcher.running.backend import PermanentLoss, WorkerLost
+from dispatcher.running.scheduler import JobBoard, NoWorkers, Scheduler, _Queued
 
 FAST = SchedulerConfig(attempts=3, quarantine_after=2, backoff_s=0.01, backoff_max_s=0.02)
 

@@ -1,4 +1,4 @@
-"""dispatcher.search, the pure rules: the temperature schedule, Metropolis, and the
+"""dispatcher.search.rules, the pure rules: the temperature schedule, Metropolis, and the
 asynchronous search's bookkeeping (in-flight share, per-proposal streams, judging in landing
 order, what a resume must measure again).  No I/O: the end-to-end runs are in
 tests/test_experiment_async.py."""
@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from dispatcher.records import Candidate, Pointer, ProposeEvent, StepEvent, proposal_file
-from dispatcher.search import (
+from dispatcher.core.records import Candidate, Pointer, ProposeEvent, StepEvent, proposal_file
+from dispatcher.search.rules import (
     JournalOrderError,
     accept,
     backlog,

@@ -1,4 +1,4 @@
-"""The automatic CPU split (dispatcher.split): the choice is the best bound; the calibration
+"""The automatic CPU split (dispatcher.cpu_split): the choice is the best bound; the calibration
 compiles and runs the real benchmarks; a config with ``cpus: auto`` is split, others are not."""
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher.benchmark import resolve_benchmark
+from dispatcher.build.manifest import resolve_benchmark
 from dispatcher.config import load_config
-from dispatcher.local import LocalConfig
+from dispatcher.cpu_split import Calibration, bound, calibrate, choose_split, split_config
+from dispatcher.running.local import LocalConfig
 from dispatcher.session import Session
-from dispatcher.split import Calibration, bound, calibrate, choose_split, split_config
 
 
 def cal(compile_s: float, run_job_s: float) -> Calibration:

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dispatcher.backend import PermanentLoss
 from dispatcher.config import ConfigError, parse_config
-from dispatcher.files import sha256_file
-from dispatcher.records import BaselineEvent, FinishEvent, StepEvent
-from dispatcher.rundir import Rundir
-from dispatcher.scheduler import Scheduler
-from dispatcher.ssh import HostError, SshBackend, WorkerHost, fingerprint, remote_path
-from dispatcher.worker import RunJob, agent_zipapp
+from dispatcher.core.files import sha256_file
+from dispatcher.core.records import BaselineEvent, FinishEvent, StepEvent
+from dispatcher.core.rundir import Rundir
+from dispatcher.running.agent_client import RunJob, agent_zipapp
+from dispatcher.running.backend import PermanentLoss
+from dispatcher.running.scheduler import Scheduler
+from dispatcher.running.ssh import HostError, SshBackend, WorkerHost, fingerprint, remote_path
 from tests.sshhosts import LabUnavailable, SshLab, lab_unavailable_reason
 
 REPO = Path(__file__).resolve().parent.parent
@@ -235,7 +235,7 @@ def test_host_dying_mid_job_the_experiment_goes_on(lab, compiler, tmp_path):
 @needs_lab
 def test_run_past_its_deadline_is_retried_on_another_slot(lab, compiler, tmp_path, monkeypatch):
     """An agent that stops answering (here: stopped with SIGSTOP) loses its job to another."""
-    import dispatcher.ssh as ssh_module
+    import dispatcher.running.ssh as ssh_module
     monkeypatch.setattr(ssh_module, "JOB_SLACK_S", 1.0)
     config = parse_config(lab.config(cpus=[CPU]), tmp_path / "c.yaml")
     backend = SshBackend(config.backends["ssh"])

@@ -1,4 +1,4 @@
-"""dispatcher.stats: geometric means, their intervals and the speedup interval, checked against
+"""dispatcher.core.stats: geometric means, their intervals and the speedup interval, checked against
 scipy.stats, textbook values and hand computations."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.stats import (
+from dispatcher.core.stats import (
     geomean,
     geomean_ci,
     geomean_speedup_ci,
@@ -80,7 +80,7 @@ def test_importing_the_commands_and_the_statistics_does_not_import_scipy():
                for line in parser["options.entry_points"]["console_scripts"].splitlines()
                if "=" in line]
     assert modules
-    code = (f"import importlib, sys\nfor m in {modules + ['dispatcher.stats']!r}:\n"
+    code = (f"import importlib, sys\nfor m in {modules + ['dispatcher.core.stats']!r}:\n"
             "    importlib.import_module(m)\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'scipy'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dispatcher.benchmark import build_benchmark, resolve_benchmark
-from dispatcher.compile import CompileJob, CompileService
-from dispatcher.decisions import Override
-from dispatcher.local import install_binary
-from dispatcher.records import BaselineEvent, FinishEvent, StepEvent
-from dispatcher.rundir import Rundir
-from dispatcher.store import Store, StoreError, pack, unpack
+from dispatcher.build.driver import build_benchmark
+from dispatcher.build.manifest import resolve_benchmark
+from dispatcher.build.service import CompileJob, CompileService
+from dispatcher.core.decisions import Override
+from dispatcher.core.records import BaselineEvent, FinishEvent, StepEvent
+from dispatcher.core.rundir import Rundir
+from dispatcher.running.local import install_binary
+from dispatcher.storage.store import Store, StoreError, pack, unpack
 from tests.test_experiment import config as search_config
 from tests.test_experiment import kill_after, only_rundir, run_to_end, rundirs_in, start
 
@@ -56,7 +57,7 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
 HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from dispatcher.store import Store
+    from dispatcher.storage.store import Store
     store = Store(Path(sys.argv[1]))
     staging = store.staging_dir(sys.argv[2] * 32)
     (staging / "binary").write_bytes(b"x" * 100000)
@@ -145,8 +146,9 @@ def test_full_disk_during_linking_names_the_linkers_reason(compiler, tmp_path):
     if why:
         pytest.skip(why)
     mount = tmp_path / "full"
-    code = ("import sys; from pathlib import Path; from dispatcher.benchmark import *; "
-            "from dispatcher.compiler import locate_compiler\n"
+    code = ("import sys; from pathlib import Path; from dispatcher.build.manifest import *; "
+            "from dispatcher.build.driver import *; "
+            "from dispatcher.build.toolchain import locate_compiler\n"
             "try:\n build_benchmark(resolve_benchmark('kahan'), Path(sys.argv[1]) / 'b', "
             "locate_compiler().ocamlopt)\nexcept BuildError as e:\n print(e)")
     proc = in_tmpfs(mount, "700k", "true", sys.executable, "-c", code, str(mount))
@@ -239,7 +241,7 @@ def test_entries_are_compressed_and_earlier_plain_ones_still_read(compiler, tmp_
 
 
 def _overrides_file(tmp_path: Path, *overrides: Override) -> Path:
-    from dispatcher.decisions import write_overrides
+    from dispatcher.core.decisions import write_overrides
     return write_overrides(tmp_path / "overrides.sexp", list(overrides))
 
 

@@ -1,4 +1,4 @@
-"""dispatcher.tree: the inlining tree built from decision dumps, its overrides and mutations.
+"""dispatcher.core.tree: the inlining tree built from decision dumps, its overrides and mutations.
 
 Hand-written dumps pin down the structure; hypothesis checks the invariants on random trees;
 the last test drives the real compiler: tree -> overrides -> compile must give the tree back.
@@ -14,8 +14,9 @@ import sexpdata
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dispatcher.benchmark import build_benchmark, resolve_benchmark
-from dispatcher.decisions import (
+from dispatcher.build.driver import build_benchmark
+from dispatcher.build.manifest import resolve_benchmark
+from dispatcher.core.decisions import (
     Decision,
     DecisionDump,
     Override,
@@ -24,7 +25,7 @@ from dispatcher.decisions import (
     read_dumps,
     write_overrides,
 )
-from dispatcher.tree import (
+from dispatcher.core.tree import (
     CALL,
     DECL,
     Node,
@@ -617,20 +618,20 @@ def test_tree_overrides_compile_round_trip(compiler, tmp_path):
     ("; comment (\n(a ;x)\n b) ; trailing\n", [sexpdata.Symbol("a"), sexpdata.Symbol("b")]),
 ])
 def test_fast_sexp_reader_reads_what_the_compiler_writes(text, expected):
-    from dispatcher.decisions import read_sexp
+    from dispatcher.core.decisions import read_sexp
     assert read_sexp(text) == sexpdata.loads(text) == expected
 
 
 @pytest.mark.parametrize("text", ["(a", "a)", '(a "b)', "(a) (b)", "", '(a "x\\q")'])
 def test_fast_sexp_reader_refuses_what_it_does_not_know(text):
-    from dispatcher.decisions import read_sexp
+    from dispatcher.core.decisions import read_sexp
     with pytest.raises(ValueError):
         read_sexp(text)
 
 
 @given(st.text(alphabet="ab/()#1", max_size=16))
 def test_split_key_cuts_only_at_top_level_slashes(key):
-    from dispatcher.tree import join_key, split_key
+    from dispatcher.core.tree import join_key, split_key
     frames = split_key(key)
     assert join_key(frames) == key
     for frame in frames[:-1]:  # every cut is a '/' at parenthesis depth 0

@@ -1097,9 +1097,9 @@ def test_pipelined_jobs_survive_an_agent_death(binaries, tmp_path):
     """Two jobs in flight on a local slot (one running, one queued in the agent) when the
     agent is killed: both are lost with it, run again on a fresh agent, and complete."""
     from dispatcher.config import SchedulerConfig
-    from dispatcher.local import LocalBackend
-    from dispatcher.scheduler import Scheduler
-    from dispatcher.worker import RunJob
+    from dispatcher.running.agent_client import RunJob
+    from dispatcher.running.local import LocalBackend
+    from dispatcher.running.scheduler import Scheduler
 
     triv = binaries["trivial"]
     backend = LocalBackend((max(os.sched_getaffinity(0)),), tmp_path / "cache")
@@ -1127,7 +1127,7 @@ def test_pipelined_jobs_survive_an_agent_death(binaries, tmp_path):
 def test_local_agent_runs_the_zipapp_and_refusals_carry_their_code(cache_dir, binaries):
     """The local backend starts the same zipapp the SSH backend uploads; a refusal reaches
     the master as an AgentError whose ``code`` is the agent's."""
-    from dispatcher.worker import AgentError, LocalAgent, WorkerLost, agent_zipapp
+    from dispatcher.running.agent_client import AgentError, LocalAgent, WorkerLost, agent_zipapp
     pyz = agent_zipapp()
     assert pyz.read_bytes() == AGENT.read_bytes()
     agent = LocalAgent("local/test", cache_dir, "local")
@@ -1154,8 +1154,8 @@ def test_ssh_slot_uploads_again_by_code_not_by_message(tmp_path):
     """SshSlot.run re-uploads a binary the agent reports missing or damaged (by code), once;
     other refusals, whatever their wording, are the job's error.  (Against real sshd:
     tests/test_ssh.py, a tampered binary.)"""
-    from dispatcher.ssh import SshSlot
-    from dispatcher.worker import AgentError, RunJob
+    from dispatcher.running.agent_client import AgentError, RunJob
+    from dispatcher.running.ssh import SshSlot
 
     class Host:
         name = "h"

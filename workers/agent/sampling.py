@@ -1,6 +1,6 @@
 """Where a binary spends its time: software ``cpu-clock`` sampling through perf_event_open(2).
 
-The search uses it to put its flips where code runs (``dispatcher.profile``).  A timer-driven
+The search uses it to put its flips where code runs (``dispatcher.search.focus``).  A timer-driven
 software event needs no hardware counters, so it works in virtual machines.  The sampler is
 opened like the counters (``perf``): disabled, ``enable_on_exec``, on the task about to exec
 the binary, here without ``inherit`` (the kernel refuses to map the buffer of an inherited

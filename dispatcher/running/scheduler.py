@@ -28,10 +28,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from dispatcher.backend import PermanentLoss, Slot, WorkerLost
 from dispatcher.config import SchedulerConfig
-from dispatcher.records import RunResult
-from dispatcher.worker import RunJob
+from dispatcher.core.records import RunResult
+from dispatcher.running.agent_client import RunJob
+from dispatcher.running.backend import PermanentLoss, Slot, WorkerLost
 
 log = logging.getLogger(__name__)
 

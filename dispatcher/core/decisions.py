@@ -15,7 +15,7 @@ from typing import Any
 
 import sexpdata
 
-from dispatcher.files import TextFileError, read_utf8, write_text_atomic
+from dispatcher.core.files import TextFileError, read_utf8, write_text_atomic
 
 FORMAT_VERSION = 1  # of the overrides file
 DUMP_VERSIONS = (1, 2)  # the decision dumps this module reads

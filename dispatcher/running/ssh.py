@@ -29,10 +29,9 @@ from pathlib import Path
 
 import paramiko
 
-from dispatcher.backend import BackendContext, BackendSpec, PermanentLoss
 from dispatcher.config import MAX_BACKOFF_S, ConfigReader
-from dispatcher.files import sha256_file
-from dispatcher.worker import (
+from dispatcher.core.files import sha256_file
+from dispatcher.running.agent_client import (
     AGENT_PATH,
     AgentConnection,
     AgentError,
@@ -42,6 +41,7 @@ from dispatcher.worker import (
     agent_zipapp,
     result_from_response,
 )
+from dispatcher.running.backend import BackendContext, BackendSpec, PermanentLoss
 from workers.agent.protocol import CHECKSUM_MISMATCH, NOT_IN_CACHE
 
 log = logging.getLogger(__name__)

@@ -119,7 +119,7 @@ class SampleProfile(Record):
 
 
 class HotFunctions(Record):
-    """Where the baseline spent its time (``dispatcher.profile``): samples per OCaml function
+    """Where the baseline spent its time (``dispatcher.search.focus``): samples per OCaml function
     (``Module.name``; ``(runtime)`` for the rest of the binary), or why there are none."""
 
     period_ns: int = 0
@@ -326,7 +326,7 @@ class Candidate(Record):
     """One proposal of a step: what was compiled, what the compiler did, how it ran.
 
     Measured in pairs with the baseline on one worker CPU (``times[i]`` ran next to
-    ``reference_times[i]``); ``speedup`` and ``ci95`` are those pairs' (dispatcher.stats).
+    ``reference_times[i]``); ``speedup`` and ``ci95`` are those pairs' (dispatcher.core.stats).
     Version-1 candidates have no pairs (``reference_times`` empty, ``speedup`` null).
     """
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
-from dispatcher.decisions import Decision, DecisionDump, Override, dump_files, read_dumps
+from dispatcher.core.decisions import Decision, DecisionDump, Override, dump_files, read_dumps
 
 T = TypeVar("T")
 

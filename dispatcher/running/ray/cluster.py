@@ -3,7 +3,7 @@
 Each node offers one custom resource per CPU that may time runs, ``<prefix><N>: 1``
 (``inlining_cpu_3``: CPU 3 of that node; ``ray start --resources='{"inlining_cpu_3": 1}'``).
 Ray's ``num_cpus`` pins nothing, so the backend makes one slot per such resource and places
-one actor there (``dispatcher.ray_actor.AgentHost``: that resource, ``num_cpus=0``, hard
+one actor there (``dispatcher.running.ray.actor.AgentHost``: that resource, ``num_cpus=0``, hard
 affinity to the node), which hosts the same worker agent zipapp every backend runs, as a
 subprocess pinning its runs to CPU N.  No two of our actors share a resource, so no two runs
 share a core; the agent also holds the CPU's lock on the node (the local backend's).
@@ -37,17 +37,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from dispatcher.backend import BackendContext, BackendSpec, BackendUnavailable, PermanentLoss
-from dispatcher.benchmark import Benchmark, BuildError, BuildResult, build_commands, build_error
-from dispatcher.compile import BuilderLost
-from dispatcher.records import RunResult
-from dispatcher.worker import (
+from dispatcher.build.driver import BuildError, BuildResult, build_commands, build_error
+from dispatcher.build.manifest import Benchmark
+from dispatcher.build.service import BuilderLost
+from dispatcher.core.records import RunResult
+from dispatcher.running.agent_client import (
     AGENT_PATH,
     AgentError,
     RunJob,
     WorkerLost,
     agent_zipapp,
     result_from_response,
+)
+from dispatcher.running.backend import (
+    BackendContext,
+    BackendSpec,
+    BackendUnavailable,
+    PermanentLoss,
 )
 from workers.agent.protocol import CHECKSUM_MISMATCH, NOT_IN_CACHE
 
@@ -264,7 +270,7 @@ class RaySlot:
 
 class RayBuilder:
     """Compiles as Ray tasks on the nodes that offer the compile resource (one unit of it
-    per build), so compile capacity grows with the cluster: ``dispatcher.ray_build`` runs a
+    per build), so compile capacity grows with the cluster: ``dispatcher.running.ray.build`` runs a
     whole build there with the patched compiler installed at the master's path."""
 
     def __init__(self, backend: RayBackend, resource: str, jobs: int):
@@ -272,7 +278,7 @@ class RayBuilder:
         self.resource = resource
         self.jobs = jobs
         self.name = f"ray/{resource}"
-        from dispatcher import ray_build
+        from dispatcher.running.ray import build as ray_build
         self._task = self.ray.remote(ray_build.build)
 
     def build(self, bench: Benchmark, outdir: Path, ocamlopt: Path, flags: tuple[str, ...],
@@ -327,7 +333,8 @@ class RayBackend:
         self._closed = False
         self.ray = connect(config)
         try:
-            from dispatcher import ray_actor, ray_build
+            from dispatcher.running.ray import actor as ray_actor
+            from dispatcher.running.ray import build as ray_build
             # The actor's code goes to the nodes by value: nothing of ours is installed there.
             self.ray.cloudpickle.register_pickle_by_value(ray_actor)
             self.actor_class = self.ray.remote(ray_actor.AgentHost)

@@ -12,8 +12,8 @@ compiles that unit, and the later ones only if its .cmi/.cmx changed; the link a
 The binary and dumps are byte-identical to a whole build (tested).  Two compiles needing the
 same unit at once compile it once.
 
-A job may name a policy (``CompileJob.policy``, ``dispatcher.policy``): the compile then starts
-a policy host (``dispatcher.policy_host``) that answers the compiler on its policy channel.
+A job may name a policy (``CompileJob.policy``, ``dispatcher.build.policies``): the compile then starts
+a policy host (``dispatcher.build.policy_host``) that answers the compiler on its policy channel.
 The policy's identity joins the cache keys of that job and its units; a job without one has
 the key it always had.
 
@@ -35,18 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from dispatcher.benchmark import (
-    Benchmark,
-    BuildError,
-    BuildResult,
-    PolicyChannel,
-    build_benchmark,
-)
-from dispatcher.compiler import Compiler
-from dispatcher.decisions import DUMP_NAME, Override, overrides_text
-from dispatcher.policy import PolicyError, PolicySpec, load_policy
-from dispatcher.policy_host import PolicyHost
-from dispatcher.store import Artifact, Store, StoreError, compile_key, store_error, unit_key
+from dispatcher.build.manifest import Benchmark
+from dispatcher.build.driver import BuildError, BuildResult, PolicyChannel, build_benchmark
+from dispatcher.build.toolchain import Compiler
+from dispatcher.core.decisions import DUMP_NAME, Override, overrides_text
+from dispatcher.build.policies import PolicyError, PolicySpec, load_policy
+from dispatcher.build.policy_host import PolicyHost
+from dispatcher.storage.store import Artifact, Store, StoreError, compile_key, store_error, unit_key
 
 log = logging.getLogger(__name__)
 

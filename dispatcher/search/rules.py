@@ -1,8 +1,8 @@
 """Search rules as pure functions: temperature schedule, Metropolis acceptance, proposals,
 and the bookkeeping of the asynchronous search (how many candidates a chain keeps in flight,
 how a landed one is judged, which journaled proposals a resume must measure again).
-The driver (``dispatcher.experiment``) does the I/O around them; energies come from paired
-comparisons (``dispatcher.measure``), their statistics from ``dispatcher.stats``.
+The driver (``dispatcher.search.chain``) does the I/O around them; energies come from paired
+comparisons (``dispatcher.running.measurement``), their statistics from ``dispatcher.core.stats``.
 """
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
-from dispatcher.profile import focus_weights, site_samples
-from dispatcher.records import Candidate, HotFunctions, Pointer, ProposeEvent, StepEvent
-from dispatcher.tree import Located, Tree, backtrack, backtrackable, flip_leaves, flippable
+from dispatcher.core.records import Candidate, HotFunctions, Pointer, ProposeEvent, StepEvent
+from dispatcher.core.tree import Located, Tree, backtrack, backtrackable, flip_leaves, flippable
+from dispatcher.search.focus import focus_weights, site_samples
 
 
 def temperature(step: int, steps: int, t_start: float, t_end: float) -> float:
@@ -43,7 +43,7 @@ def propose(tree: Tree, rng: random.Random, max_flips: int = 2,
     """A mutation of ``tree``: flip 1..max_flips leaves, or sometimes undo an inlining.
 
     ``hot`` (where the baseline spent its time): flips favour leaves in code that ran
-    (``dispatcher.profile.focus_weights``); None or a failed profile: every leaf alike.
+    (``dispatcher.search.focus.focus_weights``); None or a failed profile: every leaf alike.
     Draws from ``rng`` in a fixed pattern for a given tree and profile, so proposals replay
     exactly.
     """

@@ -9,7 +9,7 @@ Layout (every write is a temporary name, then a rename, so a crash never leaves 
     <root>/units/<uu>/<ukey>/        meta.json (file names and sha256s, compiler output),
                                      files.tar.gz (the unit's .cmi/.cmx/.o/*.decisions.sexp)
     <root>/measurements/<bb>/<bkey>.<mkey>.json   one job's results on one worker class
-    <root>/comparisons/<cc>/<key>.json             paired comparisons (dispatcher.measure)
+    <root>/comparisons/<cc>/<key>.json             paired comparisons (running.measurement)
     <root>/worker-cache/<sha256>     binaries handed to local agents
 
 A compile key hashes (compiler identity, benchmark sources, flags, canonical overrides): one
@@ -23,7 +23,7 @@ another (about 6x smaller, and two files instead of a dozen, each taking a disk 
 written before that hold the same files uncompressed, side by side, and are read as they are.
 The binary is the bulk (about 2 MB): it stays only while a search may still run it (the
 compile service drops it when no chain holds it any more, ``CompileService.release``) or a
-rundir may (``store-gc``, ``dispatcher.gc``).  An entry without its binary is compiled again
+rundir may (``store-gc``, ``dispatcher.storage.gc``).  An entry without its binary is compiled again
 when a binary is needed; the build is reproducible, so it is the same binary.
 
 A measurement key hashes everything a run's verdict and times depend on: the job's
@@ -54,9 +54,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from dispatcher.decisions import DUMP_NAME, DecisionDump, parse_dump
-from dispatcher.files import sha256_file, write_json_atomic
-from dispatcher.worker import RunJob, RunResult
+from dispatcher.core.decisions import DUMP_NAME, DecisionDump, parse_dump
+from dispatcher.core.files import sha256_file, write_json_atomic
+from dispatcher.running.agent_client import RunJob, RunResult
 
 OUTPUTS = "outputs.tar.gz"  # a compiled entry's text outputs
 UNIT_FILES = "files.tar.gz"  # a unit entry's files

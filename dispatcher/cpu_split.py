@@ -24,13 +24,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from dispatcher.benchmark import Benchmark
-from dispatcher.compile import CompileError, CompileJob, CompileService
+from dispatcher.build.manifest import Benchmark
+from dispatcher.build.service import CompileError, CompileJob, CompileService
 from dispatcher.config import Config
-from dispatcher.local import AGENT_CPUS, LocalConfig
-from dispatcher.search import propose
+from dispatcher.core.tree import Tree, to_overrides
+from dispatcher.running.local import AGENT_CPUS, LocalConfig
+from dispatcher.search.rules import propose
 from dispatcher.session import Session
-from dispatcher.tree import Tree, to_overrides
 
 TRIES = 8  # proposals tried for a candidate the store does not hold already
 

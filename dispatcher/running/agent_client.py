@@ -19,10 +19,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
-from dispatcher.records import RunRecord, RunResult
+from dispatcher.core.records import RunRecord, RunResult
 
 # The agent's package; what runs is its zipapp (``agent_zipapp``).
-AGENT_PATH = Path(__file__).resolve().parent.parent / "workers" / "agent"
+AGENT_PATH = Path(__file__).resolve().parents[2] / "workers" / "agent"
 # Where the master builds the zipapp (content-addressed: masters of any version share it).
 AGENT_BUILD_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) \
     / "inlining-orchestrator" / "agent"
@@ -101,7 +101,7 @@ class RunJob:
         """Everything a run's verdict and times depend on: every field of the job but
         ``NOT_MEASURED`` (binary, arguments, environment, expected output, timeout, perf and
         any run option added later), as canonical JSON values.  The CPU is the slot's, not the
-        job's; the worker class is added by ``dispatcher.store.measurement_key``."""
+        job's; the worker class is added by ``dispatcher.storage.store.measurement_key``."""
         return {f.name: self._canonical(getattr(self, f.name)) for f in fields(self)
                 if f.name not in self.NOT_MEASURED
                 and (f.name not in self.LATER_OPTIONS

@@ -32,12 +32,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from dispatcher.files import write_json_atomic
-from dispatcher.records import RunResult
-from dispatcher.scheduler import Scheduler
-from dispatcher.stats import paired_speedup_ci, relative_half_width
-from dispatcher.store import Store, measurement_key
-from dispatcher.worker import RunJob
+from dispatcher.core.files import write_json_atomic
+from dispatcher.core.records import RunResult
+from dispatcher.core.stats import paired_speedup_ci, relative_half_width
+from dispatcher.running.agent_client import RunJob
+from dispatcher.running.scheduler import Scheduler
+from dispatcher.storage.store import Store, measurement_key
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ Each chain (one benchmark, one rundir) runs in its own thread and reads as the s
 propose candidates, compile them, read back the tree the compiler really produced, measure,
 decide, journal.  Jobs of all chains meet in the scheduler's queue, so a free worker slot
 takes whichever chain has work and no slot idles while one chain compiles.  Chains only write
-their rundir (through ``dispatcher.records``) and a ``status`` record that the progress display
+their rundir (through ``dispatcher.core.records``) and a ``status`` record that the progress display
 reads: data flows one way.
 
 Two modes (``search.mode``): ``sync`` steps propose ``candidates_per_step`` candidates and wait
@@ -26,18 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TypeVar, cast
 
-from dispatcher.benchmark import Benchmark
-from dispatcher.compile import CompileError, CompileJob, CompileResult, CompileService
-from dispatcher.decisions import read_overrides
-from dispatcher.measure import (
-    Comparison,
-    Measured,
-    MeasurementService,
-    PairingPolicy,
-    Pending,
-)
-from dispatcher.profile import hot_functions_of, profile_job
-from dispatcher.records import (
+from dispatcher.build.manifest import Benchmark
+from dispatcher.build.service import CompileError, CompileJob, CompileResult, CompileService
+from dispatcher.core.decisions import read_overrides
+from dispatcher.core.records import (
     Algorithm,
     BaselineEvent,
     CanaryEvent,
@@ -60,8 +52,19 @@ from dispatcher.records import (
     proposal_file,
     remeasure_dir,
 )
-from dispatcher.rundir import Rundir
-from dispatcher.search import (
+from dispatcher.core.rundir import Rundir
+from dispatcher.core.stats import geomean, geomean_ci, paired_speedup_ci
+from dispatcher.core.tree import Tree, count, to_overrides
+from dispatcher.running.agent_client import RunJob
+from dispatcher.running.measurement import (
+    Comparison,
+    Measured,
+    MeasurementService,
+    PairingPolicy,
+    Pending,
+)
+from dispatcher.search.focus import hot_functions_of, profile_job
+from dispatcher.search.rules import (
     backlog,
     in_flight_share,
     judge,
@@ -70,10 +73,7 @@ from dispatcher.search import (
     propose,
     temperature,
 )
-from dispatcher.stats import geomean, geomean_ci, paired_speedup_ci
-from dispatcher.store import Artifact
-from dispatcher.tree import Tree, count, to_overrides
-from dispatcher.worker import RunJob
+from dispatcher.storage.store import Artifact
 
 T = TypeVar("T")
 

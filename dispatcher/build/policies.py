@@ -3,7 +3,7 @@
 The patched ``ocamlopt -inlining-policy-channel BASE`` sends one observation per decision (the
 call site's key, callee, features and the heuristic's own answer) and reads one advice:
 ``inline``, ``dont_inline`` or ``default`` (compiler/README.md, "Policy channel").  A policy is
-any object with ``decide(observation) -> Advice`` (``Policy``); ``dispatcher.policy_host``
+any object with ``decide(observation) -> Advice`` (``Policy``); ``dispatcher.build.policy_host``
 serves one over the channel.
 
 A compile names its policy by a ``PolicySpec`` (hashable, part of the compile's cache key):
@@ -25,7 +25,7 @@ from typing import Protocol
 
 import sexpdata
 
-from dispatcher.decisions import (
+from dispatcher.core.decisions import (
     STRING_BODY,
     DecisionFileError,
     Features,

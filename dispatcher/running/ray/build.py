@@ -1,8 +1,8 @@
 """What runs on a Ray node that compiles: one whole build of a candidate, as a Ray task.
 
-Its code travels to the nodes by value, as ``dispatcher.ray_actor``'s does, so it uses the
+Its code travels to the nodes by value, as ``dispatcher.running.ray.actor``'s does, so it uses the
 standard library only.  The master sends the sources, the overrides files and the commands of
-a build (``dispatcher.benchmark.build_commands``: relative paths, the compiler by its absolute
+a build (``dispatcher.build.driver.build_commands``: relative paths, the compiler by its absolute
 path, which must be the same patched compiler at the same place on every compiling node) and
 gets back the binary, the decision dumps and everything the compiler said, or the failed
 command's exit status and output, from which it makes the same error a build on the master

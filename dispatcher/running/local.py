@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from dispatcher.backend import BackendContext, BackendSpec, PermanentLoss
-from dispatcher.records import RunResult
-from dispatcher.worker import (
+from dispatcher.core.records import RunResult
+from dispatcher.running.agent_client import (
     LocalAgent,
     RunJob,
     SlotLockBusy,
@@ -31,6 +30,7 @@ from dispatcher.worker import (
     encode_request,
     result_from_response,
 )
+from dispatcher.running.backend import BackendContext, BackendSpec, PermanentLoss
 
 if TYPE_CHECKING:
     from dispatcher.config import ConfigReader

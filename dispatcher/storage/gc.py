@@ -23,9 +23,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dispatcher.records import BaselineEvent, FinishEvent, StepEvent
-from dispatcher.rundir import JOURNAL, RundirError, read_batch_log, read_journal
-from dispatcher.store import Store, StoreError, disk_usage
+from dispatcher.core.records import BaselineEvent, FinishEvent, StepEvent
+from dispatcher.core.rundir import JOURNAL, RundirError, read_batch_log, read_journal
+from dispatcher.storage.store import Store, StoreError, disk_usage
 
 
 @dataclass

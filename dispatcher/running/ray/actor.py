@@ -1,12 +1,12 @@
 """What runs on a Ray node: the actor of one worker slot, hosting the worker agent.
 
-``AgentHost`` is the body of the Ray backend's actor (``dispatcher.raycluster``).  Its code
+``AgentHost`` is the body of the Ray backend's actor (``dispatcher.running.ray.cluster``).  Its code
 travels to the nodes by value (cloudpickle), so this module uses the standard library only,
 and ``ray`` (which every node has) only inside the method that fetches a binary: nothing of
 this project is installed on a node.  The agent is the same zipapp every backend runs
-(``dispatcher.worker.agent_zipapp``), written once into the node's cache directory and started
-with the node's python; the actor forwards JSON-lines requests to it, several at a time (the
-agent answers in request order, so the actor's threads each wait for their own reply).
+(``dispatcher.running.agent_client.agent_zipapp``), written once into the node's cache
+directory and started with the node's python; the actor forwards JSON-lines requests to it,
+several at a time (the agent answers in request order, so the actor's threads each wait for their own reply).
 
 On the node (``~`` is the home of the user running ``ray start``):
 
@@ -34,7 +34,7 @@ import threading
 from typing import Any
 
 CACHE_ENV = "INLINING_ORCHESTRATOR_RAY_CACHE"
-LOCK_DIR_ENV = "INLINING_ORCHESTRATOR_LOCK_DIR"  # as dispatcher.local
+LOCK_DIR_ENV = "INLINING_ORCHESTRATOR_LOCK_DIR"  # as dispatcher.running.local
 DEFAULT_LOCK_DIR = "/tmp/inlining-orchestrator-locks"
 LOCK_BUSY_STATUS = 75  # the agent's exit status when its slot lock stays held
 

@@ -12,9 +12,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from dispatcher.files import sha256_file
+from dispatcher.core.files import sha256_file
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "compiler" / "build"
 PREFIX_ENV = "INLINING_COMPILER_PREFIX"
 

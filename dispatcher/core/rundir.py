@@ -15,7 +15,7 @@
 
 The journal is the truth: each ``step`` event carries the search state after that step, so
 ``--resume`` continues from the last complete line and a crash loses only the step in flight.
-The records themselves, and their versions, are ``dispatcher.records``; this module is the
+The records themselves, and their versions, are ``dispatcher.core.records``; this module is the
 directory and its files.
 
 Lifecycle (docs/rundir-format.md, "Lifecycle"): a rundir is made whole (experiment, config,
@@ -49,9 +49,14 @@ from typing import TypeVar
 
 import yaml
 
-from dispatcher.decisions import Override, read_overrides, write_overrides
-from dispatcher.files import append_json_line, current_umask, write_json_atomic, write_text_atomic
-from dispatcher.records import (
+from dispatcher.core.decisions import Override, read_overrides, write_overrides
+from dispatcher.core.files import (
+    append_json_line,
+    current_umask,
+    write_json_atomic,
+    write_text_atomic,
+)
+from dispatcher.core.records import (
     PROPOSALS_DIR,
     BaselineEvent,
     BatchEntry,

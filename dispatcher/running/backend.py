@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from dispatcher.records import RunResult
-from dispatcher.worker import AgentError, RunJob, WorkerLost
+from dispatcher.core.records import RunResult
+from dispatcher.running.agent_client import AgentError, RunJob, WorkerLost
 
 if TYPE_CHECKING:
-    from dispatcher.compile import Builder
+    from dispatcher.build.service import Builder
     from dispatcher.config import ConfigReader
 
 __all__ = ["AgentError", "Backend", "BackendSpec", "BackendUnavailable", "MODULES",
@@ -98,7 +98,8 @@ class BackendSpec:
     start: Callable[[Any, BackendContext], Backend]
 
 
-MODULES = {"local": "dispatcher.local", "ssh": "dispatcher.ssh", "ray": "dispatcher.raycluster"}
+MODULES = {"local": "dispatcher.running.local", "ssh": "dispatcher.running.ssh",
+           "ray": "dispatcher.running.ray.cluster"}
 _SPECS: dict[str, BackendSpec] = {}
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from dispatcher.policy import Advice, ObservationError, Policy, parse_observation
+from dispatcher.build.policies import Advice, ObservationError, Policy, parse_observation
 
 PROTOCOL_VERSION = 1
 HOST_HEADER = f"(inlining_policy_host (version {PROTOCOL_VERSION}))\n"
