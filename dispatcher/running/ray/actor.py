@@ -6,7 +6,8 @@ and ``ray`` (which every node has) only inside the method that fetches a binary:
 this project is installed on a node.  The agent is the same zipapp every backend runs
 (``dispatcher.running.agent_client.agent_zipapp``), written once into the node's cache
 directory and started with the node's python; the actor forwards JSON-lines requests to it,
-several at a time (the agent answers in request order, so the actor's threads each wait for their own reply).
+several at a time (the agent answers in request order, so the actor's threads each wait for
+their own reply).
 
 On the node (``~`` is the home of the user running ``ray start``):
 
