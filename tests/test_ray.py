@@ -31,6 +31,19 @@ needs_lab = pytest.mark.skipif(lab_unavailable_reason() is not None,
 
 # -- config (no cluster needed)
 
+def test_the_actors_copies_of_the_agent_contract_are_protocols():
+    """actor.py travels to the nodes by value and imports nothing of the project, so it
+    copies the agent-master contract from workers/agent/protocol.py: the copies must agree."""
+    from dispatcher.running.ray import actor
+    from workers.agent import protocol
+    for name in ("LOCK_DIR_ENV", "DEFAULT_LOCK_DIR", "CPU_LOCK_NAME", "SLOT_LOCK_BUSY_STATUS",
+                 "STDERR_PREFIX", "SLOT_LOCK_LINES"):
+        assert getattr(actor, name) == getattr(protocol, name), name
+    source = Path(actor.__file__).read_text()
+    assert "import dispatcher" not in source and "from dispatcher" not in source
+    assert "import workers" not in source and "from workers" not in source
+
+
 @pytest.mark.parametrize("ray, message", [
     ({"address": "ray://head:10001"}, "ray.address: expected auto or the head's host:port (the master runs on a node"),
     ({"address": "head"}, "ray.address: expected auto or the head's host:port, got 'head'"),

@@ -1219,3 +1219,23 @@ def test_ssh_slot_uploads_again_by_code_not_by_message(tmp_path):
     host = Host([AgentError("h: a", code="not_in_cache"), AgentError("h: b", code="not_in_cache")])
     with pytest.raises(AgentError, match="h: b"):
         SshSlot(host, 3).run(job)
+
+
+def test_a_held_slot_lock_is_the_exit_the_protocol_names(tmp_path):
+    """The agent's side of the slot-lock contract: the exit status and the stderr line the
+    masters (agent_client.LocalAgent, the Ray actor) recognise, from workers/agent/protocol.py."""
+    import fcntl
+
+    from workers.agent.protocol import SLOT_LOCK_BUSY_STATUS, slot_lock_message
+    lock = tmp_path / "cpu0.lock"
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        out = subprocess.run([AGENT_PYTHON, str(AGENT), "--cache-dir", str(tmp_path / "c"),
+                              "--lock", str(lock), "--lock-wait", "0"],
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                             timeout=60)
+    assert out.returncode == SLOT_LOCK_BUSY_STATUS
+    assert out.stdout == ""
+    messages = [slot_lock_message(line) for line in out.stderr.splitlines()]
+    assert messages == [f"slot lock {lock} is held by another live agent"], out.stderr
+    assert slot_lock_message("agent: something else") is None

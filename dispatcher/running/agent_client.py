@@ -20,6 +20,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from dispatcher.core.records import RunRecord, RunResult
+from workers.agent.protocol import (
+    DEFAULT_LOCK_WAIT_S,
+    SLOT_LOCK_BUSY_STATUS,
+    slot_lock_message,
+)
 
 # The agent's package; what runs is its zipapp (``agent_zipapp``).
 AGENT_PATH = Path(__file__).resolve().parents[2] / "workers" / "agent"
@@ -224,15 +229,12 @@ class SlotLockBusy(WorkerLost):
         self.holder = holder
 
 
-LOCK_BUSY_STATUS = 75  # the agent's exit status when its slot lock stays held (__main__)
-
-
 class LocalAgent:
     """The agent as a subprocess of the master, run from its zipapp as on a remote worker."""
 
     def __init__(self, name: str, cache_dir: Path, worker_class: str,
                  cpus: frozenset[int] | None = None, lock: Path | None = None,
-                 lock_wait: float = 30.0):
+                 lock_wait: float = DEFAULT_LOCK_WAIT_S):
         """``cpus``: the agent's CPU mask (default: this thread's).  The master may keep its
         own threads off the worker CPUs; the agent must still be allowed to pin runs there.
         ``lock``: the slot's lock file, which the agent holds for its life, waiting up to
@@ -266,7 +268,7 @@ class LocalAgent:
             except WorkerLost:
                 status = self._exit_status()
                 self.close()
-                if status == LOCK_BUSY_STATUS:
+                if status == SLOT_LOCK_BUSY_STATUS:
                     self._stderr.join(5)
                     holder = self._lock_message or f"lock {lock}"
                     raise SlotLockBusy(f"{name}: {holder}", holder) from None
@@ -278,8 +280,9 @@ class LocalAgent:
         try:
             for raw in stream:
                 line = raw.decode("utf-8", "replace").rstrip("\n")
-                if line.startswith(("agent: slot lock ", "agent: cannot open the slot lock ")):
-                    self._lock_message = line[len("agent: "):]
+                message = slot_lock_message(line)
+                if message is not None:
+                    self._lock_message = message
                     continue
                 sys.stderr.write(line + "\n")
         except (OSError, ValueError):  # the stream was closed under us, or ours is gone

@@ -31,6 +31,12 @@ from dispatcher.running.agent_client import (
     result_from_response,
 )
 from dispatcher.running.backend import BackendContext, BackendSpec, PermanentLoss
+from workers.agent.protocol import (
+    CPU_LOCK_NAME,
+    DEFAULT_LOCK_DIR,
+    DEFAULT_LOCK_WAIT_S,
+    LOCK_DIR_ENV,
+)
 
 if TYPE_CHECKING:
     from dispatcher.config import ConfigReader
@@ -39,10 +45,6 @@ if TYPE_CHECKING:
 # The agents may use every CPU this process started with, even after the master has
 # confined its own threads (keep_master_off) to the CPUs left over from the workers.
 AGENT_CPUS = frozenset(os.sched_getaffinity(0))
-
-DEFAULT_LOCK_DIR = "/tmp/inlining-orchestrator-locks"
-LOCK_DIR_ENV = "INLINING_ORCHESTRATOR_LOCK_DIR"
-DEFAULT_LOCK_WAIT_S = 30.0
 
 
 def default_lock_dir() -> Path:
@@ -59,7 +61,7 @@ def cpu_lock(lock_dir: Path, cpu: int) -> Path:
             pass
         else:
             os.chmod(lock_dir, 0o1777)  # mkdir's mode is cut by the umask
-    return lock_dir / f"cpu{cpu}.lock"
+    return lock_dir / (CPU_LOCK_NAME % cpu)
 
 
 def keep_master_off(worker_cpus: tuple[int, ...]) -> None:

@@ -12,12 +12,19 @@ import sys
 import time
 from typing import IO, Any
 
-from .protocol import decode_request, encode_response
+from .protocol import (
+    DEFAULT_LOCK_WAIT_S,
+    SLOT_LOCK_BUSY_STATUS,
+    SLOT_LOCK_LINES,
+    decode_request,
+    encode_response,
+)
 from .service import SPAWN_METHODS, Agent
 
 
 def hold_slot_lock(path: str, wait: float) -> int:
-    """Take the lock of a worker slot for this process's life, or exit with status 75.
+    """Take the lock of a worker slot for this process's life, or exit with status 75
+    (``protocol.SLOT_LOCK_BUSY_STATUS``, the master's sign that the slot is someone else's).
 
     A kernel ``flock``: it dies with the process, so a master that crashed leaves nothing
     behind that blocks the next one (its agent exits on EOF once the connection is gone; a
@@ -36,9 +43,10 @@ def hold_slot_lock(path: str, wait: float) -> int:
                     holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
                 except OSError:
                     holder = ""
-                sys.stderr.write("agent: slot lock %s is held by another live agent%s\n"
-                                 % (path, " (%s)" % holder if holder else ""))
-                sys.exit(75)
+                sys.stderr.write("%s%s is held by another live agent%s\n"
+                                 % (SLOT_LOCK_LINES[0], path,
+                                    " (%s)" % holder if holder else ""))
+                sys.exit(SLOT_LOCK_BUSY_STATUS)
             time.sleep(0.2)
     if writable:
         os.ftruncate(fd, 0)
@@ -59,9 +67,8 @@ def _open_lock_file(path: str) -> tuple[int, bool]:
             try:
                 return os.open(path, os.O_RDONLY | os.O_CLOEXEC), False
             except PermissionError:
-                sys.stderr.write("agent: cannot open the slot lock %s: permission denied\n"
-                                 % path)
-                sys.exit(75)
+                sys.stderr.write("%s%s: permission denied\n" % (SLOT_LOCK_LINES[1], path))
+                sys.exit(SLOT_LOCK_BUSY_STATUS)
         except FileNotFoundError:
             pass
         try:
@@ -113,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                              "possible, else gated through sh, else direct)")
     parser.add_argument("--lock", default=None,
                         help="lock file of this worker slot, held while the agent lives")
-    parser.add_argument("--lock-wait", type=float, default=30.0,
+    parser.add_argument("--lock-wait", type=float, default=DEFAULT_LOCK_WAIT_S,
                         help="seconds to wait for a slot lock held by an exiting agent")
     opts = parser.parse_args(argv)
     if opts.lock:

@@ -48,6 +48,13 @@ The ``error`` is for people; the master decides on ``code``, one of:
     the spawn method the agent was started with (``--spawn``) cannot work on this host.
 ``internal``
     a bug in the agent (the request may be fine); details on the agent's stderr.
+
+Besides the JSON lines, the agent and whoever starts it share a few conventions, kept below
+so each side names them once: the slot lock's exit status and stderr lines (``__main__``), the
+default wait for a lock held by an exiting agent, and the per-machine lock directory that the
+local backend and the Ray backend's actors share (``cpu<N>.lock`` in it).
+``dispatcher/running/ray/actor.py`` travels to Ray nodes by value and so holds its own copies,
+which a test checks against these.
 """
 from __future__ import annotations
 
@@ -72,6 +79,24 @@ MAX_RUNS = 10000
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 DEFAULT_TIMEOUT_S = 600.0
 MIN_PROFILE_PERIOD_NS = 10_000  # 100 kHz: beyond that the sampling is the workload
+
+# The slot lock (``--lock FILE``): an agent that cannot take it (held by another live agent
+# past ``--lock-wait``, or not openable) writes one stderr line starting with one of
+# SLOT_LOCK_LINES and exits with SLOT_LOCK_BUSY_STATUS before it answers anything.
+SLOT_LOCK_BUSY_STATUS = 75  # EX_TEMPFAIL
+STDERR_PREFIX = "agent: "  # every line the agent itself writes on stderr
+SLOT_LOCK_LINES = (STDERR_PREFIX + "slot lock ", STDERR_PREFIX + "cannot open the slot lock ")
+DEFAULT_LOCK_WAIT_S = 30.0  # how long a new agent waits for the lock of an agent that is exiting
+# One lock per CPU of a machine, shared by every master and user there (local backend, Ray).
+LOCK_DIR_ENV = "INLINING_ORCHESTRATOR_LOCK_DIR"
+DEFAULT_LOCK_DIR = "/tmp/inlining-orchestrator-locks"
+CPU_LOCK_NAME = "cpu%d.lock"  # % the CPU number
+
+
+def slot_lock_message(line: str) -> str | None:
+    """The reason in an agent's stderr ``line`` (without ``agent: ``) if it says why the slot
+    lock could not be taken, else None."""
+    return line[len(STDERR_PREFIX):] if line.startswith(SLOT_LOCK_LINES) else None
 
 
 class RequestError(Exception):

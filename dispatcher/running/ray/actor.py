@@ -35,9 +35,15 @@ import threading
 from typing import Any
 
 CACHE_ENV = "INLINING_ORCHESTRATOR_RAY_CACHE"
-LOCK_DIR_ENV = "INLINING_ORCHESTRATOR_LOCK_DIR"  # as dispatcher.running.local
+# Copies of workers.agent.protocol's (this module may import nothing of the project; a test
+# checks that they are equal): the machine's CPU locks, as the local backend's, and how the
+# agent says that it could not take its slot's lock.
+LOCK_DIR_ENV = "INLINING_ORCHESTRATOR_LOCK_DIR"
 DEFAULT_LOCK_DIR = "/tmp/inlining-orchestrator-locks"
-LOCK_BUSY_STATUS = 75  # the agent's exit status when its slot lock stays held
+CPU_LOCK_NAME = "cpu%d.lock"
+SLOT_LOCK_BUSY_STATUS = 75
+STDERR_PREFIX = "agent: "
+SLOT_LOCK_LINES = (STDERR_PREFIX + "slot lock ", STDERR_PREFIX + "cannot open the slot lock ")
 
 
 def _write_atomically(path: str, data: bytes, mode: int) -> None:
@@ -146,7 +152,7 @@ class AgentHost:
                 pass
             else:
                 os.chmod(self.lock_dir, 0o1777)  # shared by every user, as /tmp
-        return os.path.join(self.lock_dir, "cpu%d.lock" % self.cpu)
+        return os.path.join(self.lock_dir, CPU_LOCK_NAME % self.cpu)
 
     def _prepare_cache(self) -> None:
         os.makedirs(self.binaries, exist_ok=True)
@@ -192,7 +198,7 @@ class AgentHost:
             if hello is None:
                 status = self._exit_status()
                 self._stop()
-                if status == LOCK_BUSY_STATUS:
+                if status == SLOT_LOCK_BUSY_STATUS:
                     return {"ok": False, "lock_busy": self._lock_message
                             or "the lock of CPU %d is held by another agent" % self.cpu}
                 return {"ok": False, "error": "the agent exited at start (status %s)%s"
@@ -206,8 +212,8 @@ class AgentHost:
         try:
             for raw in stream:
                 line = raw.decode("utf-8", "replace").rstrip("\n")
-                if line.startswith(("agent: slot lock ", "agent: cannot open the slot lock ")):
-                    self._lock_message = line[len("agent: "):]
+                if line.startswith(SLOT_LOCK_LINES):
+                    self._lock_message = line[len(STDERR_PREFIX):]
                     continue
                 sys.stderr.write("%s: %s\n" % (self.slot, line))
                 sys.stderr.flush()

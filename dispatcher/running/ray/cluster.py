@@ -55,7 +55,7 @@ from dispatcher.running.backend import (
     BackendUnavailable,
     PermanentLoss,
 )
-from workers.agent.protocol import CHECKSUM_MISMATCH, NOT_IN_CACHE
+from workers.agent.protocol import CHECKSUM_MISMATCH, DEFAULT_LOCK_WAIT_S, NOT_IN_CACHE
 
 if TYPE_CHECKING:
     from dispatcher.config import ConfigReader
@@ -64,7 +64,6 @@ log = logging.getLogger(__name__)
 
 BUILD_TIMEOUT_S = 300.0  # one whole build on a compiling node, as build_benchmark's budget
 JOB_SLACK_S = 30.0  # beyond 1.5 x the runs' own timeouts, before a silent actor is presumed hung
-LOCK_WAIT_S = 30.0  # how long a new agent waits for the CPU lock of an agent that is exiting
 MAX_REFS = 16  # binaries kept in the object store by the master (put again if needed later)
 DEFAULT_PREFIX = "inlining_cpu_"
 DEFAULT_CACHE_DIR = "~/.cache/inlining-orchestrator/ray"
@@ -150,7 +149,7 @@ class RaySlot:
             num_cpus=0, resources={self.resource: 1}, max_restarts=0, max_concurrency=4,
             scheduling_strategy=NodeAffinitySchedulingStrategy(self.node.node_id, soft=False),
         ).remote(self.name, self.cpu, self.worker_class, config.cache_dir, backend.agent_name,
-                 backend.agent_ref, LOCK_WAIT_S)
+                 backend.agent_ref, DEFAULT_LOCK_WAIT_S)
         ref = actor.start.remote()
         deadline = time.monotonic() + config.start_timeout
         try:
