@@ -16,9 +16,10 @@ its own merits (run it again elsewhere), ``PermanentLoss`` that retrying this sl
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from dispatcher.core.records import RunResult
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from dispatcher.config import ConfigReader
 
 __all__ = ["AgentError", "Backend", "BackendSpec", "BackendUnavailable", "MODULES",
-           "PermanentLoss", "Slot", "WorkerLost", "backend_spec", "register"]
+           "PermanentLoss", "Slot", "WorkerLost", "backend_spec"]
 
 
 class PermanentLoss(WorkerLost):
@@ -98,21 +99,12 @@ class BackendSpec:
     start: Callable[[Any, BackendContext], Backend]
 
 
-MODULES = {"local": "dispatcher.running.local", "ssh": "dispatcher.running.ssh",
-           "ray": "dispatcher.running.ray.cluster"}
-_SPECS: dict[str, BackendSpec] = {}
-
-
-def register(spec: BackendSpec, module: str | None = None) -> None:
-    """Add a backend (a plugin, or a test's) under ``spec.name``."""
-    _SPECS[spec.name] = spec
-    if module is not None:
-        MODULES[spec.name] = module
+MODULES: Mapping[str, str] = MappingProxyType({
+    "local": "dispatcher.running.local", "ssh": "dispatcher.running.ssh",
+    "ray": "dispatcher.running.ray.cluster"})  # fixed: a new backend is a new line here
 
 
 def backend_spec(name: str) -> BackendSpec:
-    """The spec of backend ``name``, importing its module on first use; KeyError if none."""
-    if name not in _SPECS:
-        spec = importlib.import_module(MODULES[name]).BACKEND
-        _SPECS[name] = spec
-    return _SPECS[name]
+    """The spec of backend ``name``, importing its module on first use (Python keeps it
+    imported); KeyError if none."""
+    return importlib.import_module(MODULES[name]).BACKEND
