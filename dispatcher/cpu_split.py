@@ -28,7 +28,7 @@ from dispatcher.build.manifest import Benchmark
 from dispatcher.build.service import CompileError, CompileJob, CompileService
 from dispatcher.config import Config
 from dispatcher.core.tree import Tree, to_overrides
-from dispatcher.running.local import AGENT_CPUS, LocalConfig
+from dispatcher.running.local import LocalConfig, agent_cpus
 from dispatcher.search.rules import propose
 from dispatcher.session import Session
 
@@ -135,7 +135,7 @@ def split_config(config: Config, benches: Sequence[Benchmark], size: str, runs: 
     (``cpus``: this process's, by default).  With two, one times runs and one compiles
     whatever the figures.  ``compile.jobs: auto`` follows the split; a number stays."""
     local = config.backend_settings
-    cpus = tuple(sorted(AGENT_CPUS if cpus is None else cpus))
+    cpus = tuple(sorted(agent_cpus() if cpus is None else cpus))
     if config.backend != "local" or not isinstance(local, LocalConfig) or not local.auto \
             or len(cpus) <= 2:
         return config, None

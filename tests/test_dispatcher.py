@@ -603,12 +603,12 @@ import os, threading
 from pathlib import Path
 from dispatcher.running.local import keep_master_off
 from dispatcher.running.agent_client import LocalAgent
-from dispatcher.running.local import AGENT_CPUS
+from dispatcher.running.local import agent_cpus
 keep_master_off(({worker},))
 seen = []
 t = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
 t.start(); t.join()
-agent = LocalAgent("t", Path({str(tmp_path)!r}), "local", cpus=AGENT_CPUS)
+agent = LocalAgent("t", Path({str(tmp_path)!r}), "local", cpus=agent_cpus())
 hello = agent.connection.request({{"op": "hello"}})
 agent.close()
 print({worker} in os.sched_getaffinity(0), {worker} in seen[0], {worker} in hello["cpus"])
@@ -616,6 +616,27 @@ print({worker} in os.sched_getaffinity(0), {worker} in seen[0], {worker} in hell
     out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
                          text=True, timeout=60)
     assert out.stdout.split() == ["False", "False", "True"], out.stderr
+
+
+def test_the_agents_cpus_are_read_when_asked_not_at_import():
+    """Importing the local backend reads no machine state: the agents' CPUs are this
+    process's when asked, until the master confines itself (then those it had before)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    script = f"""
+import os
+from dispatcher.running.local import agent_cpus, keep_master_off
+os.sched_setaffinity(0, {{{cpus[0]}}})
+print(sorted(agent_cpus()))
+os.sched_setaffinity(0, {{{cpus[0]}, {cpus[1]}}})
+keep_master_off(({cpus[1]},))
+print(sorted(os.sched_getaffinity(0)), sorted(agent_cpus()))
+"""
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.splitlines() == [f"[{cpus[0]}]",
+                                       f"[{cpus[0]}] [{cpus[0]}, {cpus[1]}]"], out.stderr
 
 
 # -- run-benchmark: what a cached verdict is reused for

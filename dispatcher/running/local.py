@@ -42,9 +42,17 @@ if TYPE_CHECKING:
     from dispatcher.config import ConfigReader
 
 
-# The agents may use every CPU this process started with, even after the master has
-# confined its own threads (keep_master_off) to the CPUs left over from the workers.
-AGENT_CPUS = frozenset(os.sched_getaffinity(0))
+# The CPUs this process could use when keep_master_off confined the master (None: not done).
+_confined_from: frozenset[int] | None = None
+
+
+def agent_cpus() -> frozenset[int]:
+    """The CPUs local agents may use: every CPU this process may use, read when asked, and
+    once the master has confined its own threads (``keep_master_off``) to the CPUs left over
+    from the workers, still those it could use before."""
+    if _confined_from is not None:
+        return _confined_from
+    return frozenset(os.sched_getaffinity(0))
 
 
 def default_lock_dir() -> Path:
@@ -67,8 +75,11 @@ def cpu_lock(lock_dir: Path, cpu: int) -> Path:
 def keep_master_off(worker_cpus: tuple[int, ...]) -> None:
     """Confine this thread, and the threads it starts from now on, to the CPUs not given to
     local workers: the master's bookkeeping must not wake up on a CPU being timed."""
-    rest = AGENT_CPUS - set(worker_cpus)
+    global _confined_from
+    cpus = agent_cpus()
+    rest = cpus - set(worker_cpus)
     if rest:
+        _confined_from = cpus
         os.sched_setaffinity(0, rest)
 
 
@@ -156,7 +167,7 @@ class LocalSlot:
             raise PermanentLoss(f"{self.name}: cannot make the CPU lock directory "
                                 f"{self._lock_dir}: {exc.strerror or exc}") from None
         try:
-            return LocalAgent(self.name, self._cache_dir, self.worker_class, cpus=AGENT_CPUS,
+            return LocalAgent(self.name, self._cache_dir, self.worker_class, cpus=agent_cpus(),
                               lock=lock, lock_wait=self._lock_wait)
         except SlotLockBusy as exc:
             raise PermanentLoss(
@@ -207,14 +218,14 @@ class LocalConfig:
 
 def default_cpus() -> tuple[int, ...]:
     """Every CPU this process may use but one (the master's), at least one."""
-    cpus = sorted(AGENT_CPUS)
+    cpus = sorted(agent_cpus())
     return tuple(cpus[1:] if len(cpus) > 1 else cpus)
 
 
 def master_cpus(worker_cpus: tuple[int, ...]) -> frozenset[int] | None:
     """The CPUs left to the master (its compiles) when local workers take ``worker_cpus``;
     None when workers take them all (then nothing can be kept apart)."""
-    rest = AGENT_CPUS - set(worker_cpus)
+    rest = agent_cpus() - set(worker_cpus)
     return rest or None
 
 
@@ -229,9 +240,10 @@ def parse_config(section: dict, r: ConfigReader) -> LocalConfig:
         cpus = default_cpus()
     elif (isinstance(cpus_raw, list) and cpus_raw
           and all(isinstance(c, int) and not isinstance(c, bool) for c in cpus_raw)):
-        missing = sorted(set(cpus_raw) - AGENT_CPUS)
+        here = agent_cpus()
+        missing = sorted(set(cpus_raw) - here)
         if missing:
-            raise fail("local.cpus", f"CPUs of this machine ({sorted(AGENT_CPUS)})", missing)
+            raise fail("local.cpus", f"CPUs of this machine ({sorted(here)})", missing)
         if len(set(cpus_raw)) != len(cpus_raw):
             raise fail("local.cpus", "distinct CPU numbers", cpus_raw)
         cpus = tuple(cpus_raw)
