@@ -62,15 +62,16 @@ def pairing_policy(config: Config, runs: int, max_pairs: int | None = None) -> P
 
 def heuristic_comparison(session: Session, bench: Benchmark, job: RunJob,
                          policy: PairingPolicy, remeasure: bool = False) -> Future[Comparison]:
-    """Start measuring ``job``'s binary against the heuristic build of ``bench`` (same
-    arguments and settings): paired, interleaved, on one slot of the first slot's worker class,
-    as the search measures a candidate (docs/measurement.md).  A comparison measured before
-    with the same binaries and policy comes from the store unless ``remeasure``.
+    """Start the workers if need be, then measuring ``job``'s binary against the heuristic
+    build of ``bench`` (same arguments and settings): paired, interleaved, on one slot of the
+    first slot's worker class, as the search measures a candidate (docs/measurement.md).  A
+    comparison measured before with the same binaries and policy comes from the store unless
+    ``remeasure``.
 
     Raises CompileError when the heuristic build fails; the future raises AgentError (the
     workers were lost) or ReferenceFailed (a run of the heuristic failed)."""
-    worker_class = session.scheduler.slots[0].worker_class
+    measurements = session.start_workers()
+    worker_class = measurements.scheduler.slots[0].worker_class
     heuristic = session.compiler.compile(CompileJob(bench))
     reference = replace(job, sha256=heuristic.sha256, binary=heuristic.binary)
-    return session.measurements.compare(reference, job, worker_class, policy,
-                                        reuse=not remeasure)
+    return measurements.compare(reference, job, worker_class, policy, reuse=not remeasure)

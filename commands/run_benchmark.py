@@ -122,7 +122,7 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
             if results:
                 cached = True
         if not results:
-            scheduler = session.scheduler
+            scheduler = session.start_workers().scheduler
             futures = [scheduler.submit(job, slot=slot.name) for slot in scheduler.slots]
             for f in futures:
                 try:

@@ -178,7 +178,7 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
     classes = session.worker_classes
     stop = threading.Event()
     try:
-        measurements = session.measurements  # starts the workers
+        measurements = session.start_workers()
     except BaseException:
         session.close()
         raise

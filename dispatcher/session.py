@@ -3,8 +3,9 @@ scheduler -> measurement service.
 
 Every command and every ``bench/`` script opens a ``Session`` rather than assembling these
 itself, so they all compile on the same CPUs, keep the master off the worker CPUs the same
-way, and measure through the same rules.  Workers start only when first needed
-(``measurements``): a command answered from the store never starts an agent.
+way, and measure through the same rules.  Workers start only when a caller asks
+(``start_workers``): a command answered from the store never starts an agent, and reading a
+property never starts anything.
 """
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ from dispatcher.running.backend import Backend, BackendContext, BackendSpec, bac
 from dispatcher.running.measurement import MeasurementService
 from dispatcher.running.scheduler import Scheduler
 from dispatcher.storage.store import Store
+
+
+class WorkersNotStarted(RuntimeError):
+    """The backend, scheduler or measurement service was asked for before ``start_workers``."""
 
 
 class Session:
@@ -50,8 +55,10 @@ class Session:
         """The classes of the backend's slots, known without starting it."""
         return self.spec.worker_classes(self.config.backend_settings)
 
-    @property
-    def backend(self) -> Backend:
+    def start_workers(self) -> MeasurementService:
+        """Start the backend (its agents as it starts them), the scheduler over its slots and
+        the measurement service, once; later calls return the same service.  Raises
+        BackendUnavailable (one line) if the backend cannot start."""
         if self._backend is None:
             context = BackendContext(store_root=self.store.root,
                                      worker_cache=self.store.worker_cache)
@@ -59,18 +66,28 @@ class Session:
             builder = self._backend.remote_builder()
             if builder is not None:  # compile capacity grows with the cluster
                 self.compiler.use_builder(builder)
+        if self._scheduler is None:
+            self._scheduler = Scheduler(self._backend.slots, self.config.scheduler)
+        if self._measurements is None:
+            self._measurements = MeasurementService(self._scheduler, self.store)
+        return self._measurements
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            raise WorkersNotStarted("Session.backend before start_workers()")
         return self._backend
 
     @property
     def scheduler(self) -> Scheduler:
         if self._scheduler is None:
-            self._scheduler = Scheduler(self.backend.slots, self.config.scheduler)
+            raise WorkersNotStarted("Session.scheduler before start_workers()")
         return self._scheduler
 
     @property
     def measurements(self) -> MeasurementService:
         if self._measurements is None:
-            self._measurements = MeasurementService(self.scheduler, self.store)
+            raise WorkersNotStarted("Session.measurements before start_workers()")
         return self._measurements
 
     def lost_workers(self) -> list[str]:

@@ -639,6 +639,31 @@ print(sorted(os.sched_getaffinity(0)), sorted(agent_cpus()))
                                        f"[{cpus[0]}] [{cpus[0]}, {cpus[1]}]"], out.stderr
 
 
+def test_a_session_starts_its_workers_only_when_asked(compiler, tmp_path):
+    """Reading a Session's backend, scheduler or measurement service never starts them: it is
+    an error until ``start_workers``, which starts them once.  (In a subprocess: starting the
+    local backend confines the master's threads.)"""
+    config = write_config(tmp_path)
+    script = f"""
+import pytest
+from dispatcher.config import load_config
+from dispatcher.session import Session, WorkersNotStarted
+with Session(load_config({str(config)!r})) as session:
+    for name in ("backend", "scheduler", "measurements"):
+        with pytest.raises(WorkersNotStarted, match="before start_workers"):
+            getattr(session, name)
+    assert session.lost_workers() == []
+    measurements = session.start_workers()
+    assert session.start_workers() is measurements is session.measurements
+    assert measurements.scheduler is session.scheduler
+    assert [s.name for s in session.scheduler.slots] == [s.name for s in session.backend.slots]
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.split() == ["ok"], out.stderr
+
+
 # -- run-benchmark: what a cached verdict is reused for
 
 def _set_expected(bench_dir: Path, text: str) -> None:

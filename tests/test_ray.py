@@ -349,7 +349,7 @@ def test_a_build_on_a_compiling_node_is_the_build_on_the_master(lab, compiler, t
         bench = resolve_benchmark("kahan")
         flip = Override(unit={flip.unit!r}, round=0, key={flip.key!r}, action={flip.action!r})
         with Session(load_config(sys.argv[1])) as s:
-            s.backend
+            s.start_workers()
             got = s.compiler.compile(CompileJob(bench, (flip,)))
             try:
                 s.compiler.compile(CompileJob(bench, flags=("-O3", "-no-such-flag")))
