@@ -38,8 +38,7 @@ def pairing_policy(config: Config, runs: int, max_pairs: int | None = None) -> P
     """At least ``runs`` pairs, at most ``max_pairs`` (default ``measure.max_pairs``, never
     fewer than ``runs``), stopping early at the config's ``measure.half_width``."""
     most = config.measure.max_pairs if max_pairs is None else max_pairs
-    return PairingPolicy(min_pairs=runs, max_pairs=max(most, runs),
-                         half_width=config.measure.half_width)
+    return PairingPolicy.between(runs, most, config.measure.half_width)
 
 
 def heuristic_comparison(session: Session, bench: Benchmark, job: RunJob,

@@ -77,6 +77,14 @@ class PairingPolicy:
     half_width: float = 0.01
     must_beat: float | None = None
 
+    @classmethod
+    def between(cls, fewest: int, most: int, half_width: float,
+                must_beat: float | None = None) -> PairingPolicy:
+        """At least ``fewest`` pairs and at most ``most``, a budget below the fewest being
+        raised to it (``--runs`` above ``measure.max_pairs``): the one place of that rule."""
+        return cls(min_pairs=fewest, max_pairs=max(most, fewest), half_width=half_width,
+                   must_beat=must_beat)
+
 
 @dataclass(frozen=True)
 class Comparison:
