@@ -5,7 +5,6 @@ not a failed overnight run.  ``configs/local.yaml`` is the default.
 """
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +13,22 @@ from typing import Any
 import yaml
 
 from dispatcher.core.files import TextFileError, read_utf8
+from dispatcher.core.validation import (
+    MAX_ATTEMPTS,
+    MAX_BACKOFF_S,
+    MAX_CHAINS,
+    MAX_PARALLEL,
+    MAX_RUNS,
+    MAX_SECONDS,
+    MAX_SEED,
+    MAX_STEPS,
+    KeyPathError,
+    Reader,
+    finite_number,
+    load_strict,
+)
 from dispatcher.running.backend import MODULES, backend_spec
+from dispatcher.running.scheduler import SchedulerConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "local.yaml"
@@ -25,86 +39,10 @@ DEFAULT_STORE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) \
 class ConfigError(ValueError):
     """A config file that cannot be used; the message is one line."""
 
-
-class _KeyPathError(Exception):
-    """A problem the YAML loader found at a key path (``run.timeout``, ``ssh.hosts[0].port``)."""
-
-    def __init__(self, key: str, message: str):
-        super().__init__(f"{key}: {message}")
-        self.key = key
-        self.message = message
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that also refuses, at any depth, a key given twice in one mapping
-    (plain YAML keeps the last silently) and a number that is not finite (``.nan``, ``.inf``,
-    ``-.inf``, a float that overflows such as ``1.0e+999``), naming the key path.
-
-    The checks walk the composed node tree before anything is constructed, so the path of every
-    node is known.  A merge key (``<<: *anchor``) is not a duplicate of the keys it brings in.
-    """
-
-    def construct_document(self, node: yaml.Node) -> Any:
-        self._check(node, "", set())
-        return super().construct_document(node)
-
-    def _check(self, node: yaml.Node, path: str, seen: set[int]) -> None:
-        if id(node) in seen:  # an alias of a node checked already (or a recursive one)
-            return
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            keys: set[Any] = set()
-            for key_node, value_node in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    self._check(value_node, path, seen)
-                    continue
-                self._check(key_node, path, seen)
-                name = key_node.value if isinstance(key_node, yaml.ScalarNode) else "?"
-                where = f"{path}.{name}" if path else str(name)
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    duplicate = key in keys
-                    keys.add(key)
-                except TypeError:  # unhashable: the constructor reports it
-                    duplicate = False
-                if duplicate:
-                    line = key_node.start_mark.line + 1
-                    raise _KeyPathError(where, f"duplicate key (line {line})")
-                self._check(value_node, where, seen)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                self._check(item, f"{path}[{i}]", seen)
-        elif node.tag == "tag:yaml.org,2002:float" and isinstance(node, yaml.ScalarNode):
-            try:
-                finite = math.isfinite(self.construct_yaml_float(node))
-            except ValueError:  # an explicit !!float on something else
-                finite = False
-            if not finite:
-                raise _KeyPathError(path or "(top level)",
-                                    f"expected a finite number, got {node.value}")
-
-
-#: Upper bounds of the config's counts and durations (documented in configs/local.yaml): past
-#: them a value is a slip (a million seconds, a zero too many) that would fail hours later, or
-#: never, in a job; it is refused up front with the file and key instead.
-MAX_SECONDS = 24 * 3600  # run.timeout, scheduler.backoff_max_s (and local.lock_wait)
-MAX_BACKOFF_S = 3600  # scheduler.backoff_s, ssh.connect_timeout
-MAX_RUNS = 10_000  # run.runs, search.baseline_runs, measure.max_pairs
-MAX_STEPS = 1_000_000  # search.steps, search.remeasure_every, measure.canary_every
-MAX_CHAINS = 1_000  # search.chains, search.max_flips, scheduler.quarantine_after
-MAX_ATTEMPTS = 100  # scheduler.attempts
-MAX_PARALLEL = 1_024  # compile.jobs, search.candidates_per_step, search.in_flight
-MAX_SEED = 2 ** 63 - 1  # search.seed, either sign
-
-
-def _finite_number(v: Any) -> bool:
-    """An int or float (not a bool) that is finite as a float (a huge int is not)."""
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
-        return False
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
+    @classmethod
+    def at(cls, file: str, key: str, message: str) -> ConfigError:
+        """``FILE: KEY: MESSAGE``, as ``Reader`` makes it."""
+        return cls(f"{file}: {key}: {message}")
 
 
 @dataclass(frozen=True)
@@ -149,16 +87,6 @@ class MeasureConfig:
 
 
 @dataclass(frozen=True)
-class SchedulerConfig:
-    """What happens when a worker is lost (its connection broke, its agent died)."""
-
-    attempts: int = 3  # runs of one job on different slots before it is reported failed
-    quarantine_after: int = 5  # consecutive losses before a slot is taken out of service
-    backoff_s: float = 1.0  # first pause before re-probing a lost slot; doubles each time
-    backoff_max_s: float = 60.0
-
-
-@dataclass(frozen=True)
 class Config:
     path: Path | None
     backend: str
@@ -179,60 +107,13 @@ class Config:
         return self.backends[self.backend]
 
 
-class ConfigReader:
-    """What parsers of config sections use: one-line errors naming the file and key, and
-    the common value checks.  Backends get one for their own section."""
-
-    def __init__(self, path: Path | None):
-        self.path = path
-
-    def fail(self, key: str, expected: str, got: Any = None) -> ConfigError:
-        where = str(self.path) if self.path else "<config>"
-        tail = "" if got is None else f", got {got!r}"
-        return ConfigError(f"{where}: {key}: expected {expected}{tail}")
-
-    def section(self, data: dict, key: str, allowed: set[str]) -> dict:
-        value = data.get(key, {})
-        if value is None:
-            value = {}
-        if not isinstance(value, dict):
-            raise self.fail(key, "a mapping", value)
-        unknown = sorted(set(value) - allowed)
-        if unknown:
-            raise self.fail(f"{key}.{unknown[0]}", f"one of {', '.join(sorted(allowed))}",)
-        return value
-
-    def positive_int(self, data: dict, key: str, name: str, default: int, *, most: int) -> int:
-        v = data.get(key, default)
-        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= most:
-            raise self.fail(name, f"a positive integer, at most {most}", v)
-        return v
-
-    def count(self, data: dict, key: str, name: str, default: int, *, most: int,
-              what: str = "a number of steps") -> int:
-        """A whole number where 0 means never."""
-        v = data.get(key, default)
-        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= most:
-            raise self.fail(name, f"{what} from 0 (never) to {most}", v)
-        return v
-
-    def positive_number(self, data: dict, key: str, name: str, default: float, *, most: float,
-                        what: str = "a positive number") -> float:
-        v = data.get(key, default)
-        if not _finite_number(v) or not 0 < v <= most:
-            raise self.fail(name, f"{what}, at most {most:g}", v)
-        return float(v)
-
-    def local_path(self, value: Any, name: str, expected: str = "a file path") -> Path:
-        """A path on the master: ~ expanded, relative to the config file's directory."""
-        if not isinstance(value, str) or not value or "\0" in value:
-            raise self.fail(name, expected, value)
-        p = Path(os.path.expanduser(value))
-        return p if p.is_absolute() else (self.path.parent if self.path else Path.cwd()) / p
+def config_reader(path: Path | None) -> Reader:
+    """The reader of a config file's sections (backends get it for theirs): ConfigErrors."""
+    return Reader(path, ConfigError.at, unnamed="<config>")
 
 
 def parse_config(data: Any, path: Path | None = None) -> Config:
-    r = ConfigReader(path)
+    r = config_reader(path)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -260,12 +141,8 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
     run = r.section(data, "run", {"runs", "timeout", "perf", "size", "aslr"})
     timeout = r.positive_number(run, "timeout", "run.timeout", RunConfig.timeout,
                                 most=MAX_SECONDS, what="a positive number of seconds")
-    perf = run.get("perf", True)
-    if not isinstance(perf, bool):
-        raise r.fail("run.perf", "true or false", perf)
-    aslr = run.get("aslr", False)
-    if not isinstance(aslr, bool):
-        raise r.fail("run.aslr", "true or false", aslr)
+    perf = r.boolean(run, "perf", "run.perf", RunConfig.perf)
+    aslr = r.boolean(run, "aslr", "run.aslr", RunConfig.aslr)
     size = run.get("size", RunConfig.size)
     if not isinstance(size, str) or not size:
         raise r.fail("run.size", "a benchmark size name such as quick or full", size)
@@ -289,14 +166,12 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
                                         most=MAX_SECONDS, what="a positive number of seconds"))
     m = r.section(data, "measure", {"max_pairs", "half_width", "canary_every", "confirm"})
     half_width = m.get("half_width", MeasureConfig.half_width)
-    if not _finite_number(half_width) or not 0 < half_width < 1:
+    if not finite_number(half_width) or not 0 < half_width < 1:
         raise r.fail("measure.half_width", "a fraction between 0 and 1 (0.01: +-1%)",
                      half_width)
     canary_every = r.count(m, "canary_every", "measure.canary_every",
                            MeasureConfig.canary_every, most=MAX_STEPS)
-    confirm = m.get("confirm", True)
-    if not isinstance(confirm, bool):
-        raise r.fail("measure.confirm", "true or false", confirm)
+    confirm = r.boolean(m, "confirm", "measure.confirm", MeasureConfig.confirm)
     measure = MeasureConfig(
         max_pairs=r.positive_int(m, "max_pairs", "measure.max_pairs", MeasureConfig.max_pairs,
                                  most=MAX_RUNS),
@@ -309,7 +184,7 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
                   compile_jobs=jobs, compile_jobs_auto=jobs_raw == "auto", raw=data)
 
 
-def _search_config(r: ConfigReader, data: dict, path: Path | None) -> SearchConfig:
+def _search_config(r: Reader, data: dict, path: Path | None) -> SearchConfig:
     d = r.section(data, "search", {"algorithm", "steps", "chains", "seed", "baseline_runs",
                                    "candidates_per_step", "t_start", "t_end", "remeasure_every",
                                    "max_flips", "focus", "mode", "in_flight", "rundirs",
@@ -320,7 +195,7 @@ def _search_config(r: ConfigReader, data: dict, path: Path | None) -> SearchConf
     temps: dict[str, float] = {}
     for key in ("t_start", "t_end"):
         v = d.get(key, getattr(SearchConfig, key))
-        if not _finite_number(v) or v <= 0:
+        if not finite_number(v) or v <= 0:
             raise r.fail(f"search.{key}", "a positive number", v)
         temps[key] = float(v)
     focus = d.get("focus", "hot")
@@ -367,8 +242,8 @@ def load_config(path: Path | str | None = None) -> Config:
     except TextFileError as exc:
         raise ConfigError(str(exc)) from None
     try:
-        data = yaml.load(text, Loader=_StrictLoader)
-    except _KeyPathError as exc:
+        data = load_strict(text)
+    except KeyPathError as exc:
         raise ConfigError(f"{path}: {exc.key}: {exc.message}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

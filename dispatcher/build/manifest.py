@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from dispatcher.core.validation import KeyPathError, Reader, load_strict
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUNDLED_DIR = REPO_ROOT / "benchmarks"
 MANIFEST_NAME = "benchmark.yaml"
@@ -222,90 +224,6 @@ class Benchmark:
 # --------------------------------------------------------------------------- loading
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate mapping keys instead of keeping the last one."""
-
-
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode,
-                              deep: bool = False) -> dict:
-    loader.flatten_mapping(node)
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        try:
-            duplicate = key in seen
-        except TypeError:  # unhashable key: let the base constructor report it
-            break
-        if duplicate:
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}",
-                key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-                                 _construct_unique_mapping)
-
-
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    names = {bool: "bool", int: "int", float: "float", str: "string", list: "list",
-             dict: "mapping"}
-    return names.get(type(value), type(value).__name__)
-
-
-class _Checker:
-    """Small helpers that raise ManifestError with this manifest's path."""
-
-    def __init__(self, file: Path) -> None:
-        self.file = file
-
-    def fail(self, field_name: str, expected: str) -> ManifestError:
-        return ManifestError(self.file, field_name, expected)
-
-    def mapping(self, value: Any, field_name: str, allowed: Sequence[str],
-                required: Sequence[str]) -> dict:
-        if not isinstance(value, dict):
-            raise self.fail(field_name, f"expected a mapping, got {_type_name(value)}")
-        prefix = f"{field_name}." if field_name != "(top level)" else ""
-        for key in value:
-            if not isinstance(key, str):
-                raise self.fail(f"{prefix}{key!r}", f"expected a string key, got {_type_name(key)}")
-            if key not in allowed:
-                raise self.fail(f"{prefix}{key}", f"unknown key (allowed: {', '.join(allowed)})")
-        for key in required:
-            if key not in value:
-                raise self.fail(f"{prefix}{key}", "missing required key")
-        return value
-
-    def string(self, value: Any, field_name: str, *, nonempty: bool = True) -> str:
-        if not isinstance(value, str):
-            hint = ' (quote it: "...")' if isinstance(value, (int, float, bool)) else ""
-            raise self.fail(field_name, f"expected a string{hint}, got {_type_name(value)}")
-        if nonempty and not value.strip():
-            raise self.fail(field_name, "expected a non-empty string")
-        if "\0" in value:
-            raise self.fail(field_name, "expected a string without NUL characters")
-        return value
-
-    def string_list(self, value: Any, field_name: str) -> tuple[str, ...]:
-        if not isinstance(value, list):
-            raise self.fail(field_name, f"expected a list of strings, got {_type_name(value)}")
-        out = []
-        for i, item in enumerate(value):
-            if not isinstance(item, str):
-                hint = ' (quote numbers: "64")' if isinstance(item, (int, float, bool)) else ""
-                raise self.fail(f"{field_name}[{i}]",
-                                f"expected a string{hint}, got {_type_name(item)}")
-            if "\0" in item:
-                raise self.fail(f"{field_name}[{i}]", "expected a string without NUL characters")
-            out.append(item)
-        return tuple(out)
-
-
 def _read_manifest(file: Path) -> Any:
     try:
         text = file.read_text(encoding="utf-8")
@@ -318,7 +236,12 @@ def _read_manifest(file: Path) -> Any:
     except OSError as e:
         raise ManifestError(file, "manifest", f"cannot read ({e.strerror or e})") from None
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        return load_strict(text)
+    except KeyPathError as e:
+        if e.duplicate:  # worded as before the strict loader was shared with configs
+            raise ManifestError(file, f"line {e.line}",
+                                f"expected valid YAML (found duplicate key {e.value!r})") from None
+        raise ManifestError(file, e.key, e.message) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "yaml"
@@ -326,26 +249,25 @@ def _read_manifest(file: Path) -> Any:
         raise ManifestError(file, where, f"expected valid YAML ({problem})") from None
 
 
-def _check_source_name(c: _Checker, directory: Path, value: Any, field_name: str, *,
+def _check_source_name(c: Reader, directory: Path, value: Any, field_name: str, *,
                        main: bool) -> str:
     name = c.string(value, field_name)
     if "/" in name or "\\" in name or name.startswith("."):
-        raise c.fail(field_name,
-                     f"expected a plain file name in the benchmark directory, got {name!r}")
+        raise c.fail(field_name, "a plain file name in the benchmark directory", name)
     if not SOURCE_RE.fullmatch(name):
-        raise c.fail(field_name, f"expected a file name matching {SOURCE_RE.pattern}, got {name!r}")
+        raise c.fail(field_name, f"a file name matching {SOURCE_RE.pattern}", name)
     if main and not name.endswith(".ml"):
-        raise c.fail(field_name, f"expected an .ml file, got {name!r}")
+        raise c.fail(field_name, "an .ml file", name)
     path = directory / name
     real_dir = directory.resolve()
     try:
         real = path.resolve(strict=True)
     except (FileNotFoundError, RuntimeError):
-        raise c.fail(field_name, f"expected an existing file, {path} does not exist") from None
+        raise c.error(field_name, f"expected an existing file, {path} does not exist") from None
     if real.parent != real_dir:
-        raise c.fail(field_name, f"expected a file inside {directory}, {name} resolves to {real}")
+        raise c.error(field_name, f"expected a file inside {directory}, {name} resolves to {real}")
     if not real.is_file():
-        raise c.fail(field_name, f"expected a regular file, {path} is not one")
+        raise c.error(field_name, f"expected a regular file, {path} is not one")
     return name
 
 
@@ -357,13 +279,13 @@ def _unit_name(file_name: str) -> str:
     return file_name.rsplit(".", 1)[0].lower()
 
 
-def _check_flags(c: _Checker, flags: Sequence[str]) -> None:
+def _check_flags(c: Reader, flags: Sequence[str]) -> None:
     """Only allow-listed options, each value-taking one followed by a plain value."""
     i = 0
     while i < len(flags):
         flag = flags[i]
         if flag in RESERVED_FLAGS:
-            raise c.fail(f"flags[{i}]", f"expected a compiler flag other than {flag} "
+            raise c.error(f"flags[{i}]", f"expected a compiler flag other than {flag} "
                          "(build_benchmark sets it)")
         if flag in ALLOWED_VALUE_FLAGS and i + 1 < len(flags) and \
                 FLAG_VALUE_RE.match(flags[i + 1]):
@@ -371,19 +293,19 @@ def _check_flags(c: _Checker, flags: Sequence[str]) -> None:
             continue
         if flag in ALLOWED_VALUE_FLAGS:
             got = repr(flags[i + 1]) if i + 1 < len(flags) else "nothing"
-            raise c.fail(f"flags[{i + 1}]", f"expected a number (or round=number,...) after "
+            raise c.error(f"flags[{i + 1}]", f"expected a number (or round=number,...) after "
                          f"{flag}, got {got}")
         if flag not in ALLOWED_FLAGS:
-            raise c.fail(f"flags[{i}]", f"expected a code-generation or inlining option "
+            raise c.error(f"flags[{i}]", f"expected a code-generation or inlining option "
                          f"(one of {', '.join(sorted(ALLOWED_FLAGS | ALLOWED_VALUE_FLAGS))}), "
                          f"got {flag!r}")
         i += 1
 
 
-def _check_sources(c: _Checker, directory: Path, modules_raw: Any,
+def _check_sources(c: Reader, directory: Path, modules_raw: Any,
                    main_raw: Any) -> tuple[tuple[str, ...], str]:
     if not isinstance(modules_raw, list):
-        raise c.fail("modules", f"expected a list of file names, got {_type_name(modules_raw)}")
+        raise c.fail_kind("modules", "a list of file names", modules_raw)
     modules = tuple(
         _check_source_name(c, directory, m, f"modules[{i}]", main=False)
         for i, m in enumerate(modules_raw)
@@ -394,41 +316,41 @@ def _check_sources(c: _Checker, directory: Path, modules_raw: Any,
     for i, name in enumerate((*modules, main)):
         fname = "main" if i == len(modules) else f"modules[{i}]"
         if name in seen_files:
-            raise c.fail(fname, f"expected each file once, {name} is also {seen_files[name]}")
+            raise c.error(fname, f"expected each file once, {name} is also {seen_files[name]}")
         seen_files[name] = fname
         key = (_unit_name(name), name.rsplit(".", 1)[1])
         if key in seen_units:
-            raise c.fail(fname, f"expected distinct module names, {name} and "
+            raise c.error(fname, f"expected distinct module names, {name} and "
                          f"{seen_units[key]} name the same module")
         seen_units[key] = name
         if name.endswith(".ml"):
             mli = name + "i"
             if (directory / mli).exists() and mli not in seen_files:
                 where = "listed after it" if mli in (*modules, main) else "not listed"
-                raise c.fail(fname, f"expected {mli} to be listed in modules before {name} "
+                raise c.error(fname, f"expected {mli} to be listed in modules before {name} "
                              f"({mli} exists but is {where})")
     return modules, main
 
 
-def _check_expected(c: _Checker, value: Any, field_name: str) -> ExpectedOutput:
+def _check_expected(c: Reader, value: Any, field_name: str) -> ExpectedOutput:
     d = c.mapping(value, field_name, _EXPECTED_KEYS, ())
     if ("text" in d) == ("sha256" in d):
-        raise c.fail(field_name, "expected exactly one of text and sha256")
+        raise c.error(field_name, "expected exactly one of text and sha256")
     if "text" in d:
         return ExpectedOutput(text=c.string(d["text"], f"{field_name}.text", nonempty=False))
     sha = c.string(d["sha256"], f"{field_name}.sha256")
     if not SHA256_RE.fullmatch(sha):
-        raise c.fail(f"{field_name}.sha256", f"expected 64 hex digits, got {sha!r}")
+        raise c.fail(f"{field_name}.sha256", "64 hex digits", sha)
     return ExpectedOutput(sha256=sha.lower())
 
 
-def _check_sizes(c: _Checker, value: Any) -> Mapping[str, Size]:
+def _check_sizes(c: Reader, value: Any) -> Mapping[str, Size]:
     if not isinstance(value, dict):
-        raise c.fail("sizes", f"expected a mapping of size names, got {_type_name(value)}")
+        raise c.fail_kind("sizes", "a mapping of size names", value)
     sizes: dict[str, Size] = {}
     for name, spec in value.items():
         if not isinstance(name, str) or not SIZE_NAME_RE.fullmatch(name):
-            raise c.fail(f"sizes.{name}", f"expected a size name matching {SIZE_NAME_RE.pattern}")
+            raise c.error(f"sizes.{name}", f"expected a size name matching {SIZE_NAME_RE.pattern}")
         f = f"sizes.{name}"
         d = c.mapping(spec, f, _SIZE_KEYS, _SIZE_KEYS)
         args = c.string_list(d["args"], f"{f}.args")
@@ -436,7 +358,7 @@ def _check_sizes(c: _Checker, value: Any) -> Mapping[str, Size]:
         sizes[name] = Size(name=name, args=args, expected=expected)
     for required in REQUIRED_SIZES:
         if required not in sizes:
-            raise c.fail(f"sizes.{required}", "missing required size")
+            raise c.error(f"sizes.{required}", "missing required size")
     return _FrozenDict(sizes)
 
 
@@ -452,20 +374,20 @@ def load_benchmark(path: Path | str) -> Benchmark:
     else:
         raise ManifestError(p, "manifest",
                             "no such file or directory (expected a benchmark directory)")
-    c = _Checker(file)
+    c = Reader(file, ManifestError)
     raw = _read_manifest(file)
     if raw is None:
-        raise c.fail("(top level)", "expected a mapping, the file is empty")
+        raise c.error("(top level)", "expected a mapping, the file is empty")
     d = c.mapping(raw, "(top level)", _TOP_KEYS, _TOP_REQUIRED)
 
     name = c.string(d["name"], "name")
     if not NAME_RE.fullmatch(name):
-        raise c.fail("name", f"expected a name matching {NAME_RE.pattern}, got {name!r}")
+        raise c.fail("name", f"a name matching {NAME_RE.pattern}", name)
     if name != directory.name:
-        raise c.fail("name", f"expected the directory name {directory.name!r}, got {name!r}")
+        raise c.fail("name", f"the directory name {directory.name!r}", name)
     split = c.string(d["split"], "split")
     if split not in SPLITS:
-        raise c.fail("split", f"expected one of {', '.join(SPLITS)}, got {split!r}")
+        raise c.fail("split", f"one of {', '.join(SPLITS)}", split)
     description = c.string(d["description"], "description")
     modules, main = _check_sources(c, directory, d.get("modules", []), d["main"])
     if "flags" in d:

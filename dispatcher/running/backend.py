@@ -23,11 +23,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from dispatcher.core.records import RunResult
+from dispatcher.core.validation import Reader
 from dispatcher.running.agent_client import AgentError, RunJob, WorkerLost
 
 if TYPE_CHECKING:
     from dispatcher.build.service import Builder
-    from dispatcher.config import ConfigReader
 
 __all__ = ["AgentError", "Backend", "BackendSpec", "BackendUnavailable", "MODULES",
            "PermanentLoss", "Slot", "WorkerLost", "backend_spec"]
@@ -83,8 +83,8 @@ class BackendSpec:
     """How a backend is configured and started.
 
     ``parse(section, reader)``: its config section (a mapping, maybe empty) -> its settings;
-    ``reader`` (a ``dispatcher.config.ConfigReader``) makes the one-line errors naming the
-    file and key, and checks common values.
+    ``reader`` (a ``dispatcher.core.validation.Reader`` raising ConfigErrors) makes the
+    one-line errors naming the file and key, and checks common values.
     ``worker_classes(settings)``: the classes its slots will have, without starting it.
     ``master_cpus(settings)``: the CPUs of this machine left to the master (its compiles),
     or None when the backend takes none of them.
@@ -93,7 +93,7 @@ class BackendSpec:
     """
 
     name: str
-    parse: Callable[[dict, ConfigReader], Any]
+    parse: Callable[[dict, Reader], Any]
     worker_classes: Callable[[Any], list[str]]
     master_cpus: Callable[[Any], frozenset[int] | None]
     start: Callable[[Any, BackendContext], Backend]

@@ -39,7 +39,7 @@ from workers.agent.protocol import (
 )
 
 if TYPE_CHECKING:
-    from dispatcher.config import ConfigReader
+    from dispatcher.core.validation import Reader
 
 
 # The CPUs this process could use when keep_master_off confined the master (None: not done).
@@ -229,7 +229,7 @@ def master_cpus(worker_cpus: tuple[int, ...]) -> frozenset[int] | None:
     return rest or None
 
 
-def parse_config(section: dict, r: ConfigReader) -> LocalConfig:
+def parse_config(section: dict, r: Reader) -> LocalConfig:
     """The ``local:`` section."""
     fail = r.fail
     unknown = sorted(set(section) - {"cpus", "worker_class", "lock_dir", "lock_wait"})

@@ -28,7 +28,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from dispatcher.config import SchedulerConfig
 from dispatcher.core.records import RunResult
 from dispatcher.running.agent_client import RunJob
 from dispatcher.running.backend import PermanentLoss, Slot, WorkerLost
@@ -44,6 +43,17 @@ log = logging.getLogger(__name__)
 # meanwhile without being woken at all (100 slots: 24,000 jobs/s without, 13,000 with).
 _LET_GO_EVERY = 32  # hand-offs
 _LET_GO_ABOVE = 256  # runners waiting
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """What happens when a worker is lost (its connection broke, its agent died): the
+    scheduler's own settings, which the config's ``scheduler:`` section fills."""
+
+    attempts: int = 3  # runs of one job on different slots before it is reported failed
+    quarantine_after: int = 5  # consecutive losses before a slot is taken out of service
+    backoff_s: float = 1.0  # first pause before re-probing a lost slot; doubles each time
+    backoff_max_s: float = 60.0
 
 
 class NoWorkers(WorkerLost):

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import paramiko
 
-from dispatcher.config import MAX_BACKOFF_S, ConfigReader
 from dispatcher.core.files import sha256_file
+from dispatcher.core.validation import MAX_BACKOFF_S, Reader
 from dispatcher.running.agent_client import (
     AGENT_PATH,
     AgentConnection,
@@ -559,7 +559,7 @@ class SshBackend:
 _HOST_RE = re.compile(r"^[A-Za-z0-9._:%\[\]-]+$")
 
 
-def parse_config(section: dict, r: ConfigReader) -> SshConfig:
+def parse_config(section: dict, r: Reader) -> SshConfig:
     """The ``ssh:`` section."""
     d = r.section({"ssh": section}, "ssh", {"known_hosts", "trust_on_first_use", "key_file", "user",
                                 "connect_timeout", "hosts"})

@@ -58,7 +58,7 @@ from dispatcher.running.backend import (
 from workers.agent.protocol import CHECKSUM_MISMATCH, DEFAULT_LOCK_WAIT_S, NOT_IN_CACHE
 
 if TYPE_CHECKING:
-    from dispatcher.config import ConfigReader
+    from dispatcher.core.validation import Reader
 
 log = logging.getLogger(__name__)
 
@@ -513,7 +513,7 @@ _NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 MAX_SLOTS = 100_000
 
 
-def parse_config(section: dict, r: ConfigReader) -> RayConfig:
+def parse_config(section: dict, r: Reader) -> RayConfig:
     """The ``ray:`` section."""
     d = r.section({"ray": section}, "ray", {"address", "auth", "token_file", "resource_prefix",
                                             "slots", "worker_class", "cache_dir", "namespace",
