@@ -16,7 +16,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import random
 import re
 import shutil
 import signal
@@ -42,12 +41,11 @@ from .proc import (
 )
 from .protocol import RunRequest, one_line
 from .sampling import Sampler
-from .spawn import ENV_PAD_NAME, Spawner, SpawnError, choose, run_paths
+from .spawn import Plan, Run, Spawner, SpawnError, choose
 from .watchdog import Watchdog
 
 STDERR_TAIL_BYTES = 2000
 STDERR_SCAN_BYTES = 64 * 1024
-ENV_PAD_MAX = 4096  # its length is uniform in [0, ENV_PAD_MAX), as hyperfine's
 
 # Names printed by the OCaml runtime at exit under OCAMLRUNPARAM=v=0x400 (4.x and 5.x).
 GC_KEYS = frozenset((
@@ -271,86 +269,6 @@ def sweep_scratch(base: str) -> list[str]:
         finally:
             os.close(fd)
     return removed
-
-
-class Plan:
-    """A checked run request: what its runs share, and their records so far."""
-    __slots__ = ("req_id", "sha", "argv", "runs", "cpu", "timeout", "expected", "env",
-                 "perf_events", "spawn", "script", "aslr", "profile_period_ns", "records",
-                 "started", "disturbed", "entry")
-
-    def __init__(self, req_id: Any, sha: str, argv: list[str], runs: int, cpu: int,
-                 timeout: float, expected: dict | None, env: dict[str, str],
-                 perf_events: list[str] | None, spawn: str, script: Any, aslr: bool = False,
-                 profile_period_ns: int = 0):
-        self.req_id, self.sha, self.argv, self.runs, self.cpu = req_id, sha, argv, runs, cpu
-        self.timeout, self.expected, self.env = timeout, expected, env
-        self.perf_events, self.spawn, self.script = perf_events, spawn, script
-        self.aslr = aslr
-        self.profile_period_ns = profile_period_ns
-        self.records: list[dict] = []
-        self.started = 0  # runs prepared so far (the serve loop's count)
-        self.disturbed = 0  # disturbed records so far
-        self.entry: list[Any] | None = None  # the serve loop's [response, done]
-
-    def copy(self, req_id: Any) -> Plan:
-        """A fresh plan of the same request (id ``req_id``), no run started."""
-        return Plan(req_id, self.sha, self.argv, self.runs, self.cpu, self.timeout,
-                    self.expected, self.env, self.perf_events, self.spawn, self.script,
-                    self.aslr, self.profile_period_ns)
-
-    @property
-    def target(self) -> int:
-        """Runs to make: those asked, plus one for each disturbed run, at most ``runs`` more."""
-        return self.runs + min(self.disturbed, self.runs)
-
-    @property
-    def done(self) -> bool:
-        return len(self.records) >= self.target
-
-    def response(self) -> dict:
-        return {
-            "ok": True,
-            "sha256": self.sha,
-            "cpu": self.cpu,
-            "spawn": self.spawn,
-            "runs": self.records,
-            "failed": sum(1 for r in self.records if r["failure"] is not None),
-            "disturbed": self.disturbed,
-        }
-
-
-class Run:
-    """One run of a plan, from its preparation to its record."""
-    __slots__ = ("plan", "token", "workdir", "out_path", "err_path", "pid", "pgid", "pidfd",
-                 "gate", "counters", "sampler", "cpus_allowed", "t0", "t1", "status", "ru",
-                 "timed_out", "failure", "pad", "aslr", "since", "strays")
-
-    def __init__(self, plan: Plan, token: int, scratch: str):
-        self.plan, self.token = plan, token
-        self.workdir, self.out_path, self.err_path = run_paths(scratch, token)
-        self.pid: int | None = None
-        self.pgid: int | None = None  # the group a timeout kills (the pid but for gated)
-        self.pidfd: int | None = None
-        self.gate: int | None = None  # written to let the binary go
-        self.counters: Any = []
-        self.sampler: Sampler | None = None
-        self.cpus_allowed: str | None = None
-        self.t0 = self.t1 = self.status = 0
-        self.ru: Any = None
-        self.timed_out = False
-        self.failure: str | None = None  # set: the run could not start
-        # aslr plans: the environment pad's length, drawn per run
-        self.pad: int | None = random.randrange(ENV_PAD_MAX) if plan.aslr else None
-        self.aslr: bool | None = None  # the child's personality, read before it runs
-        self.since: int | None = None  # the kernel's last pid when it was let go
-        self.strays: int | None = None  # processes it left running (None: not looked for)
-
-    def env(self) -> dict[str, str]:
-        """The run's environment: its plan's, plus the pad of an aslr run."""
-        if self.pad is None:
-            return self.plan.env
-        return dict(self.plan.env, **{ENV_PAD_NAME: "X" * self.pad})
 
 
 class Runner:
