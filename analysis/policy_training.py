@@ -9,26 +9,22 @@ program the policy never saw.  A classifier (scikit-learn: logistic regression, 
 trees, a small MLP) is validated leave-one-benchmark-out (each benchmark held out in turn:
 scores on programs the classifier did not see), then fitted to every benchmark and saved.
 
-A policy file is a pickle (joblib) with a version and the feature names it expects: load only
-policy files you made, as any pickle runs code when loaded.
+The policy file, the policy it holds and the features' encoding are the compiler side's as
+much as training's: they live in ``dispatcher.build.policy_file``, imported from there.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from dispatcher.core.files import atomic_output
+from dispatcher.build.policy_file import ConstantModel, TrainedPolicy, numeric_features
 
 LABELS = ("inline", "dont_inline", "default")
 CLASSIFIERS = ("logistic", "boosted", "mlp")
-POLICY_FORMAT = "inlining-policy"
-POLICY_VERSION = 1
 KEY = ["unit", "round", "key"]
 
 
@@ -54,24 +50,6 @@ class TrainingSet:
     @property
     def columns(self) -> list[str]:
         return list(self.features.columns)
-
-
-def numeric_features(table: pd.DataFrame) -> pd.DataFrame:
-    """Features as numbers: booleans as 0/1 and absent numbers as -1 (Flambda did not
-    compute it); a text feature (an attribute: ``always``, ``never``, ...) as one 0/1 column
-    per value, ``name=value``."""
-    out: dict[str, pd.Series] = {}
-    for name in table.columns:
-        col = table[name]
-        present = col.dropna()
-        if len(present) and present.map(lambda v: isinstance(v, bool)).all():
-            out[name] = col.map(lambda v: -1.0 if v is None or v != v else float(bool(v)))
-        elif len(present) and present.map(lambda v: isinstance(v, str)).all():
-            for value in sorted(set(present)):
-                out[f"{name}={value}"] = (col == value).astype(float)
-        else:
-            out[name] = pd.to_numeric(col, errors="coerce").fillna(-1.0).astype(float)
-    return pd.DataFrame(out, index=table.index)
 
 
 def training_set(rewards: Mapping[str, pd.DataFrame], features: Mapping[str, pd.DataFrame],
@@ -113,23 +91,13 @@ def make_classifier(name: str, seed: int = 0) -> Any:
     raise TrainingError(f"classifier {name!r}: expected one of {', '.join(CLASSIFIERS)}")
 
 
-class _Constant:
-    """A 'classifier' for data with one label: always that label."""
-
-    def __init__(self, value: str):
-        self.value = value
-        self.classes_ = np.array([value])
-
-    def fit(self, X: Any, y: Any) -> _Constant:
-        return self
-
-    def predict(self, X: Any) -> np.ndarray:
-        return np.array([self.value] * len(X))
+# Policy files written before the model classes moved to dispatcher name this one here.
+_Constant = ConstantModel
 
 
 def _fit(name: str, X: pd.DataFrame, y: pd.Series, seed: int) -> Any:
     if y.nunique() < 2:
-        return _Constant(str(y.iloc[0]))
+        return ConstantModel(str(y.iloc[0]))
     return make_classifier(name, seed).fit(X.to_numpy(), y.to_numpy())
 
 
@@ -155,58 +123,10 @@ def leave_one_benchmark_out(ts: TrainingSet, name: str, seed: int = 0) -> pd.Dat
     return pd.DataFrame(rows)
 
 
-@dataclass
-class TrainedPolicy:
-    """A classifier with what it needs to answer the policy channel."""
-
-    classifier: str
-    model: Any
-    columns: list[str]
-    threshold: float
-    benchmarks: list[str]
-
-    def advise(self, features: Mapping[str, Any]) -> str:
-        """``inline``, ``dont_inline`` or ``default`` for one call site's features."""
-        row = numeric_features(pd.DataFrame([dict(features)]))
-        # a text value never seen in training, or a feature absent: as in training, an
-        # indicator column is 0 and an absent number -1
-        row = row.reindex(columns=self.columns).fillna(
-            {c: 0.0 if "=" in c else -1.0 for c in self.columns})
-        return str(self.model.predict(row.to_numpy())[0])
-
-
 def train(ts: TrainingSet, name: str, threshold: float, seed: int = 0) -> TrainedPolicy:
     return TrainedPolicy(classifier=name, model=_fit(name, ts.features, ts.labels, seed),
                          columns=ts.columns, threshold=threshold,
                          benchmarks=sorted(ts.benchmarks.unique()))
-
-
-def save_policy(policy: TrainedPolicy, path: Path) -> None:
-    import joblib
-    with atomic_output(path) as tmp:
-        joblib.dump({"format": POLICY_FORMAT, "version": POLICY_VERSION,
-                     "classifier": policy.classifier, "model": policy.model,
-                     "columns": policy.columns, "threshold": policy.threshold,
-                     "benchmarks": policy.benchmarks}, tmp)
-
-
-def load_policy(path: Path) -> TrainedPolicy:
-    """A policy file written by ``save_policy``; TrainingError (one line) otherwise."""
-    import joblib
-    try:
-        data = joblib.load(path)
-    except FileNotFoundError:
-        raise TrainingError(f"{path}: no such policy file") from None
-    except Exception as exc:  # not a pickle, truncated, another library's
-        raise TrainingError(f"{path}: not a policy file ({type(exc).__name__})") from None
-    if not isinstance(data, dict) or data.get("format") != POLICY_FORMAT:
-        raise TrainingError(f"{path}: not a policy file (train one with train-policy)")
-    if data.get("version") != POLICY_VERSION:
-        raise TrainingError(f"{path}: policy format version {data.get('version')!r}; this "
-                            f"version reads {POLICY_VERSION}")
-    return TrainedPolicy(classifier=data["classifier"], model=data["model"],
-                         columns=list(data["columns"]), threshold=float(data["threshold"]),
-                         benchmarks=list(data["benchmarks"]))
 
 
 def summary(scores: pd.DataFrame) -> pd.DataFrame:

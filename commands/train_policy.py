@@ -5,8 +5,8 @@ For each benchmark under the rewards directory (or each one named): its rewards 
 and hyperparameters (``--hyper``; ``best``: the setting with the best mean held-out R^2 in its
 ``fits.csv``), and the features of its call sites, from the decision dumps of its heuristic
 build (compiled, or taken from the store).  ``analysis.policy_training`` labels, validates
-leave-one-benchmark-out and trains; the policy file goes to ``--out`` with the validation
-scores beside it (``<out>.scores.csv``).
+leave-one-benchmark-out and trains; the policy file (``dispatcher.build.policy_file``) goes
+to ``--out`` with the validation scores beside it (``<out>.scores.csv``).
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from analysis.policy_training import (
     TrainingError,
     choose,
     leave_one_benchmark_out,
-    save_policy,
     summary,
     train,
     training_set,
@@ -30,6 +29,7 @@ from analysis.policy_training import (
 from analysis.sources import SourcesError, benchmark_of
 from commands.common import backend_errors_in_one_line, show_warnings
 from dispatcher.build.manifest import Benchmark, ManifestError
+from dispatcher.build.policy_file import save_policy_file
 from dispatcher.build.service import CompileError, CompileJob
 from dispatcher.build.toolchain import CompilerNotFound
 from dispatcher.config import ConfigError, load_config
@@ -160,7 +160,7 @@ def train_policy(benchmarks, rewards_dir, model, hyper, threshold, classifier, o
     policy = train(ts, chosen, threshold)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        save_policy(policy, out)
+        save_policy_file(policy, out)
         if not scores.empty:
             with atomic_output(out.with_name(out.name + ".scores.csv")) as tmp:
                 scores.to_csv(tmp, index=False)

@@ -9,9 +9,11 @@ serves one over the channel.
 A compile names its policy by a ``PolicySpec`` (hashable, part of the compile's cache key):
 ``heuristic`` (always ``default``: the compiler's own heuristic), ``never-inline``
 (``dont_inline`` everywhere the compiler can keep a call) or an overrides file such as an
-``optimal.sexp`` (its action for a listed key, ``default`` for the others).  ``POLICY_KINDS``
-is the seam for more: a learned model is one more kind whose loader reads the model file and
-returns an object with ``decide``.
+``optimal.sexp`` (its action for a listed key, ``default`` for the others), or a ``.policy``
+file ``train-policy`` wrote (``learned``; its format: ``dispatcher.build.policy_file``).
+``POLICY_KINDS`` maps each kind to what makes its policy object from a spec
+(``policy_of_spec``).  A learned policy's file is read once, when it is named
+(``parse_policy``): the spec carries the policy it held to every compile.
 """
 from __future__ import annotations
 
@@ -19,12 +21,13 @@ import enum
 import hashlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import sexpdata
 
+from dispatcher.build.policy_file import PolicyFileError, TrainedPolicy, decode_policy_file
 from dispatcher.core.decisions import (
     STRING_BODY,
     DecisionFileError,
@@ -204,6 +207,9 @@ class PolicySpec:
     source: str = ""  # where it came from (a file), for messages
     overrides: tuple[Override, ...] = ()  # kind "decisions"
     digest: str = ""  # kind "learned": the sha256 of its policy file
+    # kind "learned": what the file held when it was read and hashed (no part of the
+    # identity: the digest is)
+    trained: TrainedPolicy | None = field(default=None, compare=False, repr=False)
 
     def identity(self) -> str:
         """What determines the policy's answers (not where it was read from)."""
@@ -219,17 +225,15 @@ class PolicySpec:
 
 
 class LearnedPolicy:
-    """A classifier ``train-policy`` trained (``analysis.policy_training``): its answer for
-    the site's features.  A site the heuristic did not decide freely (an attribute forced it,
-    or a guard prevented it) is answered ``default``, as the policy was trained on sites
-    whose decision could change."""
+    """A classifier ``train-policy`` trained: its answer for the site's features.  A site the
+    heuristic did not decide freely (an attribute forced it, or a guard prevented it) is
+    answered ``default``, as the policy was trained on sites whose decision could change."""
 
     def __init__(self, spec: PolicySpec):
-        from analysis.policy_training import TrainingError, load_policy  # policy -> analysis
-        try:
-            self.trained = load_policy(Path(spec.source))
-        except TrainingError as exc:
-            raise PolicyError(f"policy {spec.source}: {exc}") from None
+        if spec.trained is None:
+            raise PolicyError(f"policy {spec.source}: a learned policy is named by "
+                              "parse_policy, which reads its file")
+        self.trained = spec.trained
 
     def decide(self, observation: Observation) -> Advice:
         if observation.heuristic_reason != "heuristic":
@@ -258,12 +262,16 @@ def parse_policy(text: str) -> PolicySpec:
         return PolicySpec(text)
     if text.endswith(LEARNED_SUFFIX):
         try:
-            digest = hashlib.sha256(Path(text).read_bytes()).hexdigest()
+            data = Path(text).read_bytes()
         except OSError as exc:
             raise PolicyError(f"policy {text}: cannot read ({exc.strerror or exc})") from None
-        spec = PolicySpec("learned", source=str(Path(text).resolve()), digest=digest)
-        load_policy(spec)  # a file that is not a policy is refused before anything compiles
-        return spec
+        source = str(Path(text).resolve())
+        try:  # a file that is not a policy is refused before anything compiles
+            trained = decode_policy_file(data, source)
+        except PolicyFileError as exc:
+            raise PolicyError(f"policy {source}: {exc}") from None
+        return PolicySpec("learned", source=source, digest=hashlib.sha256(data).hexdigest(),
+                          trained=trained)
     if _PATH_LIKE.search(text) or Path(text).exists():
         try:
             overrides = tuple(read_overrides(text))
@@ -277,8 +285,8 @@ def parse_policy(text: str) -> PolicySpec:
                       f"({LEARNED_SUFFIX})")
 
 
-def load_policy(spec: PolicySpec) -> Policy:
-    """The policy object a spec names."""
+def policy_of_spec(spec: PolicySpec) -> Policy:
+    """The policy object a spec names (nothing read: ``parse_policy`` read any file)."""
     loader = POLICY_KINDS.get(spec.kind)
     if loader is None:
         raise PolicyError(f"policy kind {spec.kind!r}: expected one of "

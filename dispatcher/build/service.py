@@ -39,7 +39,7 @@ from dispatcher.build.manifest import Benchmark
 from dispatcher.build.driver import BuildError, BuildResult, PolicyChannel, build_benchmark
 from dispatcher.build.toolchain import Compiler
 from dispatcher.core.decisions import DUMP_NAME, Override, overrides_text
-from dispatcher.build.policies import PolicyError, PolicySpec, load_policy
+from dispatcher.build.policies import PolicyError, PolicySpec, policy_of_spec
 from dispatcher.build.policy_host import PolicyHost
 from dispatcher.storage.store import Artifact, Store, StoreError, compile_key, store_error, unit_key
 
@@ -365,7 +365,7 @@ class CompileService:
         if job.policy is None:
             return run(), "master"
         try:
-            policy = load_policy(job.policy)
+            policy = policy_of_spec(job.policy)
         except PolicyError as exc:
             raise CompileError(str(exc), "") from None
         with PolicyHost(policy) as host:
