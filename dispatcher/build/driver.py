@@ -1,0 +1,303 @@
+"""The ocamlopt build driver: a benchmark's units compiled one by one (each through the unit
+cache when one is given), then linked, with the decision dumps collected.
+
+Manifests (what to build) live in ``dispatcher.build.manifest``; this module only builds.
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol
+
+from dispatcher.build.manifest import Benchmark, Unit
+
+
+@dataclass
+class BuildResult:
+    """A built benchmark: its executable, the decision dumps, and everything ocamlopt said."""
+
+    binary: Path
+    decision_files: list[Path]
+    compiler_output: str
+    units_compiled: int = 0  # units this build ran ``ocamlopt -c`` for
+    units_reused: int = 0  # units restored from the unit cache instead
+
+
+class BuildError(RuntimeError):
+    """Compiling or linking a benchmark failed; ``output`` holds the full compiler output."""
+
+    def __init__(self, summary: str, output: str) -> None:
+        super().__init__(" ".join(summary.split()))
+        self.output = output
+
+    def __reduce__(self) -> tuple:  # picklable across worker processes
+        return (type(self), (str(self), self.output))
+
+
+@dataclass(frozen=True)
+class PolicyChannel:
+    """A policy host's channel for ``build_benchmark`` (``dispatcher.build.policy_host``): ``base``
+    goes to every ``.ml`` compile; ``identity``, what determines the policy's answers, to each
+    unit's cache key in its place (the channel's path changes from build to build)."""
+
+    base: Path
+    identity: str
+    timeout: float | None = None  # seconds the compiler waits for an answer (None: its 60)
+
+
+class UnitCache(Protocol):
+    """Where ``build_benchmark`` gets compiled units from instead of compiling them again."""
+
+    def unit(self, inputs: dict, outdir: Path,
+             compile: Callable[[], tuple[list[str], str]]) -> tuple[list[str], str, bool]:
+        """Leave in ``outdir`` the files one unit's ``ocamlopt -c`` writes there.
+
+        ``inputs`` (JSON-able) is everything those files depend on except the compiler
+        itself.  A hit copies the stored files into ``outdir`` and returns ``(file names,
+        compiler output, True)``; a miss calls ``compile()``, which runs the compiler in
+        ``outdir`` and returns (the names of the files it wrote, its output), stores them and
+        returns them with ``False``.  ``compile()`` raising stores nothing.
+        """
+        ...
+
+
+# Bump when the meaning of a unit's cache inputs changes, so old entries are never reused.
+_UNIT_INPUTS_VERSION = "benchmark-unit-v1"
+
+#: What a later unit's compile reads of an earlier one: its interface and, for cross-module
+#: inlining, its .cmx.  Not the .o (only the link reads it) nor the dumps.
+_READ_BY_LATER_UNITS = (".cmi", ".cmx")
+
+
+# OCaml's words for a failure of the external tool it runs (assembler, C compiler, linker):
+# they say which tool, not why; the tool's own line before them does.
+_TOOL_FAILED = ("Error during linking", "Assembler error", "Error while building custom runtime")
+_DISK_ERRORS = tuple(os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EROFS))
+
+
+def _first_error_line(output: str) -> str:
+    """One line saying why a command failed: OCaml's first ``Error`` line, followed by the
+    failing tool's own first line when OCaml only names the tool (``/usr/bin/ld: final link
+    failed: No space left on device``), or by any line reporting a full or read-only disk."""
+    lines = [ln.strip() for ln in output.splitlines()
+             if ln.strip() and not ln.startswith(("$ ", "# "))]
+    first = next((i for i, ln in enumerate(lines) if ln.startswith("Error")), None)
+    if first is None:
+        return lines[-1] if lines else "no output"
+    error = lines[first]
+    why = next((ln for ln in lines if any(text in ln for text in _DISK_ERRORS)), None)
+    if why is None and any(words in error for words in _TOOL_FAILED):
+        why = next((ln for ln in lines[:first] if not ln.startswith(
+            ("File ", "collect2: error: ld returned"))), None)
+    return f"{error}: {why}" if why and why not in error else error
+
+
+def _snapshot(directory: Path) -> dict[str, tuple[int, int, int]]:
+    out = {}
+    for entry in os.scandir(directory):
+        if entry.is_file(follow_symlinks=False):
+            st = entry.stat(follow_symlinks=False)
+            out[entry.name] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return out
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def unit_command(ocamlopt: Path, flags: Sequence[str], unit: Unit, overrides: str | None,
+                 dump_decisions: bool, channel: Sequence[str] = ()) -> list[str]:
+    """The ``ocamlopt -c`` of one unit, run in the build directory; ``overrides``: the path
+    of its overrides file, ``channel``: the policy channel's options (only an implementation
+    takes either)."""
+    options: list[str] = []
+    if unit.is_impl:
+        if overrides is not None:
+            options += ["-inlining-overrides", overrides]
+        if dump_decisions:
+            options.append("-dump-inlining-decisions")
+        options += channel
+    return [str(ocamlopt), *flags, *options, "-c", unit.source]
+
+
+def link_command(ocamlopt: Path, flags: Sequence[str], units: Sequence[Unit],
+                 binary_name: str) -> list[str]:
+    """The link of the units' ``.cmx`` files, in order, into ``binary_name``."""
+    cmx = [u.source[:-3] + ".cmx" for u in units if u.is_impl]
+    return [str(ocamlopt), *flags, *cmx, "-o", binary_name]
+
+
+def build_commands(bench: Benchmark, ocamlopt: Path, flags: Sequence[str],
+                   overrides: Mapping[str, str], dump_decisions: bool
+                   ) -> list[tuple[list[str], str]]:
+    """Every command of a whole build with no unit cache, each with what it does, as
+    ``build_benchmark`` runs them (``overrides``: unit name -> its file's path, relative to
+    the build directory or absolute): what a remote builder runs."""
+    units = bench.units()
+    return ([(unit_command(ocamlopt, flags, u, overrides.get(u.module), dump_decisions),
+              f"compiling {u.source}") for u in units]
+            + [(link_command(ocamlopt, flags, units, bench.binary_name()),
+                f"linking {bench.binary_name()}")])
+
+
+def build_error(bench: Benchmark, what: str, exit_status: int, text: str,
+                output: str) -> BuildError:
+    """The error of a build command that failed: one line saying why, the whole output."""
+    return BuildError(f"{bench.name}: {what} failed (exit {exit_status}): "
+                      f"{_first_error_line(text)}", output)
+
+
+def build_benchmark(
+    bench: Benchmark,
+    outdir: Path,
+    ocamlopt: Path,
+    *,
+    flags: Sequence[str] | None = None,
+    overrides: Path | Mapping[str, Path] | None = None,
+    dump_decisions: bool = False,
+    timeout: float = 300,
+    unit_cache: UnitCache | None = None,
+    policy: PolicyChannel | None = None,
+) -> BuildResult:
+    """Copy the sources into ``outdir`` and compile them there into ``outdir/<name>.exe``.
+
+    One ``ocamlopt -c`` per file, in manifest order (so each compilation unit gets its own
+    decision dumps, named after the unit), then a link of the ``.cmx`` files. ``flags``
+    replaces the manifest's flags. ``overrides`` adds ``-inlining-overrides <abs path>`` and
+    ``dump_decisions`` adds ``-dump-inlining-decisions`` to every ``.ml`` compile; neither is
+    passed otherwise, so a stock compiler works too. ``overrides`` may instead map unit names
+    (``Series``) to files: each ``.ml`` gets its own unit's file, a unit not in the mapping
+    none (the compiler only applies a file's entries for the unit it compiles, so this builds
+    the same as one file holding them all).  ``policy`` adds ``-inlining-policy-channel`` (and
+    its timeout) to every ``.ml`` compile: a host must be serving it.  ``timeout`` bounds the
+    whole build.
+
+    With ``unit_cache``, each unit's compile is looked up there first, under its inputs: the
+    command (flags, the content of its overrides file), its source, the names of all sources,
+    and the ``.cmi``/``.cmx`` files every earlier unit left (so a unit whose dependency's
+    inlining information changed is compiled again).  The link always runs.
+
+    ``outdir`` may already exist (it may, e.g., hold the overrides file); stale
+    ``*.decisions.sexp`` files and a stale binary in it are removed first. It must not be
+    the benchmark directory itself.
+    """
+    outdir = Path(os.path.abspath(outdir))
+    ocamlopt = Path(os.path.abspath(ocamlopt))
+    if not ocamlopt.is_file():
+        raise FileNotFoundError(f"ocamlopt: {ocamlopt} does not exist")
+    if outdir.exists() and outdir.resolve() == bench.directory.resolve():
+        raise ValueError(f"outdir: {outdir} is the benchmark directory; build somewhere else")
+    units = bench.units()
+    per_unit: dict[str, Path] = {}
+    if isinstance(overrides, Mapping):
+        per_unit = {u: Path(os.path.abspath(f)) for u, f in overrides.items()}
+    elif overrides is not None:
+        whole = Path(os.path.abspath(overrides))
+        per_unit = {u.module: whole for u in units}
+    for f in set(per_unit.values()):
+        if not f.is_file():
+            raise FileNotFoundError(f"overrides: {f} does not exist")
+    use_flags = list(bench.flags if flags is None else flags)
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    binary = outdir / bench.binary_name()
+    for stale in [*outdir.glob("*.decisions.sexp"), binary]:
+        if stale.is_file() or stale.is_symlink():
+            stale.unlink()
+    for src in bench.source_files():
+        shutil.copyfile(src, outdir / src.name)
+
+    env = dict(os.environ)
+    env.pop("OCAMLPARAM", None)  # would silently add flags to every compile
+    deadline = time.monotonic() + timeout
+    log: list[str] = []
+
+    def run(cmd: list[str], what: str) -> None:
+        log.append("$ " + " ".join(cmd))
+        remaining = deadline - time.monotonic()
+        try:
+            if remaining <= 0:
+                raise subprocess.TimeoutExpired(cmd, timeout)
+            # Own session: a Ctrl-C meant for the master must not kill the compiler under it.
+            proc = subprocess.run(
+                cmd, cwd=outdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                timeout=remaining, start_new_session=True,
+            )
+        except subprocess.TimeoutExpired:
+            output = "\n".join(log)
+            raise BuildError(f"{bench.name}: {what}: timed out (build budget {timeout:g} s)",
+                             output) from None
+        except OSError as e:
+            log.append(str(e))
+            raise BuildError(f"{bench.name}: {what}: cannot run {cmd[0]} ({e})",
+                             "\n".join(log)) from None
+        text = proc.stdout.decode("utf-8", errors="replace")
+        if text:
+            log.append(text.rstrip("\n"))
+        if proc.returncode != 0:
+            raise build_error(bench, what, proc.returncode, text, "\n".join(log))
+
+    earlier: dict[str, str] = {}  # .cmi/.cmx left by earlier units -> sha256
+    compiled = reused = 0
+    for unit in units:
+        own = per_unit.get(unit.module) if unit.is_impl else None
+        channel: list[str] = []
+        keyed_channel: list[str] = []  # the same, with the policy named by its identity
+        if policy is not None:
+            channel = ["-inlining-policy-channel", str(policy.base)]
+            keyed_channel = ["-inlining-policy-channel", "policy:" + policy.identity]
+            if policy.timeout is not None:
+                channel += ["-inlining-policy-timeout", f"{policy.timeout:g}"]
+        cmd = unit_command(ocamlopt, use_flags, unit, None if own is None else str(own),
+                           dump_decisions, channel)
+        # the same, with the overrides file named by its content
+        keyed = unit_command(Path(), use_flags, unit,
+                             None if own is None else "sha256:" + _sha256(own),
+                             dump_decisions, keyed_channel)[1 + len(use_flags):-2]
+
+        def compile_unit(cmd: list[str] = cmd, unit: Unit = unit) -> tuple[list[str], str]:
+            before = _snapshot(outdir)
+            mark = len(log)
+            run(cmd, f"compiling {unit.source}")
+            after = _snapshot(outdir)
+            written = sorted(n for n, st in after.items() if before.get(n) != st)
+            return written, "\n".join(log[mark + 1:])
+
+        if unit_cache is None:
+            written, _ = compile_unit()
+            compiled += 1
+        else:
+            inputs = {"version": _UNIT_INPUTS_VERSION,
+                      "command": [*use_flags, *keyed, "-c", unit.source],
+                      "source": _sha256(outdir / unit.source),
+                      "sources": sorted(f.name for f in bench.source_files()),
+                      "earlier": dict(earlier)}
+            written, text, hit = unit_cache.unit(inputs, outdir, compile_unit)
+            if hit:
+                reused += 1
+                log.append(f"# {unit.source}: reused from the unit cache")
+                log.append("$ " + " ".join(cmd))
+                if text:
+                    log.append(text)
+            else:
+                compiled += 1
+        for name in written if unit_cache is not None else ():
+            if name.endswith(_READ_BY_LATER_UNITS):
+                earlier[name] = _sha256(outdir / name)
+    run(link_command(ocamlopt, use_flags, units, binary.name), f"linking {binary.name}")
+    if not binary.is_file():
+        raise BuildError(f"{bench.name}: linking {binary.name}: no binary produced", "\n".join(log))
+    return BuildResult(
+        binary=binary,
+        decision_files=sorted(outdir.glob("*.decisions.sexp")),
+        compiler_output="\n".join(log) + ("\n" if log else ""),
+        units_compiled=compiled,
+        units_reused=reused,
+    )
