@@ -60,7 +60,8 @@ SIZE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 SOURCE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.mli?$")
 SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
 
-_TOP_KEYS = ("name", "split", "description", "modules", "main", "flags", "sizes")
+_TOP_KEYS = ("name", "split", "description", "origin", "modules", "main", "flags", "sizes")
+_ORIGIN_KEYS = ("suite", "problem", "differs")
 _TOP_REQUIRED = ("name", "split", "description", "main", "sizes")
 _SIZE_KEYS = ("args", "expected_output")
 _EXPECTED_KEYS = ("text", "sha256")
@@ -158,6 +159,16 @@ class Unit:
 
 
 @dataclass(frozen=True)
+class Origin:
+    """The public benchmark problem a program implements (its code is this project's own):
+    the suite and the problem's name there, and how this version differs."""
+
+    suite: str
+    problem: str
+    differs: str
+
+
+@dataclass(frozen=True)
 class Benchmark:
     """A loaded, validated benchmark; ``directory`` is absolute."""
 
@@ -169,6 +180,7 @@ class Benchmark:
     main: str
     flags: tuple[str, ...]
     sizes: Mapping[str, Size] = field(hash=False)
+    origin: Origin | None = None  # optional for a user's benchmark; every bundled one has it
 
     @property
     def manifest_path(self) -> Path:
@@ -396,6 +408,10 @@ def load_benchmark(path: Path | str) -> Benchmark:
     else:
         flags = DEFAULT_FLAGS
     sizes = _check_sizes(c, d["sizes"])
+    origin = None
+    if "origin" in d:
+        o = c.mapping(d["origin"], "origin", _ORIGIN_KEYS, _ORIGIN_KEYS)
+        origin = Origin(*(" ".join(c.string(o[k], f"origin.{k}").split()) for k in _ORIGIN_KEYS))
     return Benchmark(
         name=name,
         split=split,
@@ -405,6 +421,7 @@ def load_benchmark(path: Path | str) -> Benchmark:
         main=main,
         flags=flags,
         sizes=sizes,
+        origin=origin,
     )
 
 
