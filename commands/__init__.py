@@ -1,6 +1,9 @@
-"""The user commands: parsing, wiring (``dispatcher.session``) and printing, nothing else.
+"""The user commands, one module each: a command parses its arguments, calls into
+``dispatcher`` (through a ``dispatcher.session.Session`` when it compiles or measures) and
+``analysis``, and prints; what it computes or decides lives in those packages.
 
-The only package that imports both ``dispatcher`` and ``analysis``: data flows
-search -> compile -> measure -> store (``dispatcher``) -> analyse (``analysis``), and the
-commands sit on top of both.
+The commands sit on top: ``dispatcher`` and ``workers`` import neither ``analysis`` nor
+``commands``, and ``analysis`` (which reads what ``dispatcher`` writes) never imports
+``commands`` (``tests/test_layers.py``).  Data flows search -> compile -> measure -> store
+(``dispatcher``) -> analyse (``analysis``).
 """

@@ -11,9 +11,9 @@ import click
 
 COMMANDS = {
     "run-benchmark": "commands.run_benchmark:run_benchmark",
-    "check-benchmarks": "dispatcher.suite:main",
+    "check-benchmarks": "commands.check_benchmarks:check_benchmarks",
     "run_training_experiments": "commands.training:run_training_experiments",
-    "batch-log": "analysis.batch_log:main",
+    "batch-log": "commands.batch_log:batch_log",
     "assign-rewards": "commands.assign_rewards:assign_rewards",
     "run-all-benchmarks": "commands.run_all_benchmarks:run_all_benchmarks",
     "store-gc": "commands.store_gc:store_gc",

@@ -19,9 +19,10 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from analysis.batch_log import best_times, load_batch_log, main, summaries
+from analysis.batch_log import best_times, load_batch_log, summaries
 from analysis.export import PARQUET_MISSING, measurements_table
 from analysis.plots import plot_experiment
+from commands.batch_log import batch_log
 from dispatcher.core.records import (
     BaselineEvent,
     BatchEntry,
@@ -196,7 +197,7 @@ def batch(tmp_path):
 
 
 def run_cli(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return CliRunner().invoke(batch_log, list(args), catch_exceptions=False)
 
 
 def by_task(rows):

@@ -56,6 +56,33 @@ def test_suite_has_enough_benchmarks_per_split():
     assert {b.name for b in training} | {b.name for b in test} == {b.name for b in BUNDLED}
 
 
+def test_check_benchmarks_builds_runs_and_checks_each_one_line(compiler, tmp_path):
+    """The ``check-benchmarks`` command (dispatcher.build.checks): a header, then one line
+    per benchmark, ``ok`` when its output matches the manifest; a wrong one fails the
+    command."""
+    import sys
+    bench = tmp_path / "kahan"
+    bench.mkdir()
+    for f in (BUNDLED_DIR / "kahan").iterdir():
+        (bench / f.name).write_bytes(f.read_bytes())
+    command = [sys.executable, "-m", "commands", "check-benchmarks", "kahan", str(bench)]
+    root = Path(__file__).resolve().parent.parent
+    good = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=300)
+    assert good.returncode == 0, good.stderr
+    lines = good.stdout.splitlines()
+    assert lines[0].split() == ["benchmark", "split", "build", "s", "decisions", "inlined",
+                                "run", "s", "output"]
+    assert [line.split()[0] for line in lines[1:]] == ["kahan", "kahan"]
+    assert all(line.split()[1] == "training" and line.endswith("  ok") for line in lines[1:])
+    import yaml
+    manifest = yaml.safe_load((bench / "benchmark.yaml").read_text())
+    manifest["sizes"]["quick"]["expected_output"] = {"text": "wrong\n"}
+    (bench / "benchmark.yaml").write_text(yaml.safe_dump(manifest))
+    bad = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and bad.stdout.splitlines()[2].endswith("  WRONG"), bad.stdout
+    assert bad.stderr == "1 of 2 benchmarks failed\n"
+
+
 def test_at_least_half_the_benchmarks_have_several_modules():
     multi = [b for b in BUNDLED if len(b.modules) >= 1]
     assert 2 * len(multi) >= len(BUNDLED)
