@@ -50,7 +50,7 @@ def heuristic_comparison(session: Session, bench: Benchmark, job: RunJob,
 
     Raises CompileError when the heuristic build fails; the future raises AgentError (the
     workers were lost) or ReferenceFailed (a run of the heuristic failed)."""
-    measurements = session.measurements
+    measurements = session.start_workers()
     worker_class = session.scheduler.slots[0].worker_class
     heuristic = session.compiler.compile(CompileJob(bench))
     reference = replace(job, sha256=heuristic.sha256, binary=heuristic.binary)
