@@ -43,7 +43,7 @@ from dispatcher.core.rundir import (
     check_rundirs_dir,
 )
 from dispatcher.cpu_split import split_config
-from dispatcher.search.chain import Chain, ChainStatus, new_experiment, params_of
+from dispatcher.search.chain import Chain, ChainStatus, new_experiment
 from dispatcher.session import Session
 from dispatcher.storage.store import StoreError
 
@@ -231,8 +231,8 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
                     click.echo(f"{rd.path}: not in the batch log {s.batch_log} (its master "
                                "stopped before listing it): listed now", err=True)
                     log_experiment(s.batch_log, rd)
-                chains.append(Chain(rd, bench, params_of(experiment, config), session.compiler,
-                                    measurements, worker_class, stop))
+                chains.append(Chain.of_rundir(rd, bench, config, session.compiler,
+                                              measurements, worker_class, stop))
                 rd = None
     except (ManifestError, RundirError) as exc:
         session.close()

@@ -19,9 +19,10 @@ from dispatcher.core.records import (
     ConfirmEvent,
     FinishEvent,
     Pointer,
+    ResumeEvent,
     StepEvent,
 )
-from dispatcher.core.rundir import Rundir, read_batch_log
+from dispatcher.core.rundir import KILL_HOOK_ENV, Rundir, read_batch_log
 
 REPO = Path(__file__).resolve().parent.parent
 FIRST_CPU = min(os.sched_getaffinity(0))
@@ -163,6 +164,61 @@ def test_kill_and_resume_replays_an_uninterrupted_run(compiler, tmp_path, algori
         assert events[-2] is confirms[0] and confirms[0].reference_times
     # The batch log lists the experiment once, however often it was resumed.
     assert [e.rundir for e in read_batch_log(b_dir / "batch.log")] == [str(rundir_b)]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_resume_runs_with_the_recorded_settings_not_the_configs(compiler, tmp_path, mode):
+    """A chain killed before its baseline, resumed, killed after step 2 and resumed to its end,
+    both times under a config whose run.timeout, run.perf, run.aslr and search.focus differ
+    from those it started with: every run is made with the recorded ones (no profile, no
+    randomised layout, no perf counts, and none times out under the recorded timeout where
+    the config's would fail them all), and the resume event names no setting taken from the
+    config.  Before version 5 a resume took all four from its config."""
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text(f"{REPO / 'tests' / 'golden' / 'tinysum'}\n")
+    cfg = config(tmp_path, tmp_path / "store", {"canary_every": 0, "confirm": False},
+                 seed=5, mode=mode, candidates_per_step=1, focus="uniform")
+    data = yaml.safe_load(cfg.read_text())
+    data["run"].update(timeout=30, perf=False, aslr=False)
+    cfg.write_text(yaml.safe_dump(data))
+    edited = tmp_path / "edited.yaml"
+    data["run"].update(timeout=0.001, perf=True, aslr=True)
+    data["search"]["focus"] = "hot"
+    edited.write_text(yaml.safe_dump(data))
+
+    proc = start(cfg, "--tasks", str(tasks), "--steps", "4")
+    deadline = time.monotonic() + 60
+    while not rundirs_in(tmp_path):  # killed as soon as it exists: before its baseline
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    rundir = only_rundir(tmp_path)
+    assert Rundir(rundir).baseline() is None
+    recorded = Rundir(rundir).experiment
+    assert (recorded.version, recorded.timeout, recorded.perf, recorded.aslr, recorded.focus) \
+        == (5, 30, False, False, "uniform")
+    proc = subprocess.Popen(command(edited, "--resume", str(rundir)), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, KILL_HOOK_ENV: "step:2"})
+    proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL and step_numbers(rundir) == [1, 2]
+    run_to_end(edited, "--resume", str(rundir))
+
+    events = Rundir(rundir).events()
+    assert step_numbers(rundir) == [1, 2, 3, 4]
+    assert isinstance(events[-1], FinishEvent) and events[-1].reason == "completed"
+    resumes = [e for e in events if isinstance(e, ResumeEvent)]
+    assert [e.from_step for e in resumes] == [3] and resumes[0].from_config == {}
+    assert "from_config" not in (rundir / "journal.jsonl").read_text()
+    assert not (rundir / "profile.json").exists()  # focus: uniform, as recorded
+    records = [r for d in rundir.glob("steps/*/*") for result in Rundir.read_measurements(d)
+               for r in result.records]
+    assert len(records) >= 3 + 4 * 2 * 2  # the baseline's, then 2 pairs or more per step
+    assert all(r.failure is None for r in records)  # timeout: 30 s, not 1 ms
+    assert all(r.aslr is False and r.env_pad is None for r in records)
+    assert all(r.perf is None and r.migrations is None for r in records)
+    assert Rundir(rundir).experiment == recorded
 
 
 def test_sa_rundir_contents_and_ctrl_c(compiler, tmp_path):

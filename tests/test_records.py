@@ -21,6 +21,7 @@ from dispatcher.core.records import (
     ProposeEvent,
     RecordError,
     RemeasureEvent,
+    ResumeEvent,
     RunResult,
     StartEvent,
     StepEvent,
@@ -98,9 +99,9 @@ def _write_experiment(tmp_path: Path, **changes) -> Path:
 
 
 def test_an_unknown_version_or_a_damaged_record_is_one_line_naming_file_and_field(tmp_path):
-    path = _write_experiment(tmp_path, version=5)
-    with pytest.raises(RecordError, match=r"experiment.json: rundir format version 5 is not one "
-                                          r"this tool reads \(1, 2, 3, 4\)$"):
+    path = _write_experiment(tmp_path, version=6)
+    with pytest.raises(RecordError, match=r"experiment.json: rundir format version 6 is not one "
+                                          r"this tool reads \(1, 2, 3, 4, 5\)$"):
         read_experiment(path)
     path = _write_experiment(tmp_path, steps=None)
     with pytest.raises(RecordError, match=r"experiment.json: steps: Field required$"):
@@ -132,7 +133,7 @@ def test_resume_refuses_a_rundir_of_another_version_with_one_line(tmp_path):
                           timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip() == (f"Error: {rundir}/experiment.json: rundir format version 9 "
-                                   "is not one this tool reads (1, 2, 3, 4)")
+                                   "is not one this tool reads (1, 2, 3, 4, 5)")
 
 
 # --------------------------------------------------------------------------- the document
@@ -165,6 +166,24 @@ def test_the_format_document_lists_exactly_the_fields_of_each_record():
             expected = [f for f in expected if f not in records.Experiment.model_fields]
         assert sorted(fields) == sorted(expected), name
     assert set(records.EVENT_TYPES) <= {types[n] for n in documented}
+
+
+def test_an_experiment_is_its_settings_and_its_identity_and_writes_out_as_read():
+    """Version 5 records the run settings and the focus; an older experiment, which lacks
+    them, writes out as it was read."""
+    v2 = read_experiment(V2 / "experiment.json")
+    assert v2.settings() == records.SearchSettings(**{
+        f: getattr(v2, f) for f in records.SearchSettings.model_fields})
+    assert (v2.timeout, v2.perf, v2.aslr, v2.focus) == (None, None, None, None)
+    assert v2.to_json() == json.loads((V2 / "experiment.json").read_text())
+    v5 = v2.model_copy(update=dict(version=5, timeout=30.0, perf=False, aslr=False,
+                                   focus="uniform"))
+    data = v5.to_json()
+    assert (data["timeout"], data["perf"], data["aslr"], data["focus"]) == \
+        (30.0, False, False, "uniform")
+    assert records.Experiment.from_json(data) == v5
+    assert set(records.Experiment.model_fields) - set(records.SearchSettings.model_fields) == \
+        {"version", "task", "benchmark", "chain", "rundir", "worker_class", "compiler"}
 
 
 def test_the_format_document_names_the_current_version():
@@ -213,6 +232,12 @@ def test_a_golden_rundir_resumes_exactly_with_a_fresh_store(compiler, tmp_path, 
     assert [e.step for e in events if isinstance(e, StepEvent)] == [1, 2, 3, 4]
     assert isinstance(events[-1], FinishEvent) and events[-1].reason == "completed"
     assert [e.step for e in events if isinstance(e, RemeasureEvent)][-1] == 4
+    # Settings the rundir did not record come from the config, as its version resumed, and
+    # the resume event says which (version 1 did not pair either).
+    (resume,) = [e for e in events if isinstance(e, ResumeEvent)]
+    assert resume.from_config == {"timeout": 60, "perf": True, "aslr": False, "focus": "hot",
+                                  **({"max_pairs": 20, "half_width": 0.01}
+                                     if golden is V1 else {})}
     for k in (0, 1):
         d = records.candidate_dir(3, k)
         assert (rundir / d / "overrides.sexp").read_text() == \
@@ -327,6 +352,8 @@ def test_golden_v4_async_resumes_exactly_with_a_fresh_store(compiler, tmp_path):
             (V4 / d / "overrides.sexp").read_text() == \
             (V4 / records.proposal_file(n)).read_text()
     assert isinstance(events[-1], FinishEvent) and events[-1].reason == "completed"
+    (resume,) = [e for e in events if isinstance(e, ResumeEvent)]
+    assert resume.from_config == {"timeout": 60, "perf": True, "aslr": False, "focus": "hot"}
 
 
 def test_resume_refuses_a_rundir_made_by_another_compiler(compiler, tmp_path):

@@ -10,11 +10,14 @@ Version 2 adds to version 1: the chain's ``worker_class`` in the experiment, and
 record what the agent measured but version 1 dropped (``stdout_sha256``, ``stdout_bytes``,
 ``cpus_allowed``).  Version 3 adds ``profile.json`` (``HotFunctions``): where the
 baseline spent its time, which biases the search's flips, so a resume must see it.  Version 4
-(this one) adds the asynchronous search (``Experiment.mode``): ``propose`` events and the
+adds the asynchronous search (``Experiment.mode``): ``propose`` events and the
 ``proposals/`` files they name, and the proposal a step judged; and the compiler's identity
-(``Experiment.compiler``), which a resume must match.  Older rundirs are read as
-they are (missing fields take their defaults: synchronous steps; no profile: every site
-alike, as they were searched); a newer version is refused.
+(``Experiment.compiler``), which a resume must match.  Version 5 (this one) records every
+setting of a chain in one record (``SearchSettings``), the run settings and the focus
+included, which earlier versions took from the config of each resume.  Older rundirs are
+read as they are (missing fields take their defaults: synchronous steps; no profile: every
+site alike, as they were searched; no run settings: the resume's config's, named in its
+``resume`` event); a newer version is refused.
 """
 from __future__ import annotations
 
@@ -25,8 +28,8 @@ from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-FORMAT_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+FORMAT_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 STEPS_DIR = "steps"
 REMEASURE_DIR = "remeasure"
@@ -79,8 +82,10 @@ class Record(BaseModel):
     later_fields: ClassVar[frozenset[str]] = frozenset()
 
     def to_json(self) -> dict[str, Any]:
+        fields = type(self).model_fields
         return self.model_dump(mode="json", exclude={
-            f for f in self.later_fields if getattr(self, f) == type(self).model_fields[f].default})
+            f for f in self.later_fields
+            if getattr(self, f) == fields[f].get_default(call_default_factory=True)})
 
     @classmethod
     def from_json(cls, data: Any, where: str = "record"):
@@ -248,15 +253,17 @@ Algorithm = Literal["sa", "random-walk"]
 SearchMode = Literal["sync", "async"]
 
 
-class Experiment(Record):
-    """What was asked of one chain: ``experiment.json`` and the journal's ``start`` event."""
+Focus = Literal["uniform", "hot"]
 
-    version: int = FORMAT_VERSION
-    task: str
-    benchmark: str  # its directory
+
+class SearchSettings(Record):
+    """How one chain searches and measures: the one shape of those settings.  The config
+    produces it (``dispatcher.search.settings``), ``experiment.json`` stores it (``Experiment``
+    extends it with the chain's identity, flat), and the chain and every resume of it read it
+    from there, so an edited config cannot change a chain midway."""
+
     algorithm: Algorithm
     seed: int
-    chain: int
     steps: int
     size: str
     runs: int
@@ -266,8 +273,6 @@ class Experiment(Record):
     t_end: float
     remeasure_every: int
     max_flips: int
-    rundir: Optional[str] = None
-    worker_class: Optional[str] = None  # version 1: the backend's first slot's class
     # Paired measurement (version 2): runs is the fewest pairs per candidate.
     max_pairs: Optional[int] = None
     half_width: Optional[float] = None
@@ -277,10 +282,34 @@ class Experiment(Record):
     # is one candidate, judged when it lands, with in_flight candidates kept in flight.
     mode: SearchMode = "sync"
     in_flight: Optional[int] = None  # async only
+    # Version 5: the run settings and the focus, which earlier versions took from the config
+    # of each resume (null: such a rundir; a resume takes them from its config, as then).
+    timeout: Optional[float] = None
+    perf: Optional[bool] = None
+    aslr: Optional[bool] = None
+    focus: Optional[Focus] = None
+    later_fields: ClassVar[frozenset[str]] = frozenset(
+        {"mode", "in_flight", "timeout", "perf", "aslr", "focus"})
+
+    def settings(self) -> SearchSettings:
+        """These settings alone (an ``Experiment``'s, without the chain's identity)."""
+        return SearchSettings(**{f: getattr(self, f) for f in SearchSettings.model_fields})
+
+
+class Experiment(SearchSettings):
+    """What was asked of one chain: its settings and its identity; ``experiment.json`` and
+    the journal's ``start`` event."""
+
+    version: int = FORMAT_VERSION
+    task: str
+    benchmark: str  # its directory
+    chain: int
+    rundir: Optional[str] = None
+    worker_class: Optional[str] = None  # version 1: the backend's first slot's class
     # Version 4: the compiler's identity (sha256 of its ocamlopt): a resume with another
     # compiler would mix two compilers' binaries in one chain, so it is refused.
     compiler: Optional[str] = None
-    later_fields: ClassVar[frozenset[str]] = frozenset({"mode", "in_flight", "compiler"})
+    later_fields: ClassVar[frozenset[str]] = SearchSettings.later_fields | {"compiler"}
 
 
 def check_version(version: Any, where: str) -> None:
@@ -465,6 +494,11 @@ class ConfirmEvent(_PairedEvent):
 class ResumeEvent(_Event):
     event: Literal["resume"] = "resume"
     from_step: int
+    # Version 5: the settings this resume took from its config because the rundir did not
+    # record them (a rundir of an earlier version), with their values; empty: none, every
+    # setting is the recorded one.
+    from_config: dict[str, Union[bool, int, float, str]] = Field(default_factory=dict)
+    later_fields: ClassVar[frozenset[str]] = frozenset({"from_config"})
 
 
 class FinishEvent(_Event):

@@ -1,0 +1,187 @@
+"""The asynchronous search (``search.mode: async``; docs/measurement.md, "Asynchronous
+search"): ``in_flight`` candidates are kept in flight and each is judged as it lands, one step
+per candidate, so no slot waits for a step's slowest candidate.  Each proposal draws from its
+own stream and is journaled before it is compiled: a resume needs no RNG state, and measures
+again the proposals no step judged."""
+from __future__ import annotations
+
+import queue
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from dispatcher.build.service import CompileError, CompileJob, CompileResult
+from dispatcher.core.records import (
+    BaselineEvent,
+    Candidate,
+    Pointer,
+    ProposeEvent,
+    StepEvent,
+    candidate_dir,
+    proposal_file,
+)
+from dispatcher.core.tree import Tree, to_overrides
+from dispatcher.running.measurement import Comparison
+from dispatcher.search.chain_core import ChainCore
+from dispatcher.search.rules import backlog, judge, proposal_rng, propose, temperature
+
+
+@dataclass
+class Flight:
+    """An asynchronous proposal between its journal line and its judgement.  Filled in by
+    the compile and comparison callbacks, then put on the chain's landing queue once."""
+
+    proposal: ProposeEvent
+    key: str  # its compile key: the chain holds its binary until it is judged
+    compiled: CompileResult | None = None
+    compared: Comparison | None = None
+    error: str | None = None  # the compile failed: judged without an energy
+    exc: BaseException | None = None  # anything else: the chain fails with it
+
+
+class AsyncSearch:
+    """The asynchronous loop over a chain's core."""
+
+    def __init__(self, chain: ChainCore):
+        self.chain = chain
+
+    def run(self, baseline: BaselineEvent) -> Pointer:
+        """Keep ``in_flight`` candidates in flight and judge each as it lands, one step each
+        -> the best candidate.  A proposal is drawn from the incumbent (random walk: the
+        current tree) of the moment and journaled before it is compiled; a step judges the
+        candidate that landed against the incumbent of the moment it landed.  The journal's
+        order is the decision order: a resume takes the state of its last step, measures
+        again the proposals no step judged (the same files) and goes on drawing."""
+        chain, p = self.chain, self.chain.settings
+        rundir, status = chain.rundir, chain.status
+        in_flight = p.in_flight or 1
+        events = rundir.events()
+        log = backlog(events)
+        steps = [e for e in events if isinstance(e, StepEvent)]
+        last = steps[-1] if steps else None
+        if last is None:
+            incumbent = best = baseline.pointer()
+            current: str | None = baseline.dir
+            judged = 0
+        else:
+            incumbent, best = last.incumbent, last.best
+            current = last.current or incumbent.dir
+            judged = last.step
+        if last is not None or log.next_proposal > 1:
+            chain.resumed(judged + 1)
+        trees: dict[str, Tree] = {}  # the incumbent's and the current tree, by dir
+
+        def tree_of(d: str) -> Tree:
+            if d not in trees:
+                trees[d] = Tree.from_dir(rundir.path / d)
+            return trees[d]
+
+        status.step, status.best_energy = judged, best.energy
+        elapsed_before = (last.elapsed_s or 0.0) if last is not None else 0.0
+        busy_before = (last.busy_s or 0.0) if last is not None else 0.0
+        t_begin = time.monotonic()
+        busy_begin = chain.busy_s()
+        landed: queue.SimpleQueue[Flight] = queue.SimpleQueue()
+        flights = {e.proposal: self.launch(e, landed) for e in log.pending}
+        proposal = log.next_proposal
+        while judged < p.steps:
+            while len(flights) < in_flight and proposal <= p.steps:
+                origin = incumbent.dir if p.algorithm == "sa" else (current or incumbent.dir)
+                drawn = self.propose(proposal, origin, tree_of(origin), incumbent)
+                flights[proposal] = self.launch(drawn, landed)
+                proposal += 1
+            status.state = "running"
+            flight = self.landing(landed)
+            del flights[flight.proposal.proposal]
+            step = judged + 1
+            temp = temperature(step, p.steps, p.t_start, p.t_end) if p.algorithm == "sa" else None
+            entry = Candidate(candidate=0, dir=candidate_dir(step, 0),
+                              mutation=flight.proposal.mutation, error=flight.error)
+            entry, tree = chain.record(step, entry, flight.compiled, flight.compared)
+            verdict = judge(p.algorithm, step, entry, incumbent, best, current, temp,
+                            flight.proposal.u)
+            if verdict.best is not best:
+                status.best_ci = entry.ci95
+            incumbent, best, current = verdict.incumbent, verdict.best, verdict.current
+            if tree is not None and verdict.accepted:
+                trees[entry.dir] = tree
+            if (p.algorithm == "sa" and p.remeasure_every and step % p.remeasure_every == 0
+                    and incumbent.step > 0):
+                incumbent = chain.remeasure(step, incumbent)
+            chain.check_stop()  # a judgement cut short by a stop is made again on resume
+            event = StepEvent(step=step, temperature=temp, candidates=[entry],
+                              chosen=0 if entry.energy is not None else None,
+                              accepted=verdict.accepted, incumbent=incumbent, best=best,
+                              current=current, rng=[], proposal=flight.proposal.proposal,
+                              elapsed_s=elapsed_before + time.monotonic() - t_begin,
+                              busy_s=busy_before + chain.busy_s() - busy_begin)
+            rundir.append(event)
+            rundir.write_state(event.state())
+            judged = step
+            for d in [d for d in trees if d not in (incumbent.dir, current)]:
+                del trees[d]
+            # Binaries no later step runs leave the store; those in flight stay.
+            chain.compiler.release({chain.reference.key, incumbent.artifact, best.artifact}
+                                   | {f.key for f in flights.values()})
+            status.step, status.best_energy = step, best.energy
+            if p.canary_every and step % p.canary_every == 0:
+                chain.canary(step)  # after the step: a resume never repeats it
+        return best
+
+    def propose(self, n: int, origin: str, tree: Tree, incumbent: Pointer) -> ProposeEvent:
+        """Draw proposal ``n`` from ``tree`` (its own stream: ``rules.proposal_rng``), with its
+        Metropolis draw; its file, then its event, are written before it is compiled."""
+        chain = self.chain
+        rng = proposal_rng(chain.settings.seed, n)
+        mutated, mutation = propose(tree, rng, chain.settings.max_flips, hot=chain.hot)
+        u = rng.random()
+        path = proposal_file(n)
+        chain.rundir.write_proposal(path, to_overrides(mutated))
+        event = ProposeEvent(proposal=n, origin=origin, mutation=mutation, overrides=path,
+                             bar=1.0 / incumbent.energy, u=u)
+        chain.rundir.append(event)
+        return event
+
+    def launch(self, proposal: ProposeEvent, landed: queue.SimpleQueue[Flight]) -> Flight:
+        """Compile a journaled proposal from its file, then compare it with the baseline
+        (callbacks: the chain thread is not needed between the two); the flight goes on
+        ``landed`` once, when it has its comparison or cannot have one."""
+        chain = self.chain
+        job = CompileJob(chain.benchmark, chain.rundir.proposal_overrides(proposal))
+        flight = Flight(proposal, chain.compiler.key(job))
+
+        def compared(future: Future[Comparison]) -> None:
+            try:
+                flight.compared = future.result()
+            except BaseException as exc:
+                flight.exc = exc
+            landed.put(flight)
+
+        def compiled(future: Future[CompileResult]) -> None:
+            try:
+                flight.compiled = future.result()
+                comparison = chain.start_comparison(flight.compiled,
+                                                    chain.pairing(proposal.bar))
+            except CompileError as exc:
+                flight.error = f"compile failed: {exc}"
+                landed.put(flight)
+            except BaseException as exc:
+                flight.exc = exc
+                landed.put(flight)
+            else:
+                comparison.add_done_callback(compared)
+
+        chain.compiler.submit(job).add_done_callback(compiled)
+        return flight
+
+    def landing(self, landed: queue.SimpleQueue[Flight]) -> Flight:
+        """The next candidate to land (in the order they landed); promptly on Ctrl-C."""
+        while True:
+            try:
+                flight = landed.get(timeout=0.2)
+            except queue.Empty:
+                self.chain.check_stop()
+                continue
+            if flight.exc is not None:
+                raise flight.exc
+            return flight
