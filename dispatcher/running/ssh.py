@@ -42,12 +42,16 @@ from dispatcher.running.agent_client import (
     result_from_response,
 )
 from dispatcher.running.backend import BackendContext, BackendSpec, PermanentLoss
-from workers.agent.protocol import CHECKSUM_MISMATCH, NOT_IN_CACHE
+from workers.agent.protocol import (
+    CHECKSUM_MISMATCH,
+    CPU_LOCK_NAME,
+    DEFAULT_LOCK_WAIT_S,
+    NOT_IN_CACHE,
+)
 
 log = logging.getLogger(__name__)
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-LOCK_WAIT_S = 30.0  # how long a new agent waits for the lock of an agent that is exiting
 JOB_SLACK_S = 30.0  # beyond 1.5 x the runs' own timeouts, before a silent agent is presumed hung
 STALE_UPLOAD_S = 3600.0  # partial uploads older than this are removed on connect
 HOST_RETRY_S = 1.0  # after a failed connect, the host's other slots fail fast this long
@@ -293,12 +297,12 @@ class WorkerHost:
         transport = self.transport()
         words = [h.python, self.agent_remote, "--cache-dir", self.cache_dir,
                  "--worker-class", h.worker_class,
-                 "--lock", remote_path(h.rundir, "locks", f"cpu{int(cpu)}.lock"),
-                 "--lock-wait", str(LOCK_WAIT_S)]
+                 "--lock", remote_path(h.rundir, "locks", CPU_LOCK_NAME % int(cpu)),
+                 "--lock-wait", str(DEFAULT_LOCK_WAIT_S)]
         command = "exec " + " ".join(shlex.quote(w) for w in words)
         try:
             channel = transport.open_session(timeout=self._ssh.connect_timeout)
-            channel.settimeout(self._ssh.connect_timeout + LOCK_WAIT_S + 30)
+            channel.settimeout(self._ssh.connect_timeout + DEFAULT_LOCK_WAIT_S + 30)
             channel.exec_command(command)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise HostError(f"{h.name}: cannot start the agent: {exc or type(exc).__name__}"
