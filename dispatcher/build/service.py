@@ -12,10 +12,10 @@ compiles that unit, and the later ones only if its .cmi/.cmx changed; the link a
 The binary and dumps are byte-identical to a whole build (tested).  Two compiles needing the
 same unit at once compile it once.
 
-A job may name a policy (``CompileJob.policy``, ``dispatcher.build.policies``): the compile then starts
-a policy host (``dispatcher.build.policy_host``) that answers the compiler on its policy channel.
-The policy's identity joins the cache keys of that job and its units; a job without one has
-the key it always had.
+A job may name a policy (``CompileJob.policy``, ``dispatcher.build.policies``): the compile
+then starts a policy host (``dispatcher.build.policy_host``) that answers the compiler on its
+policy channel.  The policy's identity joins the cache keys of that job and its units; a job
+without one has the key it always had.
 
 Entries the compiler would pass over silently are refused (``OverridesMismatch``): one for a
 unit the benchmark does not have, before compiling, and one for a round the compiler did not
@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from dispatcher.build.manifest import Benchmark
 from dispatcher.build.driver import BuildError, BuildResult, PolicyChannel, build_benchmark
-from dispatcher.build.toolchain import Compiler
-from dispatcher.core.decisions import DUMP_NAME, Override, overrides_text
+from dispatcher.build.manifest import Benchmark
 from dispatcher.build.policies import PolicyError, PolicySpec, policy_of_spec
 from dispatcher.build.policy_host import PolicyHost
+from dispatcher.build.toolchain import Compiler
+from dispatcher.core.decisions import DUMP_NAME, Override, overrides_text
 from dispatcher.storage.store import Artifact, Store, StoreError, compile_key, store_error, unit_key
 
 log = logging.getLogger(__name__)
