@@ -15,6 +15,9 @@ module type S = sig
   val magnitude : t -> float
 end
 
+(* values below 1e-9 in magnitude are rounding noise from cancellations: shown as 0 *)
+let show x = Printf.sprintf "%.6e" (if Float.abs x < 1e-9 then 0. else x)
+
 module F64 : S with type t = float = struct
   type t = float
   let name = "float"
@@ -24,7 +27,7 @@ module F64 : S with type t = float = struct
   let add = ( +. )
   let sub = ( -. )
   let mul = ( *. )
-  let digest x = Printf.sprintf "%.6e" x
+  let digest = show
   let magnitude = Float.abs
 end
 
@@ -53,7 +56,7 @@ module Dual : S with type t = float * float = struct
   let add (a, da) (b, db) = (a +. b, da +. db)
   let sub (a, da) (b, db) = (a -. b, da -. db)
   let mul (a, da) (b, db) = (a *. b, (a *. db) +. (da *. b))
-  let digest (a, d) = Printf.sprintf "%.6e/%.6e" a d
+  let digest (a, d) = show a ^ "/" ^ show d
   let magnitude (a, d) = Float.abs a +. Float.abs d
 end
 
@@ -66,6 +69,6 @@ module Cplx : S with type t = Complex.t = struct
   let add = Complex.add
   let sub = Complex.sub
   let mul = Complex.mul
-  let digest { Complex.re; im } = Printf.sprintf "%.6e%+.6ei" re im
+  let digest { Complex.re; im } = show re ^ " " ^ show im ^ "i"
   let magnitude = Complex.norm
 end
