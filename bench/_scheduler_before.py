@@ -27,8 +27,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from dispatcher.config import SchedulerConfig  # noqa: E402
+from dispatcher.core.jobs import RunJob  # noqa: E402
 from dispatcher.core.records import RunResult  # noqa: E402
-from dispatcher.running.agent_client import RunJob  # noqa: E402
 from dispatcher.running.backend import PermanentLoss, Slot, WorkerLost  # noqa: E402
 
 log = logging.getLogger(__name__)

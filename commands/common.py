@@ -14,7 +14,7 @@ import click
 from dispatcher.build.manifest import Benchmark, Size
 from dispatcher.build.service import CompileJob, CompileResult
 from dispatcher.config import Config
-from dispatcher.running.agent_client import RunJob
+from dispatcher.core.jobs import RunJob
 from dispatcher.running.backend import BackendUnavailable
 from dispatcher.running.measurement import Comparison, PairingPolicy
 from dispatcher.session import Session

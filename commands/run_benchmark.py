@@ -22,8 +22,9 @@ from dispatcher.build.service import CompileError, CompileJob, OverridesMismatch
 from dispatcher.build.toolchain import CompilerNotFound
 from dispatcher.config import MAX_RUNS, ConfigError, load_config
 from dispatcher.core.decisions import DecisionDump, DecisionFileError, read_overrides
+from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
-from dispatcher.running.agent_client import AgentError, RunJob
+from dispatcher.running.agent_client import AgentError
 from dispatcher.running.measurement import ReferenceFailed
 from dispatcher.session import Session
 from dispatcher.storage.store import StoreError

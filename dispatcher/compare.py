@@ -20,7 +20,8 @@ from typing import Any, Generic, TypeVar
 from dispatcher.build.manifest import Benchmark, Size
 from dispatcher.build.service import CompileError, CompileJob, CompileResult
 from dispatcher.config import Config
-from dispatcher.running.agent_client import AgentError, RunJob
+from dispatcher.core.jobs import RunJob
+from dispatcher.running.agent_client import AgentError
 from dispatcher.running.measurement import Comparison, PairingPolicy, ReferenceFailed
 from dispatcher.session import Session
 

@@ -29,8 +29,8 @@ from dispatcher.config import (
     load_config,
 )
 from dispatcher.core.decisions import Override, read_dumps, write_overrides
+from dispatcher.core.jobs import RunJob
 from dispatcher.core.tree import Tree, to_overrides
-from dispatcher.running.agent_client import RunJob
 from dispatcher.running.local import LocalBackend
 from dispatcher.running.scheduler import Scheduler
 from dispatcher.running.ssh import MAX_CACHE_MB

@@ -158,7 +158,8 @@ def test_eof_kills_the_running_binary_within_1s(agent_pyz, cache_dir, progs, spa
 MASTER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from dispatcher.running.agent_client import LocalAgent, RunJob
+    from dispatcher.running.agent_client import LocalAgent
+    from dispatcher.core.jobs import RunJob
     cache, sha, cpu = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     agent = LocalAgent("local/cpu%d" % cpu, cache, "local")
     job = RunJob(sha, cache / sha, (), runs=5, timeout=60)
@@ -200,7 +201,7 @@ BACKEND_MASTER = textwrap.dedent("""
     from pathlib import Path
     from dispatcher.running.backend import PermanentLoss
     from dispatcher.running.local import LocalBackend
-    from dispatcher.running.agent_client import RunJob
+    from dispatcher.core.jobs import RunJob
     cache, lock_dir, binary = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     cpu, wait, jobs, tag, log = (int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]),
                                  sys.argv[7], sys.argv[8])
@@ -416,7 +417,7 @@ def test_config_run_aslr(tmp_path):
 
 
 def test_run_job_sends_aslr():
-    from dispatcher.running.agent_client import RunJob
+    from dispatcher.core.jobs import RunJob
     job = RunJob("0" * 64, Path("/x"), (), runs=1, timeout=1)
     assert job.request(1)["aslr"] is False
     assert RunJob("0" * 64, Path("/x"), (), runs=1, timeout=1, aslr=True).request(1)["aslr"]

@@ -16,16 +16,6 @@ from dispatcher import LAYERS
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("dispatcher", "workers", "analysis", "commands")
 
-# TEMPORARY: imports that break the rules while another change is under way.  Each entry is
-# (importer, imported module); remove it when that change lands (the test below fails on an
-# entry that is no longer needed, so none outlives its reason).
-KNOWN_VIOLATIONS_IN_PROGRESS: set[tuple[str, str]] = {
-    # RunJob (what to run, a format the store keys measurements by) is to move from
-    # running/agent_client.py down to core (issue 19 lists "jobs" in the bottom layer).
-    ("dispatcher.storage.store", "dispatcher.running.agent_client"),
-}
-
-
 def _module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -115,14 +105,8 @@ def test_the_layers_are_the_subpackages_of_dispatcher():
 
 
 def test_no_import_runs_upwards():
-    bad = [f"{a} imports {b}: {why}" for a, b, why in _violations()
-           if (a, b) not in KNOWN_VIOLATIONS_IN_PROGRESS]
+    bad = [f"{a} imports {b}: {why}" for a, b, why in _violations()]
     assert not bad, "\n".join(bad)
-
-
-def test_the_temporary_allow_list_holds_only_live_violations():
-    live = {(a, b) for a, b, _ in _violations()}
-    assert KNOWN_VIOLATIONS_IN_PROGRESS <= live, KNOWN_VIOLATIONS_IN_PROGRESS - live
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

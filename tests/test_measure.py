@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunRecord, RunResult
-from dispatcher.running.agent_client import RunJob
 from dispatcher.running.measurement import MeasurementService, PairingPolicy, ReferenceFailed
 from dispatcher.storage.store import Store
 

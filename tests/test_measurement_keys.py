@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunRecord, RunResult
-from dispatcher.running.agent_client import RunJob
 from dispatcher.storage.store import Store, binary_key, measurement_key
 
 SHA = "ab" * 32

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from dispatcher.core.decisions import Decision, DecisionDump
+from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import HotFunctions
 from dispatcher.core.tree import Tree, diff, flip_leaves, weighted_sample
-from dispatcher.running.agent_client import LocalAgent, RunJob, result_from_response
+from dispatcher.running.agent_client import LocalAgent, result_from_response
 from dispatcher.search.focus import (
     COLD_SHARE,
     RUNTIME,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dispatcher.config import SchedulerConfig
+from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
-from dispatcher.running.agent_client import RunJob
 from dispatcher.running.backend import AgentError, PermanentLoss, Slot, WorkerLost
 from dispatcher.running.scheduler import NoWorkers, Scheduler
 

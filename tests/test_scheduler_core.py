@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from dispatcher.config import SchedulerConfig
+from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
-from dispatcher.running.agent_client import RunJob
 from dispatcher.running.backend import PermanentLoss, WorkerLost
 from dispatcher.running.scheduler import JobBoard, NoWorkers, Scheduler, _Queued
 

@@ -18,9 +18,10 @@ import yaml
 
 from dispatcher.config import ConfigError, parse_config
 from dispatcher.core.files import sha256_file
+from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import BaselineEvent, FinishEvent, StepEvent
 from dispatcher.core.rundir import Rundir
-from dispatcher.running.agent_client import RunJob, agent_zipapp
+from dispatcher.running.agent_client import agent_zipapp
 from dispatcher.running.backend import PermanentLoss
 from dispatcher.running.scheduler import Scheduler
 from dispatcher.running.ssh import HostError, SshBackend, WorkerHost, fingerprint, remote_path

@@ -1097,7 +1097,7 @@ def test_pipelined_jobs_survive_an_agent_death(binaries, tmp_path):
     """Two jobs in flight on a local slot (one running, one queued in the agent) when the
     agent is killed: both are lost with it, run again on a fresh agent, and complete."""
     from dispatcher.config import SchedulerConfig
-    from dispatcher.running.agent_client import RunJob
+    from dispatcher.core.jobs import RunJob
     from dispatcher.running.local import LocalBackend
     from dispatcher.running.scheduler import Scheduler
 
@@ -1154,7 +1154,8 @@ def test_ssh_slot_uploads_again_by_code_not_by_message(tmp_path):
     """SshSlot.run re-uploads a binary the agent reports missing or damaged (by code), once;
     other refusals, whatever their wording, are the job's error.  (Against real sshd:
     tests/test_ssh.py, a tampered binary.)"""
-    from dispatcher.running.agent_client import AgentError, RunJob
+    from dispatcher.core.jobs import RunJob
+    from dispatcher.running.agent_client import AgentError
     from dispatcher.running.ssh import SshSlot
 
     class Host:

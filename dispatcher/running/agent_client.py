@@ -15,10 +15,10 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
+from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunRecord, RunResult
 from workers.agent.protocol import (
     DEFAULT_LOCK_WAIT_S,
@@ -67,66 +67,6 @@ class AgentError(RuntimeError):
 class WorkerLost(AgentError):
     """The connection to the agent broke (it died, its host went away, or it stopped answering):
     the job did not fail on its own merits, so the scheduler runs it again on another slot."""
-
-
-@dataclass(frozen=True)
-class RunJob:
-    """What to run, independent of where: the scheduler picks the slot (and its CPU)."""
-
-    sha256: str
-    binary: Path  # on the master; backends copy it to the worker once per sha256
-    args: tuple[str, ...]
-    runs: int
-    timeout: float
-    expected_output: dict | None = None
-    perf: bool = True
-    env: dict = field(default_factory=dict)
-    aslr: bool = False  # randomise the layout (ASLR on, a random environment pad per run)
-    # > 0: sample where the binary spends its time, every that many ns of CPU time (a
-    # profile job: its runs are never used as timings, and are stored under their own key)
-    profile_period_ns: int = 0
-
-    def request(self, cpu: int) -> dict:
-        message = {"op": "run", "sha256": self.sha256, "args": list(self.args),
-                   "runs": self.runs, "cpu": cpu, "timeout": self.timeout,
-                   "expected_output": self.expected_output, "perf": self.perf,
-                   "env": dict(self.env), "aslr": self.aslr}
-        if self.profile_period_ns:
-            message["profile_period_ns"] = self.profile_period_ns
-        return message
-
-    # Fields that are not part of what is measured: where the binary lies on the master (its
-    # content is ``sha256``) and how many runs (results of any count of the same job pool).
-    NOT_MEASURED = frozenset({"binary", "runs"})
-    # Fields added after measurements were stored: left out of the identity at their default,
-    # so the keys of measurements already stored stay what they were.
-    LATER_OPTIONS = {"profile_period_ns": 0}
-
-    def measurement_identity(self) -> dict:
-        """Everything a run's verdict and times depend on: every field of the job but
-        ``NOT_MEASURED`` (binary, arguments, environment, expected output, timeout, perf and
-        any run option added later), as canonical JSON values.  The CPU is the slot's, not the
-        job's; the worker class is added by ``dispatcher.storage.store.measurement_key``."""
-        return {f.name: self._canonical(getattr(self, f.name)) for f in fields(self)
-                if f.name not in self.NOT_MEASURED
-                and (f.name not in self.LATER_OPTIONS
-                     or getattr(self, f.name) != self.LATER_OPTIONS[f.name])}
-
-    @staticmethod
-    def _canonical(value: Any) -> Any:
-        """A JSON value that compares as the value does: 30 and 30.0 alike, tuples as lists,
-        paths as strings."""
-        if isinstance(value, bool) or value is None or isinstance(value, str):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, (int, float)):
-            return value
-        if isinstance(value, dict):
-            return {str(k): RunJob._canonical(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [RunJob._canonical(v) for v in value]
-        return str(value)
 
 
 def encode_request(message: dict) -> bytes:

@@ -22,9 +22,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.core.validation import Reader
-from dispatcher.running.agent_client import AgentError, RunJob, WorkerLost
+from dispatcher.running.agent_client import AgentError, WorkerLost
 
 if TYPE_CHECKING:
     from dispatcher.build.service import Builder

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
+from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.running.agent_client import (
     LocalAgent,
-    RunJob,
     SlotLockBusy,
     WorkerLost,
     encode_request,

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Callable
 
 from dispatcher.core.files import write_json_atomic
+from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.core.stats import paired_speedup_ci, relative_half_width
-from dispatcher.running.agent_client import RunJob
 from dispatcher.running.scheduler import Scheduler
 from dispatcher.storage.store import Store, measurement_key
 

@@ -28,8 +28,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
-from dispatcher.running.agent_client import RunJob
 from dispatcher.running.backend import PermanentLoss, Slot, WorkerLost
 
 log = logging.getLogger(__name__)

@@ -30,12 +30,12 @@ from pathlib import Path
 import paramiko
 
 from dispatcher.core.files import sha256_file
+from dispatcher.core.jobs import RunJob
 from dispatcher.core.validation import MAX_BACKOFF_S, Reader
 from dispatcher.running.agent_client import (
     AGENT_PATH,
     AgentConnection,
     AgentError,
-    RunJob,
     RunResult,
     WorkerLost,
     agent_zipapp,

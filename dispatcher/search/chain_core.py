@@ -19,6 +19,7 @@ from typing import Any, Optional, TypeVar
 from dispatcher.build.manifest import Benchmark
 from dispatcher.build.service import CompileJob, CompileResult, CompileService
 from dispatcher.core.decisions import read_overrides
+from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import (
     BaselineEvent,
     CanaryEvent,
@@ -41,7 +42,6 @@ from dispatcher.core.records import (
 from dispatcher.core.rundir import Rundir
 from dispatcher.core.stats import geomean, geomean_ci, paired_speedup_ci
 from dispatcher.core.tree import Tree, count
-from dispatcher.running.agent_client import RunJob
 from dispatcher.running.measurement import (
     Comparison,
     Measured,

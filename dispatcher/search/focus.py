@@ -23,9 +23,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import HotFunctions, RunResult, SampleProfile
 from dispatcher.core.tree import Located, split_key
-from dispatcher.running.agent_client import RunJob
 
 # Samples wanted from a profile run: enough to see any function above ~0.5% of the time.
 TARGET_SAMPLES = 2000

@@ -56,7 +56,8 @@ from pathlib import Path
 
 from dispatcher.core.decisions import DUMP_NAME, DecisionDump, parse_dump
 from dispatcher.core.files import sha256_file, write_json_atomic
-from dispatcher.running.agent_client import RunJob, RunResult
+from dispatcher.core.jobs import RunJob
+from dispatcher.core.records import RunResult
 
 OUTPUTS = "outputs.tar.gz"  # a compiled entry's text outputs
 UNIT_FILES = "files.tar.gz"  # a unit entry's files

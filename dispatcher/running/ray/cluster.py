@@ -40,11 +40,11 @@ from typing import TYPE_CHECKING, Any, Optional
 from dispatcher.build.driver import BuildError, BuildResult, build_commands, build_error
 from dispatcher.build.manifest import Benchmark
 from dispatcher.build.service import BuilderLost
+from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.running.agent_client import (
     AGENT_PATH,
     AgentError,
-    RunJob,
     WorkerLost,
     agent_zipapp,
     result_from_response,
