@@ -12,37 +12,28 @@ end is ``analysis.results``'s.
 """
 from __future__ import annotations
 
-import csv
 import sys
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import click
 
+from analysis.result_files import csv_rows, outcome, write_csv
 from analysis.results import Outcome, format_speedup, print_tables
 from analysis.sources import SourcesError, benchmark_of
-from commands.common import (
-    backend_errors_in_one_line,
-    heuristic_comparison,
-    pairing_policy,
-    report_lost_workers,
-    run_job,
-    show_warnings,
-)
+from commands.common import backend_errors_in_one_line, report_lost_workers, show_warnings
 from dispatcher.build.manifest import Benchmark, ManifestError
-from dispatcher.build.service import CompileError, CompileJob, CompileResult, OverridesMismatch
+from dispatcher.build.service import CompileJob, OverridesMismatch
 from dispatcher.build.toolchain import CompilerNotFound
+from dispatcher.compare import Contender, Failure, compare_with_heuristic, pairing_policy
 from dispatcher.config import MAX_RUNS, ConfigError, load_config
 from dispatcher.core.decisions import DecisionFileError, Override, read_overrides
-from dispatcher.core.files import atomic_output
-from dispatcher.running.agent_client import AgentError
-from dispatcher.running.measurement import Comparison, ReferenceFailed
+from dispatcher.running.measurement import Comparison
 from dispatcher.session import Session
 
 PROG = "run-all-benchmarks"
-HEURISTIC = "heuristic"  # the overrides column of the heuristic's paired runs
 
 
 def _fail(message: str) -> NoReturn:
@@ -127,60 +118,6 @@ def collect(rewards: Path, model: str, benchmarks: tuple[str, ...],
     return targets
 
 
-def pairs_by_worker(c: Comparison) -> dict[str, tuple[list[float], list[float]]]:
-    """The comparison's pairs by the slot they ran on: worker -> (reference times, candidate
-    times), in the order they ran.  The pairs are matched to the rounds of ``c.results``
-    (reference, candidate, candidate, reference, every run of a round on one slot); any pair no
-    round accounts for is put on ``c.worker``, the slot of the last pairs."""
-    expected = list(zip(c.reference_times, c.candidate_times))
-    out: dict[str, tuple[list[float], list[float]]] = {}
-    i = 0
-    rs = c.results
-    for k in range(0, len(rs) - len(rs) % 4, 4):
-        r1, c1, c2, r2 = rs[k:k + 4]
-        if len({r.worker for r in (r1, c1, c2, r2)}) != 1:
-            continue
-        for ref, cand in ((r1, c1), (r2, c2)):
-            if i < len(expected) and ref.times and cand.times \
-                    and (ref.times[0], cand.times[0]) == expected[i]:
-                refs, cands = out.setdefault(ref.worker, ([], []))
-                refs.append(ref.times[0])
-                cands.append(cand.times[0])
-                i += 1
-    for ref_t, cand_t in expected[i:]:
-        refs, cands = out.setdefault(c.worker or "-", ([], []))
-        refs.append(ref_t)
-        cands.append(cand_t)
-    return out
-
-
-def csv_rows(c: Comparison, overrides: str, rundirs: tuple[str, ...]) -> list[list[str]]:
-    """The header and, per worker, a line of the optimal tree's paired run times and one of
-    the heuristic's (README.md, "results/")."""
-    by_worker = pairs_by_worker(c) or {c.worker or "-": ([], [])}
-    longest = max(len(cands) for _, cands in by_worker.values())
-    rows = [["worker", "overrides", "rundirs", *(f"run_{i + 1}" for i in range(longest))]]
-    for worker, (refs, cands) in by_worker.items():
-        for label, source, times in ((overrides, ";".join(rundirs), cands),
-                                     (HEURISTIC, "", refs)):
-            cells = [f"{t:.6f}" for t in times]
-            rows.append([worker, label, source, *cells, *[""] * (longest - len(cells))])
-    return rows
-
-
-def write_csv(path: Path, rows: list[list[str]]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_output(path) as tmp:
-        with open(tmp, "w", newline="") as f:
-            csv.writer(f, lineterminator="\n").writerows(rows)
-    return path
-
-
-def outcome(name: str, hyper: str, c: Comparison) -> Outcome:
-    speedup, low, high = c.interval
-    return Outcome(name, hyper, speedup, low, high, c.pairs, c.worker, c.stopped)
-
-
 def _candidate_failure(c: Comparison) -> str:
     for r in c.results:
         for rec in r.records:
@@ -227,7 +164,7 @@ def run_all_benchmarks(model: str, benchmarks: tuple[str, ...], rewards: Path, r
         except ManifestError as exc:
             _fail(str(exc))
     runs = runs or config.run.runs
-    policy = pairing_policy(config, runs, max_pairs)
+    pairing = pairing_policy(config, runs, max_pairs)
     try:
         session = Session(config)
     except CompilerNotFound as exc:
@@ -241,74 +178,41 @@ def run_all_benchmarks(model: str, benchmarks: tuple[str, ...], rewards: Path, r
         errors += 1
         click.echo(f"{PROG}: {message}", err=True)
 
-    # (comparison, benchmark, tree): two trees that compile to one binary share one future
-    pending: list[tuple[Future[Comparison], Target, OptimalTree]] = []
-
-    def finish_done() -> None:
-        for item in [p for p in pending if p[0].done()]:
-            pending.remove(item)
-            finish(*item)
-
-    def finish(future: Future[Comparison], target: Target, tree: OptimalTree) -> None:
-        label = f"{target.name}/{model}/{tree.hyper}"
-        try:
-            compared = future.result()
-        except (AgentError, ReferenceFailed) as exc:
-            error(f"{label}: not measured: {exc}")
-            return
-        try:
-            path = write_csv(results / target.name / model / f"{tree.hyper}.csv",
-                             csv_rows(compared, str(tree.path), target.rundirs))
-        except OSError as exc:  # the comparison itself is in the store: a rerun writes it
-            _fail(f"{results}: cannot write the results: {exc.strerror or exc}")
-        got = outcome(target.name, tree.hyper, compared)
-        outcomes.append(got)
-        click.echo(f"{label}: speedup {format_speedup(got)} ({compared.pairs} pairs on "
-                   f"{compared.worker}, stopped: {compared.stopped}) -> {path}", err=True)
-        if compared.failed:
-            error(f"{label}: the optimal tree's build failed a run "
-                  f"({_candidate_failure(compared)})")
-
-    # Every build is asked for at once (the compile pool takes them in turn, each benchmark's
-    # heuristic first); a comparison starts as soon as its build is done, and its CSV is
-    # written as soon as it ends.
-    compiling: list[tuple[Future[CompileResult], Target, OptimalTree | None]] = []
-    no_heuristic: set[str] = set()
-
-    def start(future: Future[CompileResult], target: Target, tree: OptimalTree | None) -> None:
-        if target.name in no_heuristic:
-            return
-        try:
-            compiled = future.result()
-            if tree is None:
-                return
-            job = run_job(config, sizes[target.name], compiled, runs)
-            pending.append((heuristic_comparison(session, target.bench, job, policy),
-                            target, tree))
-        except OverridesMismatch as exc:
-            error(f"{tree.path if tree else target.name}: {exc}")
-        except CompileError as exc:
-            if tree is None or future.exception() is None:  # the heuristic's own build
-                no_heuristic.add(target.name)
-                error(f"{target.name}: the heuristic build failed: {exc}")
-            else:
-                error(f"{tree.path}: compile failed: {exc}")
-
+    # Every build is asked for at once (each benchmark's heuristic first); a comparison starts
+    # as soon as its build is done, and its CSV is written as soon as it ends.
+    contenders = [Contender((target, tree), target.bench, CompileJob(target.bench, tree.overrides),
+                            sizes[target.name])
+                  for target in targets for tree in target.trees]
     try:
-        for target in targets:
-            compiling.append((session.compiler.submit(CompileJob(target.bench)), target, None))
-            compiling += [(session.compiler.submit(CompileJob(target.bench, t.overrides)),
-                           target, t) for t in target.trees]
-        while compiling or pending:
-            futures: set[Future[Any]] = {f for f, _, _ in compiling} | {f for f, _, _ in pending}
-            wait(futures, return_when=FIRST_COMPLETED)
-            for item in [c for c in compiling if c[0].done()]:
-                compiling.remove(item)
-                start(*item)
-            finish_done()
+        with closing(compare_with_heuristic(session, contenders, runs, pairing)) as compared_all:
+            for got in compared_all:
+                target, tree = got.contender.tag
+                label = f"{target.name}/{model}/{tree.hyper}"
+                if got.failure is Failure.HEURISTIC:
+                    error(f"{target.name}: the heuristic build failed: {got.error}")
+                elif isinstance(got.error, OverridesMismatch):
+                    error(f"{tree.path}: {got.error}")
+                elif got.failure is Failure.COMPILE:
+                    error(f"{tree.path}: compile failed: {got.error}")
+                elif got.failure is Failure.MEASURE:
+                    error(f"{label}: not measured: {got.error}")
+                else:
+                    compared = got.comparison
+                    assert compared is not None
+                    try:
+                        path = write_csv(results / target.name / model / f"{tree.hyper}.csv",
+                                         csv_rows(compared, str(tree.path), target.rundirs))
+                    except OSError as exc:  # the comparison is in the store: a rerun writes it
+                        _fail(f"{results}: cannot write the results: {exc.strerror or exc}")
+                    outcome_ = outcome(target.name, tree.hyper, compared)
+                    outcomes.append(outcome_)
+                    click.echo(f"{label}: speedup {format_speedup(outcome_)} ({compared.pairs} "
+                               f"pairs on {compared.worker}, stopped: {compared.stopped}) -> "
+                               f"{path}", err=True)
+                    if compared.failed:
+                        error(f"{label}: the optimal tree's build failed a run "
+                              f"({_candidate_failure(compared)})")
     finally:
-        for f, _, _ in compiling:  # Ctrl-C: builds not started yet are not waited for
-            f.cancel()
         session.close()
     report_lost_workers(session)
     if outcomes:

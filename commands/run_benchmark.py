@@ -4,28 +4,22 @@ from __future__ import annotations
 
 import statistics
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import click
 
-from commands.common import (
-    backend_errors_in_one_line,
-    heuristic_comparison,
-    pairing_policy,
-    report_lost_workers,
-    run_job,
-    show_warnings,
-)
-from dispatcher.build.manifest import Benchmark, ManifestError, resolve_benchmark
+from commands.common import backend_errors_in_one_line, report_lost_workers, show_warnings
+from dispatcher.build.manifest import ManifestError, resolve_benchmark
 from dispatcher.build.policies import PolicyError, PolicySpec, parse_policy
 from dispatcher.build.service import CompileError, CompileJob, OverridesMismatch
 from dispatcher.build.toolchain import CompilerNotFound
+from dispatcher.compare import Contender, compare_with_heuristic, pairing_policy, run_job
 from dispatcher.config import MAX_RUNS, ConfigError, load_config
 from dispatcher.core.decisions import DecisionDump, DecisionFileError, read_overrides
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.running.agent_client import AgentError
-from dispatcher.running.measurement import ReferenceFailed
 from dispatcher.session import Session
 from dispatcher.storage.store import StoreError
 
@@ -107,10 +101,11 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
     errors: list[str] = []
     results: list[RunResult] = []
     cached = False
-    speedup_line = None
+    speedup = None
     try:
         try:
-            compiled = session.compiler.compile(CompileJob(bench, overrides, policy=policy))
+            build = CompileJob(bench, overrides, policy=policy)
+            compiled = session.builds.compile(build)
         except OverridesMismatch as exc:
             raise click.ClickException(f"{decisions}: {exc}") from None
         except CompileError as exc:
@@ -137,7 +132,8 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
                     errors.append(str(exc))
         if ((decisions or policy) and compare and not csv_only and results
                 and not any(r.failed for r in results)):
-            speedup_line = compare_with_heuristic(session, bench, job, runs, remeasure)
+            speedup = speedup_line(session, Contender(None, bench, build, bench_size), runs,
+                                   remeasure)
     finally:
         session.close()
     report_lost_workers(session)
@@ -159,21 +155,26 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
     if not csv_only:
         for line in summary_lines(results, compiled.artifact.dumps()):
             click.echo(line, err=not summary)
-        if speedup_line:
-            click.echo(speedup_line, err=not summary)
+        if speedup:
+            click.echo(speedup, err=not summary)
     if errors or any(r.failed for r in results):
         sys.exit(1)
 
 
-def compare_with_heuristic(session: Session, bench: Benchmark, job: RunJob, runs: int,
-                           remeasure: bool) -> str:
-    """The speedup of ``job``'s binary over the heuristic build: paired, interleaved, on one
-    slot, as the search measures a candidate (docs/measurement.md)."""
+def speedup_line(session: Session, contender: Contender[None], runs: int,
+                 remeasure: bool) -> str:
+    """The speedup of the contender's build over the heuristic build: paired, interleaved, on
+    one slot, as the search measures a candidate (docs/measurement.md)."""
+    pairing = pairing_policy(session.config, runs)
     try:
-        compared = heuristic_comparison(session, bench, job, pairing_policy(session.config, runs),
-                                        remeasure).result()
-    except (AgentError, ReferenceFailed, CompileError, StoreError) as exc:  # said, not raised:
-        return f"speedup over the heuristic: not measured ({exc})"  # the runs above stand
+        with closing(compare_with_heuristic(session, [contender], runs, pairing,
+                                            remeasure)) as outcomes:
+            got = next(iter(outcomes))
+    except StoreError as exc:  # said, not raised: the runs above stand
+        return f"speedup over the heuristic: not measured ({exc})"
+    compared = got.comparison
+    if compared is None:
+        return f"speedup over the heuristic: not measured ({got.error})"
     speedup, low, high = compared.interval
     if speedup is None:
         return f"speedup over the heuristic: none ({compared.stopped}, no pairs)"

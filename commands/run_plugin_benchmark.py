@@ -16,22 +16,15 @@ from __future__ import annotations
 
 import re
 import sys
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from contextlib import closing
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import click
 
+from analysis.result_files import csv_rows, outcome, write_csv
 from analysis.results import Outcome, format_speedup
-from commands.common import (
-    backend_errors_in_one_line,
-    heuristic_comparison,
-    pairing_policy,
-    report_lost_workers,
-    run_job,
-    show_warnings,
-)
-from commands.run_all_benchmarks import csv_rows, outcome, write_csv
+from commands.common import backend_errors_in_one_line, report_lost_workers, show_warnings
 from dispatcher.build.manifest import (
     SPLITS,
     Benchmark,
@@ -40,12 +33,11 @@ from dispatcher.build.manifest import (
     resolve_benchmark,
 )
 from dispatcher.build.policies import PolicyError, PolicySpec, parse_policy
-from dispatcher.build.service import CompileError, CompileJob, CompileResult
+from dispatcher.build.service import CompileJob
 from dispatcher.build.toolchain import CompilerNotFound
+from dispatcher.compare import Contender, Failure, compare_with_heuristic, pairing_policy
 from dispatcher.config import MAX_RUNS, ConfigError, load_config
 from dispatcher.core.stats import geomean_speedup_ci
-from dispatcher.running.agent_client import AgentError
-from dispatcher.running.measurement import Comparison, ReferenceFailed
 from dispatcher.session import Session
 
 PROG = "run-plugin-benchmark"
@@ -156,50 +148,32 @@ def run_plugin_benchmark(policy: str, benchmarks: tuple[str, ...], name: str | N
         errors += 1
         click.echo(f"{PROG}: {message}", err=True)
 
-    compiling: list[tuple[Future[CompileResult], Benchmark]] = []
-    pending: list[tuple[Future[Comparison], Benchmark]] = []
-
-    def start(future: Future[CompileResult], bench: Benchmark) -> None:
-        try:
-            compiled = future.result()
-            job = run_job(config, sizes[bench.name], compiled, runs)
-            pending.append((heuristic_comparison(session, bench, job, pairing), bench))
-        except CompileError as exc:
-            error(f"{bench.name}: compile failed: {exc}")
-
-    def finish(future: Future[Comparison], bench: Benchmark) -> None:
-        try:
-            compared = future.result()
-        except (AgentError, ReferenceFailed) as exc:
-            error(f"{bench.name}: not measured: {exc}")
-            return
-        path = results / bench.name / "plugins" / f"plugin_{label}.csv"
-        try:
-            write_csv(path, csv_rows(compared, str(spec), ()))
-        except OSError as exc:  # the comparison itself is in the store: a rerun writes it
-            _fail(f"{results}: cannot write the results: {exc.strerror or exc}")
-        got = outcome(bench.name, label, compared)
-        outcomes.append(got)
-        click.echo(f"{bench.name}: speedup {format_speedup(got)} ({compared.pairs} pairs on "
-                   f"{compared.worker}) -> {path}", err=True)
-        if compared.failed:
-            error(f"{bench.name}: a run of the policy's build failed")
-
+    contenders = [Contender(bench, bench, CompileJob(bench, policy=spec), sizes[bench.name])
+                  for bench in benches]
     try:
-        for bench in benches:
-            compiling.append((session.compiler.submit(CompileJob(bench, policy=spec)), bench))
-        while compiling or pending:
-            futures: set[Future[Any]] = {f for f, _ in compiling} | {f for f, _ in pending}
-            wait(futures, return_when=FIRST_COMPLETED)
-            for c in [c for c in compiling if c[0].done()]:
-                compiling.remove(c)
-                start(*c)
-            for p in [p for p in pending if p[0].done()]:
-                pending.remove(p)
-                finish(*p)
+        with closing(compare_with_heuristic(session, contenders, runs, pairing)) as compared_all:
+            for got in compared_all:
+                bench = got.contender.tag
+                if got.failure in (Failure.COMPILE, Failure.HEURISTIC):
+                    error(f"{bench.name}: compile failed: {got.error}")
+                elif got.failure is Failure.MEASURE:
+                    error(f"{bench.name}: not measured: {got.error}")
+                else:
+                    compared = got.comparison
+                    assert compared is not None
+                    path = results / bench.name / "plugins" / f"plugin_{label}.csv"
+                    try:
+                        write_csv(path, csv_rows(compared, str(spec), ()))
+                    except OSError as exc:  # the comparison is in the store: a rerun writes it
+                        _fail(f"{results}: cannot write the results: {exc.strerror or exc}")
+                    got_outcome = outcome(bench.name, label, compared)
+                    outcomes.append(got_outcome)
+                    click.echo(f"{bench.name}: speedup {format_speedup(got_outcome)} "
+                               f"({compared.pairs} pairs on {compared.worker}) -> {path}",
+                               err=True)
+                    if compared.failed:
+                        error(f"{bench.name}: a run of the policy's build failed")
     finally:
-        for f, _ in compiling:
-            f.cancel()
         session.close()
     report_lost_workers(session)
     print_table(outcomes, splits, label)

@@ -80,7 +80,7 @@ def read_rewards(rewards: Path, name: str, model: str, hyper: str) -> pd.DataFra
 def site_features(session: Session, bench: Benchmark) -> pd.DataFrame:
     """One row per decision of the heuristic build: unit, round, key and its features."""
     try:
-        built = session.compiler.compile(CompileJob(bench))
+        built = session.builds.compile(CompileJob(bench))
     except (CompileError, StoreError) as exc:
         _fail(f"{bench.name}: {exc}")
     rows = []

@@ -11,7 +11,7 @@ Commands word the outcomes; this module never prints.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -53,7 +53,7 @@ def heuristic_comparison(session: Session, bench: Benchmark, job: RunJob,
     workers were lost) or ReferenceFailed (a run of the heuristic failed)."""
     measurements = session.start_workers()
     worker_class = session.scheduler.slots[0].worker_class
-    heuristic = session.compiler.compile(CompileJob(bench))
+    heuristic = session.builds.compile(CompileJob(bench))
     reference = replace(job, sha256=heuristic.sha256, binary=heuristic.binary)
     return measurements.compare(reference, job, worker_class, policy, reuse=not remeasure)
 
@@ -89,7 +89,7 @@ class Compared(Generic[T]):
 
 def compare_with_heuristic(session: Session, contenders: Iterable[Contender[T]], runs: int,
                            pairing: PairingPolicy, remeasure: bool = False
-                           ) -> Iterator[Compared[T]]:
+                           ) -> Generator[Compared[T], None, None]:
     """Each contender's comparison with its benchmark's heuristic build, as each ends.
     Closing the iterator early (Ctrl-C) cancels the builds not started yet."""
     compiling: list[tuple[Future[CompileResult], Contender[T] | None, Contender[T]]] = []
@@ -100,8 +100,8 @@ def compare_with_heuristic(session: Session, contenders: Iterable[Contender[T]],
         for c in contenders:
             if c.bench.directory not in submitted:
                 submitted.add(c.bench.directory)
-                compiling.append((session.compiler.submit(CompileJob(c.bench)), None, c))
-            compiling.append((session.compiler.submit(c.build), c, c))
+                compiling.append((session.builds.submit(CompileJob(c.bench)), None, c))
+            compiling.append((session.builds.submit(c.build), c, c))
         while compiling or pending:
             futures: set[Future[Any]] = {f for f, _, _ in compiling} | {f for f, _ in pending}
             wait(futures, return_when=FIRST_COMPLETED)

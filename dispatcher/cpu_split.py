@@ -141,7 +141,7 @@ def split_config(config: Config, benches: Sequence[Benchmark], size: str, runs: 
         return config, None
     with Session(config) as session:
         try:
-            calibration = calibrate(session.compiler, benches, size, runs, config.run.timeout)
+            calibration = calibrate(session.builds, benches, size, runs, config.run.timeout)
         except CalibrationError as exc:  # the search itself will say what is wrong
             return config, f"{exc}: every CPU but one times runs"
     split = choose_split(cpus, calibration)

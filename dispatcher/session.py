@@ -35,7 +35,7 @@ class Session:
         self.spec: BackendSpec = backend_spec(config.backend)
         self.store = Store(config.store)
         try:
-            self.compiler = compile_service(self.store, locate_compiler(),
+            self.builds = compile_service(self.store, locate_compiler(),
                                             jobs=compile_jobs or config.compile_jobs,
                                             cpus=self.master_cpus)
         except BaseException:
@@ -65,7 +65,7 @@ class Session:
             self._backend = self.spec.start(self.config.backend_settings, context)
             builder = self._backend.remote_builder()
             if builder is not None:  # compile capacity grows with the cluster
-                self.compiler.use_builder(builder)
+                self.builds.use_builder(builder)
         if self._scheduler is None:
             self._scheduler = Scheduler(self._backend.slots, self.config.scheduler)
         if self._measurements is None:
@@ -110,7 +110,7 @@ class Session:
             if self._backend is not None:
                 self._backend.close()
         finally:
-            self.compiler.close(wait=not abort)
+            self.builds.close(wait=not abort)
             self.store.close()
 
     def __enter__(self) -> Session:

@@ -330,15 +330,15 @@ def test_a_build_on_a_compiling_node_is_the_build_on_the_master(lab, compiler, t
     local = Session(load_config(write_config(tmp_path / "l.yaml", lab, tmp_path / "s1",
                                              backend="local", local={"cpus": [lab.cpu]})))
     with local:
-        base = local.compiler.compile(CompileJob(bench))
+        base = local.builds.compile(CompileJob(bench))
         first = base.artifact.dumps()[0].decisions[0]
         flip = Override(unit=base.artifact.dumps()[0].unit, round=0, key=first.key,
                         action="dont_inline" if first.action == "inline" else "inline")
-        want = local.compiler.compile(CompileJob(bench, (flip,)))
+        want = local.builds.compile(CompileJob(bench, (flip,)))
         want_dumps = want.artifact.decision_texts()
         from dispatcher.build.service import CompileError
         with pytest.raises(CompileError) as local_error:
-            local.compiler.compile(CompileJob(bench, flags=("-O3", "-no-such-flag")))
+            local.builds.compile(CompileJob(bench, flags=("-O3", "-no-such-flag")))
     script = textwrap.dedent(f"""
         import json, sys
         from dispatcher.build.manifest import resolve_benchmark
@@ -350,9 +350,9 @@ def test_a_build_on_a_compiling_node_is_the_build_on_the_master(lab, compiler, t
         flip = Override(unit={flip.unit!r}, round=0, key={flip.key!r}, action={flip.action!r})
         with Session(load_config(sys.argv[1])) as s:
             s.start_workers()
-            got = s.compiler.compile(CompileJob(bench, (flip,)))
+            got = s.builds.compile(CompileJob(bench, (flip,)))
             try:
-                s.compiler.compile(CompileJob(bench, flags=("-O3", "-no-such-flag")))
+                s.builds.compile(CompileJob(bench, flags=("-O3", "-no-such-flag")))
                 error = None
             except CompileError as exc:
                 error = str(exc)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from analysis.result_files import csv_rows, pairs_by_worker
 from analysis.results import Outcome, choose, per_benchmark, print_tables, regrets, total_regrets
-from commands.run_all_benchmarks import csv_rows, pairs_by_worker
 from dispatcher.core.decisions import Override, write_overrides
 from dispatcher.core.records import RunRecord, RunResult
 from dispatcher.running.measurement import Comparison

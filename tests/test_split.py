@@ -54,7 +54,7 @@ def test_calibration_compiles_a_candidate_and_times_a_run_job(compiler, tmp_path
     config = write(tmp_path, local={"cpus": "auto"})
     benches = [resolve_benchmark("kahan"), resolve_benchmark("lens")]
     with Session(config) as session:
-        c = calibrate(session.compiler, benches, "quick", 2, 30)
+        c = calibrate(session.builds, benches, "quick", 2, 30)
         assert c.benchmarks == ("kahan", "lens")
         # per benchmark: its baseline and a candidate one proposal away
         assert len(session.store.artifact_keys()) == 4

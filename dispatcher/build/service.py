@@ -198,19 +198,19 @@ class StoreUnitCache:
 
 
 class CompileService:
-    def __init__(self, store: Store, compiler: Compiler, jobs: int = 1,
+    def __init__(self, store: Store, toolchain: Compiler, jobs: int = 1,
                  cpus: frozenset[int] | None = None):
         """``cpus``: where compiles may run.  On the local backend these are the CPUs not
         given to worker slots: a compile on a worker's CPU would disturb its timings."""
         self.store = store
-        self.compiler = compiler
+        self.toolchain = toolchain
         self._pool = ThreadPoolExecutor(
             max_workers=jobs, thread_name_prefix="compile",
             # Linux pins only the calling thread, and ocamlopt inherits that thread's mask.
             initializer=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         self._inflight: dict[str, Future] = {}
         self._lock = threading.Lock()
-        self.units = StoreUnitCache(store, compiler.identity)
+        self.units = StoreUnitCache(store, toolchain.identity)
         # Who may still run each compiled candidate's binary: compile key -> the threads
         # (search chains) that submitted it or took it from the store, until they release it.
         self._holders: dict[str, set[int]] = {}
@@ -226,7 +226,7 @@ class CompileService:
         old.shutdown(wait=False)
 
     def key(self, job: CompileJob, source_hash: str | None = None) -> str:
-        return compile_key(self.compiler.identity, source_hash or job.benchmark.source_hash(),
+        return compile_key(self.toolchain.identity, source_hash or job.benchmark.source_hash(),
                            job.effective_flags, overrides_text(job.overrides),
                            job.policy.identity() if job.policy is not None else None)
 
@@ -327,7 +327,7 @@ class CompileService:
             shutil.rmtree(per_unit)
             artifact = self.store.commit_artifact(key, staging, {
                 "benchmark": job.benchmark.name, "flags": list(job.effective_flags),
-                "compiler": self.compiler.identity,
+                "compiler": self.toolchain.identity,
                 "source_hash": source_hash,
                 "overrides": len(job.overrides), "built_on": built_on,
                 **({"policy": job.policy.identity()} if job.policy is not None else {}),
@@ -351,14 +351,14 @@ class CompileService:
         builder = self._builder
         if builder is not None and job.policy is None:
             try:
-                return builder.build(job.benchmark, build, self.compiler.ocamlopt,
+                return builder.build(job.benchmark, build, self.toolchain.ocamlopt,
                                      job.effective_flags, overrides, True), builder.name
             except BuilderLost as exc:
                 log.warning("%s: built on the master instead: %s", job.benchmark.name, exc)
                 shutil.rmtree(build, ignore_errors=True)
 
         def run(policy: PolicyChannel | None = None) -> BuildResult:
-            return build_benchmark(job.benchmark, build, self.compiler.ocamlopt,
+            return build_benchmark(job.benchmark, build, self.toolchain.ocamlopt,
                                    flags=job.effective_flags, overrides=overrides,
                                    dump_decisions=True, unit_cache=self.units, policy=policy)
 

@@ -121,7 +121,7 @@ class AsyncSearch:
             for d in [d for d in trees if d not in (incumbent.dir, current)]:
                 del trees[d]
             # Binaries no later step runs leave the store; those in flight stay.
-            chain.compiler.release({chain.reference.key, incumbent.artifact, best.artifact}
+            chain.builds.release({chain.reference.key, incumbent.artifact, best.artifact}
                                    | {f.key for f in flights.values()})
             status.step, status.best_energy = step, best.energy
             if p.canary_every and step % p.canary_every == 0:
@@ -148,7 +148,7 @@ class AsyncSearch:
         ``landed`` once, when it has its comparison or cannot have one."""
         chain = self.chain
         job = CompileJob(chain.benchmark, chain.rundir.proposal_overrides(proposal))
-        flight = Flight(proposal, chain.compiler.key(job))
+        flight = Flight(proposal, chain.builds.key(job))
 
         def compared(future: Future[Comparison]) -> None:
             try:
@@ -171,7 +171,7 @@ class AsyncSearch:
             else:
                 comparison.add_done_callback(compared)
 
-        chain.compiler.submit(job).add_done_callback(compiled)
+        chain.builds.submit(job).add_done_callback(compiled)
         return flight
 
     def landing(self, landed: queue.SimpleQueue[Flight]) -> Flight:

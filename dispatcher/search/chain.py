@@ -48,12 +48,12 @@ class Chain(ChainCore):
 
     @classmethod
     def of_rundir(cls, rundir: Rundir, benchmark: Benchmark, config: Any,
-                  compiler: CompileService, measurements: MeasurementService,
+                  builds: CompileService, measurements: MeasurementService,
                   worker_class: str, stop: threading.Event) -> Chain:
         """The chain of a rundir, with the settings it recorded; ``config`` gives only those
         a rundir of an earlier version did not record (as that version did)."""
         settings, taken = recorded_settings(rundir.experiment, config)
-        return cls(rundir, benchmark, settings, compiler, measurements, worker_class, stop,
+        return cls(rundir, benchmark, settings, builds, measurements, worker_class, stop,
                    from_config=taken)
 
     def run(self) -> None:
@@ -76,7 +76,7 @@ class Chain(ChainCore):
         if self.settings.confirm and best.step > 0:
             self.confirm(best)
         self.rundir.append(FinishEvent(reason="completed"))
-        self.compiler.release(set())
+        self.builds.release(set())
         self.status.state = "finished"
 
 

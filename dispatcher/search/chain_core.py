@@ -97,7 +97,7 @@ class ChainCore:
     rundir: Rundir
     benchmark: Benchmark
     settings: SearchSettings
-    compiler: CompileService
+    builds: CompileService
     measurements: MeasurementService
     worker_class: str  # every run of this chain, baseline included, is on this class
     stop: threading.Event
@@ -223,7 +223,7 @@ class ChainCore:
         if baseline is not None:
             return baseline
         self.status.state = "baseline"
-        compiled = self.wait(self.compiler.submit(CompileJob(self.benchmark)))
+        compiled = self.wait(self.builds.submit(CompileJob(self.benchmark)))
         measured = self.collect(self.measure(compiled, self.settings.baseline_runs))
         times = measured.times
         if not times:
@@ -254,12 +254,12 @@ class ChainCore:
     def binary_of(self, incumbent: Pointer) -> Artifact:
         """A journaled candidate's compiled artifact: from the store, or (a wiped or different
         store, e.g. a rundir resumed elsewhere) compiled again from its dir's proposal."""
-        artifact = self.compiler.stored(incumbent.artifact or "")
+        artifact = self.builds.stored(incumbent.artifact or "")
         if artifact is not None:
             return artifact
         proposal = self.rundir.path / incumbent.dir / "overrides.sexp"
         overrides = tuple(read_overrides(proposal)) if proposal.exists() else ()
-        compiled = self.wait(self.compiler.submit(CompileJob(self.benchmark, overrides)))
+        compiled = self.wait(self.builds.submit(CompileJob(self.benchmark, overrides)))
         if incumbent.sha256 is not None and compiled.sha256 != incumbent.sha256:
             raise RuntimeError(f"{incumbent.dir}: compiling its proposal again gave another "
                                f"binary ({compiled.sha256[:12]}, not {incumbent.sha256[:12]}): "

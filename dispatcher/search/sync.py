@@ -97,7 +97,7 @@ class SyncSearch:
             rundir.append(event)
             rundir.write_state(event.state())
             # Binaries no later step runs leave the store (compiled again if ever needed).
-            chain.compiler.release({chain.reference.key, incumbent.artifact, best.artifact})
+            chain.builds.release({chain.reference.key, incumbent.artifact, best.artifact})
             status.step, status.best_energy = step, best.energy
             if p.canary_every and step % p.canary_every == 0:
                 chain.canary(step)  # after the step: a resume never repeats it
@@ -110,7 +110,7 @@ class SyncSearch:
         chain, p = self.chain, self.chain.settings
         n = p.candidates_per_step if p.algorithm == "sa" else 1
         proposals = [propose(origin, rng, p.max_flips, hot=chain.hot) for _ in range(n)]
-        compiles = [chain.compiler.submit(CompileJob(chain.benchmark, tuple(to_overrides(t))))
+        compiles = [chain.builds.submit(CompileJob(chain.benchmark, tuple(to_overrides(t))))
                     for t, _ in proposals]
         compiled: list[CompileResult | None] = []
         errors: list[str | None] = []

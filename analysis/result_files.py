@@ -1,0 +1,70 @@
+"""The CSV files of ``results/``: a comparison of a build with the heuristic written as its
+paired run times per worker (README.md, "results/"), and the ``Outcome`` it is judged as.
+
+Shared by ``run-all-benchmarks`` (optimal trees) and ``run-plugin-benchmark`` (policies), so
+both write one layout.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from analysis.results import Outcome
+from dispatcher.core.files import atomic_output
+from dispatcher.running.measurement import Comparison
+
+HEURISTIC = "heuristic"  # the overrides column of the heuristic's paired runs
+
+
+def pairs_by_worker(c: Comparison) -> dict[str, tuple[list[float], list[float]]]:
+    """The comparison's pairs by the slot they ran on: worker -> (reference times, candidate
+    times), in the order they ran.  The pairs are matched to the rounds of ``c.results``
+    (reference, candidate, candidate, reference, every run of a round on one slot); any pair no
+    round accounts for is put on ``c.worker``, the slot of the last pairs."""
+    expected = list(zip(c.reference_times, c.candidate_times))
+    out: dict[str, tuple[list[float], list[float]]] = {}
+    i = 0
+    rs = c.results
+    for k in range(0, len(rs) - len(rs) % 4, 4):
+        r1, c1, c2, r2 = rs[k:k + 4]
+        if len({r.worker for r in (r1, c1, c2, r2)}) != 1:
+            continue
+        for ref, cand in ((r1, c1), (r2, c2)):
+            if i < len(expected) and ref.times and cand.times \
+                    and (ref.times[0], cand.times[0]) == expected[i]:
+                refs, cands = out.setdefault(ref.worker, ([], []))
+                refs.append(ref.times[0])
+                cands.append(cand.times[0])
+                i += 1
+    for ref_t, cand_t in expected[i:]:
+        refs, cands = out.setdefault(c.worker or "-", ([], []))
+        refs.append(ref_t)
+        cands.append(cand_t)
+    return out
+
+
+def csv_rows(c: Comparison, overrides: str, rundirs: tuple[str, ...]) -> list[list[str]]:
+    """The header and, per worker, a line of the optimal tree's paired run times and one of
+    the heuristic's (README.md, "results/")."""
+    by_worker = pairs_by_worker(c) or {c.worker or "-": ([], [])}
+    longest = max(len(cands) for _, cands in by_worker.values())
+    rows = [["worker", "overrides", "rundirs", *(f"run_{i + 1}" for i in range(longest))]]
+    for worker, (refs, cands) in by_worker.items():
+        for label, source, times in ((overrides, ";".join(rundirs), cands),
+                                     (HEURISTIC, "", refs)):
+            cells = [f"{t:.6f}" for t in times]
+            rows.append([worker, label, source, *cells, *[""] * (longest - len(cells))])
+    return rows
+
+
+def write_csv(path: Path, rows: list[list[str]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_output(path) as tmp:
+        with open(tmp, "w", newline="") as f:
+            csv.writer(f, lineterminator="\n").writerows(rows)
+    return path
+
+
+def outcome(name: str, hyper: str, c: Comparison) -> Outcome:
+    speedup, low, high = c.interval
+    return Outcome(name, hyper, speedup, low, high, c.pairs, c.worker, c.stopped)
