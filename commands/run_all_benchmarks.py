@@ -5,7 +5,7 @@ For each benchmark under the rewards directory (or each one named) and each
 ``<rewards>/<bench>/<MODEL>/<hyper>/optimal.sexp``, the benchmark (the directory its rundirs
 recorded, in ``sources.json``; the bundled benchmark of that name when none was recorded) is
 compiled with those overrides and compared with its heuristic build in pairs on one worker CPU,
-as ``run-benchmark BENCH optimal.sexp`` compares it (``commands.common.heuristic_comparison``).
+as ``run-benchmark BENCH optimal.sexp`` compares it (``dispatcher.compare``).
 Each comparison is written to ``<results>/<bench>/<MODEL>/<hyper>.csv`` as soon as it ends
 (README.md, "results/"); comparisons measured before come from the store.  The table at the
 end is ``analysis.results``'s.

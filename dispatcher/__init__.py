@@ -19,8 +19,11 @@ only break those above it.  Bottom first:
 ``search``
     The search over decision trees: its pure rules, hot-code focus, and the chains.
 
-On top, the modules directly in ``dispatcher/`` (``config``, ``session``, ``cpu_split``, ...)
-assemble a config and a session from the layers.  Nothing in ``dispatcher/`` imports
+On top, the modules directly in ``dispatcher/`` assemble the layers: ``config`` (the YAML
+config), ``session`` (config -> store -> compile service -> backend -> scheduler ->
+measurement service), ``cpu_split`` (CPUs for compiles and for runs), ``planning`` (the chains
+of a campaign, new or resumed) and ``compare`` (builds measured against the heuristic build),
+so that each command only parses, calls and prints.  Nothing in ``dispatcher/`` imports
 ``analysis/`` or ``commands/`` (they sit above it), ``workers/`` imports nothing from
 ``dispatcher/`` (it runs alone on worker machines), and no modules import one another in a
 circle, not even for types only.  ``tests/test_layers.py`` checks all of it from ``LAYERS``.
