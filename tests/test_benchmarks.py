@@ -58,29 +58,56 @@ def test_suite_has_enough_benchmarks_per_split():
 
 def test_check_benchmarks_builds_runs_and_checks_each_one_line(compiler, tmp_path):
     """The ``check-benchmarks`` command (dispatcher.build.checks): a header, then one line
-    per benchmark, ``ok`` when its output matches the manifest; a wrong one fails the
-    command."""
+    per benchmark with each size's median run, ``ok`` when its output matches the manifest; a
+    wrong one fails the command."""
     import sys
     bench = tmp_path / "kahan"
     bench.mkdir()
     for f in (BUNDLED_DIR / "kahan").iterdir():
         (bench / f.name).write_bytes(f.read_bytes())
-    command = [sys.executable, "-m", "commands", "check-benchmarks", "kahan", str(bench)]
+    command = [sys.executable, "-m", "commands", "check-benchmarks", "--runs", "2", "kahan",
+               str(bench)]
     root = Path(__file__).resolve().parent.parent
     good = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=300)
     assert good.returncode == 0, good.stderr
     lines = good.stdout.splitlines()
     assert lines[0].split() == ["benchmark", "split", "build", "s", "decisions", "inlined",
-                                "run", "s", "output"]
+                                "quick", "s", "output"]
     assert [line.split()[0] for line in lines[1:]] == ["kahan", "kahan"]
     assert all(line.split()[1] == "training" and line.endswith("  ok") for line in lines[1:])
+    assert good.stderr.startswith("checked 2 benchmarks in "), good.stderr
     import yaml
     manifest = yaml.safe_load((bench / "benchmark.yaml").read_text())
     manifest["sizes"]["quick"]["expected_output"] = {"text": "wrong\n"}
     (bench / "benchmark.yaml").write_text(yaml.safe_dump(manifest))
     bad = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and bad.stdout.splitlines()[2].endswith("  WRONG"), bad.stdout
-    assert bad.stderr == "1 of 2 benchmarks failed\n"
+    assert bad.stderr.splitlines()[0] == "1 of 2 benchmarks failed", bad.stderr
+
+
+def test_check_benchmarks_refuses_a_size_under_its_floor_naming_it(compiler, tmp_path):
+    """Issue 21: runs too short to compare in pairs are refused, naming the manifest, the size
+    and the floor, even when the output is right."""
+    import sys
+
+    import yaml
+    bench = tmp_path / "kahan"
+    bench.mkdir()
+    for f in (BUNDLED_DIR / "kahan").iterdir():
+        (bench / f.name).write_bytes(f.read_bytes())
+    built = build_benchmark(load_benchmark(bench), tmp_path / "b", compiler.ocamlopt)
+    out = subprocess.run([str(built.binary), "10"], capture_output=True, check=True).stdout
+    manifest = yaml.safe_load((bench / "benchmark.yaml").read_text())
+    manifest["sizes"]["quick"] = {"args": ["10"], "expected_output": {"text": out.decode()}}
+    (bench / "benchmark.yaml").write_text(yaml.safe_dump(manifest))
+    root = Path(__file__).resolve().parent.parent
+    got = subprocess.run([sys.executable, "-m", "commands", "check-benchmarks", "--runs", "3",
+                          str(bench)], cwd=root, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 1, got.stdout
+    assert got.stdout.splitlines()[1].endswith("  ok"), got.stdout  # the output is right
+    first = got.stderr.splitlines()[0]
+    assert first.startswith(f"{bench / 'benchmark.yaml'}: sizes.quick: runs "), first
+    assert "under the floor of 0.1 s for quick" in first, first
 
 
 def test_at_least_half_the_benchmarks_have_several_modules():

@@ -1,13 +1,18 @@
-"""A benchmark's health check: build it with decision dumps, run it once, check its output.
+"""A benchmark's health check: build it with decision dumps, run each size several times,
+check every output and how long the runs take.
 
 What ``check-benchmarks`` runs on every bundled benchmark (or the directories it is given):
 it exercises the patched compiler (decision dumps on), the manifest and output validation
-without a store, a backend or a search.
+without a store, a backend or a search.  A size whose median run is under its floor
+(``RUN_FLOORS_S``, documented in benchmarks/README.md) is refused: runs that short cannot be
+compared in pairs (a binary compared with itself came out 3% "slower" at 10 ms).
 """
 from __future__ import annotations
 
+import statistics
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +21,24 @@ from dispatcher.build.manifest import Benchmark, check_output
 from dispatcher.core.decisions import read_dumps
 
 RUN_TIMEOUT_S = 120
+#: The shortest median run a size may have, in seconds (sizes not named here have none).
+RUN_FLOORS_S = {"quick": 0.1, "full": 1.0}
+
+
+@dataclass(frozen=True)
+class SizeCheck:
+    size: str
+    median_s: float  # of the runs' wall times
+    runs: int
+    output_ok: bool  # every run's output matched the manifest
+
+    @property
+    def floor_s(self) -> float | None:
+        return RUN_FLOORS_S.get(self.size)
+
+    @property
+    def too_short(self) -> bool:
+        return self.floor_s is not None and self.median_s < self.floor_s
 
 
 @dataclass(frozen=True)
@@ -25,23 +48,36 @@ class CheckResult:
     build_s: float
     decisions: int
     inlined: int
-    run_s: float
-    output_ok: bool
+    sizes: tuple[SizeCheck, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(s.output_ok and not s.too_short for s in self.sizes)
 
 
-def check_benchmark(bench: Benchmark, ocamlopt: Path, workdir: Path, size: str) -> CheckResult:
-    """Build ``bench`` in ``workdir`` and run it at ``size``.  Raises BuildError,
-    ManifestError or subprocess.TimeoutExpired (after RUN_TIMEOUT_S)."""
+def check_benchmark(bench: Benchmark, ocamlopt: Path, workdir: Path, sizes: Sequence[str],
+                    runs: int = 5) -> CheckResult:
+    """Build ``bench`` in ``workdir`` and run it ``runs`` times at each of ``sizes``.  Raises
+    BuildError, ManifestError or subprocess.TimeoutExpired (a run past RUN_TIMEOUT_S)."""
+    for size in sizes:
+        bench.size(size)  # an unknown size fails before the build
     t0 = time.monotonic()
     built = build_benchmark(bench, workdir, ocamlopt, dump_decisions=True)
     build_s = time.monotonic() - t0
     dumps = read_dumps(built.decision_files)
     decisions = [d for dump in dumps for d in dump.decisions]
-    args = bench.size(size).args
-    t0 = time.monotonic()
-    proc = subprocess.run([str(built.binary), *args], capture_output=True,
-                          timeout=RUN_TIMEOUT_S)
-    run_s = time.monotonic() - t0
-    ok = proc.returncode == 0 and check_output(bench, size, proc.stdout)
+    checked = []
+    for size in sizes:
+        args = bench.size(size).args
+        times, ok = [], True
+        for _ in range(runs):
+            t0 = time.monotonic()
+            proc = subprocess.run([str(built.binary), *args], capture_output=True,
+                                  timeout=RUN_TIMEOUT_S)
+            times.append(time.monotonic() - t0)
+            ok = ok and proc.returncode == 0 and check_output(bench, size, proc.stdout)
+            if not ok:
+                break
+        checked.append(SizeCheck(size, statistics.median(times), len(times), ok))
     return CheckResult(bench.name, bench.split, build_s, len(decisions),
-                       sum(d.action == "inline" for d in decisions), run_s, ok)
+                       sum(d.action == "inline" for d in decisions), tuple(checked))
