@@ -32,6 +32,11 @@ from dispatcher.core.decisions import read_sexp
 BUNDLED = bundled_benchmarks()
 RUN_TIMEOUT = 60
 MIN_DECISIONS = 20
+# Programs of different problems that share code or input (benchmarks/README.md, "The split"):
+# each group stays on one side.
+NEAR_EACH_OTHER = [("fasta", "knucleotide", "revcomp"), ("bdd", "zdd"), ("sorting", "mergesort"),
+                   ("rewrite", "boyer"), ("float_functor", "vector_functor"), ("lu", "crout"),
+                   ("printf", "pretty"), ("orbit", "nbody")]
 
 
 @functools.cache
@@ -50,8 +55,8 @@ def _run(binary: Path, args: tuple[str, ...]) -> subprocess.CompletedProcess[byt
 def test_suite_has_enough_benchmarks_per_split():
     training = bundled_benchmarks("training")
     test = bundled_benchmarks("test")
-    assert len(training) >= 12, [b.name for b in training]
-    assert len(test) >= 6, [b.name for b in test]
+    assert len(training) >= 20, [b.name for b in training]
+    assert len(test) >= 24, [b.name for b in test]
     assert [b.name for b in BUNDLED] == sorted(b.name for b in BUNDLED)
     assert {b.name for b in training} | {b.name for b in test} == {b.name for b in BUNDLED}
 
@@ -108,6 +113,28 @@ def test_check_benchmarks_refuses_a_size_under_its_floor_naming_it(compiler, tmp
     first = got.stderr.splitlines()[0]
     assert first.startswith(f"{bench / 'benchmark.yaml'}: sizes.quick: runs "), first
     assert "under the floor of 0.1 s for quick" in first, first
+
+
+def test_every_bundled_program_names_its_origin():
+    """Issue 21: the public problem each program implements, and how it differs."""
+    missing = [b.name for b in BUNDLED if b.origin is None]
+    assert not missing, missing
+    assert all(b.origin and len(b.origin.differs) > 20 for b in BUNDLED)
+
+
+def test_two_programs_of_one_problem_sit_on_one_side_of_the_split():
+    """The split rule (benchmarks/README.md): a test program is never a near-copy of a training
+    one, so programs implementing the same problem share a side, and so do the groups the
+    README names as near each other (the generated-input family of fasta)."""
+    sides: dict[str, set[str]] = {}
+    for b in BUNDLED:
+        assert b.origin is not None
+        sides.setdefault(b.origin.problem.lower(), set()).add(b.split)
+    mixed = {problem: s for problem, s in sides.items() if len(s) > 1}
+    assert not mixed, mixed
+    by_name = {b.name: b.split for b in BUNDLED}
+    for group in NEAR_EACH_OTHER:
+        assert len({by_name[n] for n in group if n in by_name}) <= 1, group
 
 
 def test_at_least_half_the_benchmarks_have_several_modules():
