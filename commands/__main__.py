@@ -4,10 +4,14 @@ Each command's module is imported only when that command runs: ``batch-log`` nee
 (most of a second to import), which a master started with ``run_training_experiments`` (the
 tests start hundreds) does not.
 """
-import importlib
 import sys
 
-import click
+from commands.entry import quiet_interrupt
+
+with quiet_interrupt("commands"):  # a Ctrl-C during the imports: one line, exit 130
+    import importlib
+
+    import click
 
 COMMANDS = {
     "run-benchmark": "commands.run_benchmark:run_benchmark",
@@ -31,7 +35,8 @@ class _Commands(click.Group):
         if target is None:
             return None
         module, name = target.split(":")
-        return getattr(importlib.import_module(module), name)
+        with quiet_interrupt(cmd_name):
+            return getattr(importlib.import_module(module), name)
 
 
 @click.group(cls=_Commands)
