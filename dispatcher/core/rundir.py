@@ -123,9 +123,18 @@ _kill_hook = _KillHook(os.environ[KILL_HOOK_ENV]) if os.environ.get(KILL_HOOK_EN
 E = TypeVar("E")
 
 
-def read_json_lines(path: Path) -> list[dict]:
+def _torn(tail: bytes) -> bool:
+    """Whether an unterminated last line can be what an interrupted append left: the start
+    of one of our lines (each a JSON object with string keys), or the zeros of a block the
+    machine stopped before writing."""
+    return b'{"'.startswith(tail.lstrip()[:2]) or not tail.strip(b"\0")
+
+
+def read_json_lines(path: Path, what: str = "journal line") -> list[dict]:
     """Every complete JSON line of a journal or batch log; a torn last line (a crash
-    mid-write) is ignored; a corrupt line before the end is a RundirError."""
+    mid-write: no newline after it, as each line is written with its newline in one write,
+    and the start of a line) is ignored; any other line that is not JSON is a RundirError naming file and line, the
+    only line of a file included."""
     try:
         lines = path.read_bytes().split(b"\n")
     except FileNotFoundError:
@@ -137,9 +146,9 @@ def read_json_lines(path: Path) -> list[dict]:
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError:
-            if all(not rest.strip() for rest in lines[i + 1:]):
+            if i == len(lines) - 1 and _torn(line):
                 break  # the torn tail of an interrupted write
-            raise RundirError(f"{path}:{i + 1}: corrupt journal line") from None
+            raise RundirError(f"{path}:{i + 1}: corrupt {what}") from None
     return out
 
 
@@ -538,7 +547,7 @@ def append_batch_log(path: Path, entry: BatchEntry) -> None:
 
 def read_batch_log(path: Path) -> list[BatchEntry]:
     entries = []
-    for i, data in enumerate(read_json_lines(path)):
+    for i, data in enumerate(read_json_lines(path, "line")):
         try:
             entries.append(BatchEntry.from_json(data, f"{path}: entry {i + 1}"))
         except RecordError as exc:
