@@ -122,3 +122,20 @@ def test_ctrl_c_during_the_imports_is_one_line_and_not_lost(tmp_path, delay):
         line = one_line(got)
         assert got.returncode in (130, 1), (command, got.returncode, got.stderr)
         assert line.endswith(": interrupted") or line == "Aborted!", (command, line)
+
+
+# -- SILENT / MISLEADING: a batch log whose only line is corrupt
+
+@pytest.mark.parametrize("text", ["{garbage\n", "{garbage"])
+@pytest.mark.parametrize("command", ["batch-log", "assign-rewards"])
+def test_a_batch_log_whose_only_line_is_corrupt_is_one_line(tmp_path, command, text):
+    """Not an empty table or "lists no experiment": the line is corrupt, named by file and
+    line.  (A torn tail, the start of a line an interrupted append left, is still ignored.)"""
+    log = tmp_path / "batch.log"
+    log.write_text(text)
+    args = [str(log)] if command == "batch-log" else ["--batch-log", str(log)]
+    line = one_line(cli(command, *args, cwd=tmp_path))
+    assert line == f"{command}: {log}:1: corrupt line (batch log)"
+    log.write_text('{"rundir": "x", "ta')
+    torn = cli("batch-log", str(log), cwd=tmp_path)
+    assert torn.returncode == 0 and torn.stderr == ""
