@@ -10,9 +10,10 @@ to ``--out`` with the validation scores beside it (``<out>.scores.csv``).
 """
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 import pandas as pd
@@ -95,6 +96,20 @@ def site_features(session: Session, bench: Benchmark) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+class _FiniteFloatRange(click.FloatRange):
+    """A FloatRange that refuses nan and the infinities: ``nan`` compares false with every
+    bound, so a plain range lets it through (and every label would be nonsense)."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
 @click.command()
 @click.argument("benchmarks", nargs=-1)
 @click.option("--rewards", "rewards_dir", type=click.Path(path_type=Path), default="rewards",
@@ -104,7 +119,7 @@ def site_features(session: Session, bench: Benchmark) -> pd.DataFrame:
 @click.option("--hyper", default="best", show_default=True,
               help="Hyperparameters (a directory name such as gamma0.8-alpha0.01-log), or "
                    "best: per benchmark, the best mean held-out R^2.")
-@click.option("--threshold", type=click.FloatRange(0, min_open=False), default=DEFAULT_THRESHOLD,
+@click.option("--threshold", type=_FiniteFloatRange(0), default=DEFAULT_THRESHOLD,
               show_default=True, help="|net reward| at or below this: does not matter.")
 @click.option("--classifier", type=click.Choice(["all", *CLASSIFIERS]), default="all",
               show_default=True, help="all: validate each, keep the best.")

@@ -139,3 +139,12 @@ def test_a_batch_log_whose_only_line_is_corrupt_is_one_line(tmp_path, command, t
     log.write_text('{"rundir": "x", "ta')
     torn = cli("batch-log", str(log), cwd=tmp_path)
     assert torn.returncode == 0 and torn.stderr == ""
+
+
+# -- SILENT: train-policy --threshold nan
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_threshold_that_is_not_a_finite_number_is_refused(tmp_path, value):
+    proc = cli("train-policy", "--threshold", value, "--rewards", str(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"Invalid value for '--threshold': '{value}' is not a finite number." in proc.stderr
