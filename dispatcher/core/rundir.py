@@ -133,8 +133,8 @@ def _torn(tail: bytes) -> bool:
 def read_json_lines(path: Path, what: str = "journal line") -> list[dict]:
     """Every complete JSON line of a journal or batch log; a torn last line (a crash
     mid-write: no newline after it, as each line is written with its newline in one write,
-    and the start of a line) is ignored; any other line that is not JSON is a RundirError naming file and line, the
-    only line of a file included."""
+    and the start of a line) is ignored; any other line that is not JSON is a RundirError
+    naming file and line, the only line of a file included."""
     try:
         lines = path.read_bytes().split(b"\n")
     except FileNotFoundError:
