@@ -713,6 +713,30 @@ def test_captured_output_is_bounded(cache_dir, binaries, spawn, stream):
         a.close()
 
 
+@pytest.mark.parametrize("spawn", ["forkserver", "gated", "direct"])
+def test_an_output_checked_by_sha256_is_hashed_as_it_streams(cache_dir, binaries, spawn):
+    """Issue 20: the cap is for what the agent keeps.  An output checked by sha256 is hashed
+    as it streams (a FIFO, nothing kept): 26 MB counts, a wrong hash is a wrong output, and
+    the FIFO is gone once the run is recorded."""
+    sha = put(cache_dir, binaries["bigout"])
+    printed = b"x" * (65536 * 400)
+    a = AgentProc(cache_dir, "--spawn", spawn)
+    try:
+        r = a.request(op="run", sha256=sha, runs=2, cpu=0, timeout=20, perf=False,
+                      expected_output={"sha256": hashlib.sha256(printed).hexdigest()})
+        assert r["ok"] and r["failed"] == 0, r
+        for rec in r["runs"]:
+            assert rec["output_ok"] is True and rec["stdout_bytes"] == len(printed), rec
+        r = a.request(op="run", sha256=sha, runs=1, cpu=0, timeout=20, perf=False,
+                      expected_output={"sha256": "0" * 64})
+        assert r["runs"][0]["failure"].startswith("wrong output (sha256 "), r
+        if spawn == "forkserver":
+            scratch = Path(_scratch_of(a.proc.pid))
+            assert sorted(p.name for p in scratch.iterdir()) == ["lock", "script"]
+    finally:
+        a.close()
+
+
 def test_scratch_of_a_killed_agent_is_swept_by_the_next(cache_dir, tmp_path):
     """Issue 11: killed agents left their scratch directories in /dev/shm.  An agent
     starting removes those whose lock no live agent holds, never a live agent's."""

@@ -4,6 +4,7 @@ baseline step, a threshold that is not a number, a binary that deletes itself, a
 checked by hash larger than the agent keeps, and Ctrl-C during a comparison."""
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import signal
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.test_dispatcher import REPO, write_config
 
@@ -148,3 +150,49 @@ def test_a_threshold_that_is_not_a_finite_number_is_refused(tmp_path, value):
     proc = cli("train-policy", "--threshold", value, "--rewards", str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"Invalid value for '--threshold': '{value}' is not a finite number." in proc.stderr
+
+
+# -- REGRESSION: an output checked by sha256 is hashed as it streams, whatever its size
+
+def _printer(root: Path, name: str, main: str, expected: dict) -> Path:
+    d = root / name
+    d.mkdir()
+    (d / "main.ml").write_text(main)
+    (d / "benchmark.yaml").write_text(yaml.safe_dump({
+        "name": name, "split": "training", "description": "test program", "modules": [],
+        "main": "main.ml",
+        "sizes": {size: {"args": ["360000"], "expected_output": expected}
+                  for size in ("quick", "full")}}))
+    return d
+
+
+_LINE = "x" * 99
+
+
+def test_an_output_over_the_capture_cap_checked_by_sha256_runs(tmp_path):
+    """36 MB printed, checked by sha256: every run counts (the cap is for what the agent
+    keeps, and a hashed output is not kept); a wrong hash is still a wrong output."""
+    digest = hashlib.sha256(f"{_LINE}\n".encode() * 360000).hexdigest()
+    main = ('let () = let n = int_of_string Sys.argv.(1) in\n'
+            f'  for _ = 1 to n do print_string "{_LINE}\\n" done\n')
+    bench = _printer(tmp_path, "loud", main, {"sha256": digest})
+    config = write_config(tmp_path)
+    proc = cli("run-benchmark", str(bench), "--config", str(config), "--runs", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "runs: 2 ok, 0 failed" in proc.stderr
+    wrong = _printer(tmp_path, "wrong", main, {"sha256": "0" * 64})
+    proc = cli("run-benchmark", str(wrong), "--config", str(config), "--runs", "1")
+    assert proc.returncode == 1 and "failed run: wrong output (sha256 " in proc.stderr, \
+        proc.stderr
+
+
+# -- MISLEADING: a benchmark that deletes its own binary
+
+def test_a_binary_that_deletes_itself_is_reported_gone(tmp_path):
+    main = 'let () = Sys.remove Sys.executable_name; print_string "ok\\n"\n'
+    bench = _printer(tmp_path, "selfdelete", main, {"text": "ok\n"})
+    config = write_config(tmp_path)
+    proc = cli("run-benchmark", str(bench), "--config", str(config), "--runs", "3")
+    assert proc.returncode == 1, proc.stderr
+    assert "failed run: the binary is gone: " in proc.stderr, proc.stderr
+    assert "exit status 127" not in proc.stderr

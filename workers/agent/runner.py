@@ -42,6 +42,7 @@ from .proc import (
 from .protocol import RunRequest, one_line
 from .sampling import Sampler
 from .spawn import Plan, Run, Spawner, SpawnError, choose
+from .stream import StreamedStdout
 from .watchdog import Watchdog
 
 STDERR_TAIL_BYTES = 2000
@@ -159,12 +160,15 @@ def check_output(record: dict, out_fd: int | None, expected: dict | None) -> Non
             record["output_ok"] = digest == expected["sha256"]
 
 
-def classify(record: dict, timed_out: bool, timeout: float, err_bytes: int = 0) -> str | None:
+def classify(record: dict, timed_out: bool, timeout: float, err_bytes: int = 0,
+             stdout_kept: bool = True) -> str | None:
     """Why a run that ran to its end does not count, or None.  ``err_bytes``: the size of
-    its stderr capture."""
+    its stderr capture; ``stdout_kept``: whether its stdout was captured in a file (capped)
+    rather than hashed as it streamed (``stream``: any size)."""
     if timed_out:
         return "timeout after %gs" % timeout
-    for name, size in (("stdout", record["stdout_bytes"] or 0), ("stderr", err_bytes)):
+    kept = [("stdout", record["stdout_bytes"] or 0)] if stdout_kept else []
+    for name, size in kept + [("stderr", err_bytes)]:
         if size >= FILE_SIZE_LIMIT:  # cut there: the binary got SIGXFSZ or EFBIG
             return "%s over %d MiB (the agent keeps at most that)" % (name, FILE_SIZE_LIMIT >> 20)
     sig = record["signal"]
@@ -180,6 +184,13 @@ def classify(record: dict, timed_out: bool, timeout: float, err_bytes: int = 0) 
     if record["output_ok"] is False:
         return "wrong output (sha256 %s...)" % record["stdout_sha256"][:12]
     return None
+
+
+def binary_gone(path: str) -> str:
+    """The failure of a run whose binary no longer exists: the program never ran (an exit
+    status of 127 from the shell would say it failed)."""
+    return ("the binary is gone: %s no longer exists (did the program delete it?); "
+            "the run did not start" % path)
 
 
 def disturbance(record: dict, wall_ns: int, ru: Any, perf: dict | None) -> None:
@@ -375,8 +386,13 @@ class Runner:
         run = Run(plan, self._token, self.scratch)
         if plan.aslr != self.aslr:
             self._switch_aslr(plan.aslr)
+        if not os.path.exists(plan.argv[0]):
+            run.failure = binary_gone(plan.argv[0])
+            return run
         try:
             os.mkdir(run.workdir, 0o700)
+            if plan.expected is not None and "sha256" in plan.expected:
+                run.stream = StreamedStdout(run.out_path, plan.cpu)
         except OSError as e:
             run.failure = one_line("could not prepare the run: %s" % e)
             return run
@@ -458,6 +474,8 @@ class Runner:
                 run.pid = run.pgid = None  # reaped: nothing of it may be killed any more
                 self._live.pop(pid, None)
                 self._strays.remember(pgid)
+                if run.stream is not None:
+                    run.stream.writers_done()
             if run.pidfd is not None:
                 os.close(run.pidfd)
                 run.pidfd = None
@@ -493,6 +511,8 @@ class Runner:
         if run.pidfd is not None:
             os.close(run.pidfd)
             run.pidfd = None
+        if run.stream is not None:
+            run.stream.close()
 
     def finish(self, run: Run) -> dict:
         """The record of a finished (or failed) run, appended to its plan's; its counters,
@@ -529,10 +549,12 @@ class Runner:
         except OSError:
             shutil.rmtree(run.workdir, ignore_errors=True)
         tail, err_bytes = _read_file_tail(run.err_path, STDERR_SCAN_BYTES)
-        try:
-            out_fd: int | None = os.open(run.out_path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            out_fd = None
+        out_fd: int | None = None
+        if run.stream is None:  # (a streamed stdout's FIFO: opening it would block)
+            try:
+                out_fd = os.open(run.out_path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                pass
         try:
             if run.failure is not None:
                 record["failure"] = run.failure
@@ -546,8 +568,22 @@ class Runner:
             record["exit_status"], record["signal"] = decode_wait_status(run.status)
             record["gc"], tail = parse_gc_stats(tail)
             record["stderr_tail"] = tail[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
-            check_output(record, out_fd, plan.expected)
-            record["failure"] = classify(record, run.timed_out, plan.timeout, err_bytes)
+            stream_error = None
+            if run.stream is not None:
+                if not run.stream.finish():
+                    stream_error = run.stream.error or (
+                        "its stdout was still open after it exited (a process it started "
+                        "kept it)")
+                record["stdout_sha256"] = run.stream.sha256
+                record["stdout_bytes"] = run.stream.size
+                record["output_ok"] = run.stream.sha256 == (plan.expected or {}).get("sha256")
+            else:
+                check_output(record, out_fd, plan.expected)
+            record["failure"] = stream_error or classify(
+                record, run.timed_out, plan.timeout, err_bytes, stdout_kept=run.stream is None)
+            if (record["exit_status"] in (126, 127) and record["failure"] is not None
+                    and not os.path.exists(plan.argv[0])):
+                record["failure"] = binary_gone(plan.argv[0])
             disturbance(record, record["wall_ns"], ru, record["perf"])
             if record["disturbed"] is not None:
                 plan.disturbed += 1
@@ -555,6 +591,8 @@ class Runner:
         finally:
             if out_fd is not None:
                 os.close(out_fd)
+            if run.stream is not None:
+                run.stream.close()
             for path in (run.out_path, run.err_path):
                 try:
                     os.unlink(path)

@@ -138,7 +138,7 @@ class Run:
     """One run of a plan, from its preparation to its record."""
     __slots__ = ("plan", "token", "workdir", "out_path", "err_path", "pid", "pgid", "pidfd",
                  "gate", "counters", "sampler", "cpus_allowed", "t0", "t1", "status", "ru",
-                 "timed_out", "failure", "pad", "aslr", "since", "strays")
+                 "timed_out", "failure", "pad", "aslr", "since", "strays", "stream")
 
     def __init__(self, plan: Plan, token: int, scratch: str):
         self.plan, self.token = plan, token
@@ -159,6 +159,7 @@ class Run:
         self.aslr: bool | None = None  # the child's personality, read before it runs
         self.since: int | None = None  # the kernel's last pid when it was let go
         self.strays: int | None = None  # processes it left running (None: not looked for)
+        self.stream: Any = None  # its stdout hashed as it streams (stream.StreamedStdout)
 
     def env(self) -> dict[str, str]:
         """The run's environment: its plan's, plus the pad of an aslr run."""
