@@ -188,6 +188,10 @@ def run_all_benchmarks(model: str, benchmarks: tuple[str, ...], rewards: Path, r
             for got in compared_all:
                 target, tree = got.contender.tag
                 label = f"{target.name}/{model}/{tree.hyper}"
+                reach = got.override_reach()
+                unreached = reach.line(tree.path) if reach is not None else None
+                if unreached:
+                    click.echo(unreached, err=True)
                 if got.failure is Failure.HEURISTIC:
                     error(f"{target.name}: the heuristic build failed: {got.error}")
                 elif isinstance(got.error, OverridesMismatch):

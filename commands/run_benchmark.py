@@ -16,7 +16,12 @@ from dispatcher.build.service import CompileError, CompileJob, OverridesMismatch
 from dispatcher.build.toolchain import CompilerNotFound
 from dispatcher.compare import Contender, compare_with_heuristic, pairing_policy, run_job
 from dispatcher.config import MAX_RUNS, ConfigError, load_config
-from dispatcher.core.decisions import DecisionDump, DecisionFileError, read_overrides
+from dispatcher.core.decisions import (
+    DecisionDump,
+    DecisionFileError,
+    override_reach,
+    read_overrides,
+)
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.running.agent_client import AgentError
@@ -115,6 +120,10 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
             raise click.ClickException(f"{bench.name}: compile failed: {exc}") from None
         except StoreError as exc:
             raise click.ClickException(str(exc)) from None
+        if decisions:
+            unreached = override_reach(overrides, compiled.artifact.dumps()).line(decisions)
+            if unreached:
+                click.echo(unreached, err=True)
         job = run_job(config, bench_size, compiled, runs)
         if not remeasure:
             results = cached_results(session, job)

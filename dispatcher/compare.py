@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 from dispatcher.build.manifest import Benchmark, Size
 from dispatcher.build.service import CompileError, CompileJob, CompileResult
 from dispatcher.config import Config
+from dispatcher.core.decisions import OverrideReach, override_reach
 from dispatcher.core.jobs import RunJob
 from dispatcher.running.agent_client import AgentError
 from dispatcher.running.measurement import Comparison, PairingPolicy, ReferenceFailed
@@ -85,6 +86,13 @@ class Compared(Generic[T]):
     comparison: Comparison | None = None
     failure: Failure | None = None
     error: Exception | None = None
+    compiled: CompileResult | None = None  # the contender's build, once it compiled
+
+    def override_reach(self) -> OverrideReach | None:
+        """What the contender's overrides did not reach in its build (None: not built)."""
+        if self.compiled is None:
+            return None
+        return override_reach(self.contender.build.overrides, self.compiled.artifact.dumps())
 
 
 def compare_with_heuristic(session: Session, contenders: Iterable[Contender[T]], runs: int,
@@ -93,7 +101,7 @@ def compare_with_heuristic(session: Session, contenders: Iterable[Contender[T]],
     """Each contender's comparison with its benchmark's heuristic build, as each ends.
     Closing the iterator early (Ctrl-C) cancels the builds not started yet."""
     compiling: list[tuple[Future[CompileResult], Contender[T] | None, Contender[T]]] = []
-    pending: list[tuple[Future[Comparison], Contender[T]]] = []
+    pending: list[tuple[Future[Comparison], Contender[T], CompileResult]] = []
     failed: set[Any] = set()  # benchmarks (directories) whose heuristic build failed
     submitted: set[Any] = set()
     try:
@@ -103,7 +111,8 @@ def compare_with_heuristic(session: Session, contenders: Iterable[Contender[T]],
                 compiling.append((session.builds.submit(CompileJob(c.bench)), None, c))
             compiling.append((session.builds.submit(c.build), c, c))
         while compiling or pending:
-            futures: set[Future[Any]] = {f for f, _, _ in compiling} | {f for f, _ in pending}
+            futures: set[Future[Any]] = ({f for f, _, _ in compiling}
+                                         | {f for f, _, _ in pending})
             wait(futures, return_when=FIRST_COMPLETED)
             for item in [x for x in compiling if x[0].done()]:
                 compiling.remove(item)
@@ -124,17 +133,20 @@ def compare_with_heuristic(session: Session, contenders: Iterable[Contender[T]],
                 job = run_job(session.config, contender.size, compiled, runs)
                 try:
                     pending.append((heuristic_comparison(session, contender.bench, job,
-                                                         pairing, remeasure), contender))
+                                                         pairing, remeasure), contender,
+                                    compiled))
                 except CompileError as exc:  # the heuristic's build, asked for again
                     failed.add(contender.bench.directory)
-                    yield Compared(contender, failure=Failure.HEURISTIC, error=exc)
+                    yield Compared(contender, failure=Failure.HEURISTIC, error=exc,
+                                   compiled=compiled)
             for done in [p for p in pending if p[0].done()]:
                 pending.remove(done)
-                future_c, contender = done
+                future_c, contender, built = done
                 try:
-                    yield Compared(contender, comparison=future_c.result())
+                    yield Compared(contender, comparison=future_c.result(), compiled=built)
                 except (AgentError, ReferenceFailed) as exc:
-                    yield Compared(contender, failure=Failure.MEASURE, error=exc)
+                    yield Compared(contender, failure=Failure.MEASURE, error=exc,
+                                   compiled=built)
     finally:
         for f, _, _ in compiling:  # builds not started yet are not waited for
             f.cancel()

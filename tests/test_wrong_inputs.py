@@ -178,8 +178,8 @@ def test_an_output_over_the_capture_cap_checked_by_sha256_runs(tmp_path):
     bench = _printer(tmp_path, "loud", main, {"sha256": digest})
     config = write_config(tmp_path)
     proc = cli("run-benchmark", str(bench), "--config", str(config), "--runs", "2")
-    assert proc.returncode == 0, proc.stderr
-    assert "runs: 2 ok, 0 failed" in proc.stderr
+    assert proc.returncode == 0, proc.stderr  # (runs of a busy CPU are disturbed, not failed)
+    assert " 0 failed" in proc.stderr and "failed run" not in proc.stderr, proc.stderr
     wrong = _printer(tmp_path, "wrong", main, {"sha256": "0" * 64})
     proc = cli("run-benchmark", str(wrong), "--config", str(config), "--runs", "1")
     assert proc.returncode == 1 and "failed run: wrong output (sha256 " in proc.stderr, \
@@ -196,3 +196,71 @@ def test_a_binary_that_deletes_itself_is_reported_gone(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "failed run: the binary is gone: " in proc.stderr, proc.stderr
     assert "exit status 127" not in proc.stderr
+
+
+# -- SILENT: overrides that reach nothing, or not the code that runs
+
+def _copied(root: Path) -> Path:
+    """A.f calls A.g; Main inlines A.f, so A's call to g has a copy in Main."""
+    d = root / "copy"
+    d.mkdir()
+    (d / "a.ml").write_text("let g x = x * 3 + 1\nlet f x = g x + 2\n")
+    (d / "main.ml").write_text(
+        "let () = print_int (A.f (int_of_string Sys.argv.(1))); print_newline ()\n")
+    (d / "benchmark.yaml").write_text(yaml.safe_dump({
+        "name": "copy", "split": "training", "description": "test program",
+        "modules": ["a.ml"], "main": "main.ml",
+        "sizes": {s: {"args": ["5"], "expected_output": {"text": "18\n"}}
+                  for s in ("quick", "full")}}))
+    return d
+
+
+_KEPT_IN_A = "D(A.f@a.ml:2:6-17)/C(A.g@a.ml:2:10-13)"
+
+
+def _unreaching() -> list:
+    from dispatcher.core.decisions import Override
+    return [Override("Main", 0, "C(Main.nothing@main.ml:1:1-2)", "inline"),
+            *(Override("A", r, _KEPT_IN_A, "dont_inline") for r in (0, 1, 2))]
+
+
+def _reach_line(stderr: str, source: str) -> str:
+    (line,) = [x for x in stderr.splitlines() if x.startswith(f"warning: {source}: ")]
+    assert line.count("matched no call site") == 1
+    assert ("1 override(s) matched no call site (first: Main round 0 "
+            "C(Main.nothing@main.ml:1:1-2))") in line
+    assert ("3 overridden site(s) whose code was inlined into another unit and decided again "
+            f"there (first: A round 0 {_KEPT_IN_A} (dont_inline): inline in Main round 0") in line
+    return line
+
+
+def test_run_benchmark_says_which_overrides_reached_nothing(tmp_path):
+    from dispatcher.core.decisions import write_overrides
+    bench = _copied(tmp_path)
+    ov = write_overrides(tmp_path / "ov.sexp", _unreaching())
+    config = write_config(tmp_path)
+    proc = cli("run-benchmark", str(bench), str(ov), "--config", str(config), "--runs", "1",
+               "--no-compare")
+    assert proc.returncode == 0, proc.stderr
+    _reach_line(proc.stderr, str(ov))
+    fine = write_overrides(tmp_path / "fine.sexp", _unreaching()[1:2])  # round 0 only:
+    proc = cli("run-benchmark", str(bench), str(fine), "--config", str(config), "--runs", "1",
+               "--no-compare")  # A decides again in round 1, in A: not reported
+    assert proc.returncode == 0 and "warning: " + str(fine) not in proc.stderr, proc.stderr
+
+
+def test_run_all_benchmarks_says_which_overrides_reached_nothing(tmp_path):
+    import json
+
+    from dispatcher.core.decisions import write_overrides
+    from tests.test_rewards import tiny_search_config
+    bench = _copied(tmp_path)
+    tree = tmp_path / "rewards" / "copy" / "ridge" / "gamma0.8-alpha0.01-log"
+    tree.mkdir(parents=True)
+    write_overrides(tree / "optimal.sexp", _unreaching())
+    (tmp_path / "rewards" / "copy" / "sources.json").write_text(json.dumps(
+        {"benchmark": "copy", "rundirs": ["/runs/r1"], "directory": str(bench)}))
+    proc = cli("run-all-benchmarks", "ridge", "--config", str(tiny_search_config(tmp_path)),
+               "--runs", "2", "--max-pairs", "2", cwd=tmp_path)
+    assert "Traceback" not in proc.stderr and proc.returncode in (0, 1), proc.stderr
+    _reach_line(proc.stderr, "rewards/copy/ridge/gamma0.8-alpha0.01-log/optimal.sexp")

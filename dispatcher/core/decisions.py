@@ -618,3 +618,67 @@ def read_overrides(path: Path | str) -> list[Override]:
     except TextFileError as exc:
         raise DecisionFileError(str(exc)) from None
     return parse_overrides(text, str(path))
+
+
+_SITE = re.compile(r"@([^@()/]+:\d+:\d+-\d+)\)\Z")  # ...@file:line:start-end)
+
+
+def site_location(key: str) -> str | None:
+    """The source location (``file:line:start-end``) of a key's call site, its last
+    segment (the innermost of an inlined chain ``main.ml:1:9-53>stdlib.ml:489:18-56``): the
+    same in every unit that has a copy of that code (inlined into it)."""
+    m = _SITE.search(key)
+    return m.group(1).rsplit(">", 1)[-1] if m else None
+
+
+@dataclass(frozen=True)
+class OverrideReach:
+    """What a build's overrides did not reach: entries that matched no call site (the
+    compiler's dumps list them as unmatched), and entries whose site's code was also
+    copied into another unit (inlined there) and decided again there, otherwise than the
+    override asks: the override did not reach the copy that runs."""
+
+    unmatched: tuple[Override, ...]
+    elsewhere: tuple[tuple[Override, Decision], ...]
+
+    def line(self, source: object) -> str | None:
+        """One line naming ``source`` (the overrides file) with the counts and the first
+        keys; None when every override reached its code."""
+        parts = []
+        if self.unmatched:
+            first = ", ".join(f"{o.unit} round {o.round} {o.key}" for o in self.unmatched[:3])
+            parts.append(f"{len(self.unmatched)} override(s) matched no call site "
+                         f"(first: {first})")
+        if self.elsewhere:
+            first = ", ".join(f"{o.unit} round {o.round} {o.key} ({o.action}): "
+                              f"{d.action} in {d.unit} round {d.round}"
+                              for o, d in self.elsewhere[:2])
+            parts.append(f"{len(self.elsewhere)} overridden site(s) whose code was inlined "
+                         f"into another unit and decided again there (first: {first})")
+        if not parts:
+            return None
+        return f"warning: {source}: " + "; ".join(parts)
+
+
+def override_reach(overrides: Iterable[Override],
+                   dumps: Iterable[DecisionDump]) -> OverrideReach:
+    """Which of ``overrides`` the build whose decision ``dumps`` these are did not reach."""
+    dumps = list(dumps)
+    unmatched_keys = {(d.unit, d.round): set(d.unmatched_keys) for d in dumps}
+    by_location: dict[str, list[Decision]] = {}
+    for dump in dumps:
+        for d in dump.decisions:
+            loc = site_location(d.key)
+            if loc is not None:
+                by_location.setdefault(loc, []).append(d)
+    unmatched, elsewhere = [], []
+    for o in overrides:
+        if o.key in unmatched_keys.get((o.unit, o.round), ()):
+            unmatched.append(o)
+            continue
+        loc = site_location(o.key)
+        copies = by_location.get(loc, []) if loc is not None else []
+        copy = next((d for d in copies if d.unit != o.unit and d.action != o.action), None)
+        if copy is not None:
+            elsewhere.append((o, copy))
+    return OverrideReach(tuple(unmatched), tuple(elsewhere))
