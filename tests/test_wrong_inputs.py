@@ -264,3 +264,24 @@ def test_run_all_benchmarks_says_which_overrides_reached_nothing(tmp_path):
                "--runs", "2", "--max-pairs", "2", cwd=tmp_path)
     assert "Traceback" not in proc.stderr and proc.returncode in (0, 1), proc.stderr
     _reach_line(proc.stderr, "rewards/copy/ridge/gamma0.8-alpha0.01-log/optimal.sexp")
+
+
+# -- SILENT: a resume after the baseline step's directory was deleted
+
+def test_a_resume_without_a_step_the_journal_lists_is_refused(tmp_path):
+    import shutil
+
+    from tests.test_experiment import config
+    from tests.test_records import V2, relocated
+    from tests.test_rundir_lifecycle import run, snapshot
+    cfg = config(tmp_path, tmp_path / "store")
+    rundir = relocated(V2, tmp_path, keep_steps=2)
+    for step, whose in ((0, "the baseline's"), (1, "step 1's")):
+        kept = tmp_path / f"kept{step}"
+        shutil.move(rundir / "steps" / f"{step:05d}", kept)
+        before = snapshot(rundir)
+        line = one_line(run(cfg, "--resume", str(rundir)))
+        assert f"{rundir}: steps/{step:05d}/c0 is gone ({whose} data, which the journal " \
+               "lists); refusing to resume without it" in line, line
+        assert snapshot(rundir) == before  # not a byte written
+        shutil.move(kept, rundir / "steps" / f"{step:05d}")

@@ -417,8 +417,9 @@ class Rundir:
 
     def _check_journal(self) -> None:
         """Refuse a journal that lost what ``steps/`` holds: resuming would redo those steps
-        and overwrite their data.  A rundir with neither (an old one killed while created)
-        gets its ``start`` event."""
+        and overwrite their data; and steps/ that lost a candidate directory the journal lists
+        (``rm -rf steps/00000``): the rundir would finish without that data.  A rundir with
+        neither (an old one killed while created) gets its ``start`` event."""
         try:
             on_disk = sorted(int(d.name) for d in (self.path / "steps").iterdir()
                              if d.name.isdigit())
@@ -440,6 +441,15 @@ class Rundir:
             raise RundirError(f"{self.journal_path}: ends at step {last} but "
                               f"steps/{on_disk[-1]:05d} exists: journal lines are lost; "
                               "refusing to resume over collected data")
+        for event in events:  # and the other way round: data the journal lists is there
+            listed = ([(event.dir, "the baseline's")] if isinstance(event, BaselineEvent)
+                      else [(c.dir, f"step {event.step}'s") for c in event.candidates]
+                      if isinstance(event, StepEvent) else [])
+            for directory, whose in listed:
+                if not (self.path / directory).is_dir():
+                    raise RundirError(f"{self.path}: {directory} is gone ({whose} data, which "
+                                      "the journal lists); refusing to resume without it "
+                                      "(start a new rundir)")
 
     def _drop_torn_tail(self) -> None:
         """Cut a half-written last line so the next append starts on a fresh line."""
