@@ -210,9 +210,11 @@ def run_all_benchmarks(model: str, benchmarks: tuple[str, ...], rewards: Path, r
                         _fail(f"{results}: cannot write the results: {exc.strerror or exc}")
                     outcome_ = outcome(target.name, tree.hyper, compared)
                     outcomes.append(outcome_)
-                    click.echo(f"{label}: speedup {format_speedup(outcome_)} ({compared.pairs} "
-                               f"pairs on {compared.worker}, stopped: {compared.stopped}) -> "
-                               f"{path}", err=True)
+                    figure = (f"speedup {format_speedup(outcome_)} ({compared.pairs} pairs "
+                              f"on {compared.worker}, stopped: {compared.stopped})"
+                              if compared.resolved
+                              else f"no speedup, {compared.unresolved_line()}")
+                    click.echo(f"{label}: {figure} -> {path}", err=True)
                     if compared.failed:
                         error(f"{label}: the optimal tree's build failed a run "
                               f"({_candidate_failure(compared)})")

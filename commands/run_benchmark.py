@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import sys
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -25,6 +26,7 @@ from dispatcher.core.decisions import (
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.running.agent_client import AgentError
+from dispatcher.running.measurement import ShareJudge, share_range
 from dispatcher.session import Session
 from dispatcher.storage.store import StoreError
 
@@ -32,14 +34,17 @@ from dispatcher.storage.store import StoreError
 def summary_lines(results: list[RunResult], dumps: list[DecisionDump]) -> list[str]:
     times = [t for r in results for t in r.times]
     failed = sum(r.failed for r in results)
+    disturbed = sum(r.disturbed for r in results)
+    not_used = f"{disturbed} disturbed (not used), " if disturbed else ""
     lines = []
     if times:
         median = statistics.median(times)
         cv = statistics.stdev(times) / statistics.mean(times) if len(times) > 1 else 0.0
-        lines.append(f"runs: {len(times)} ok, {failed} failed; median {median:.6f} s; "
-                     f"coefficient of variation {100 * cv:.2f}%")
+        lines.append(f"runs: {len(times)} ok, {not_used}{failed} failed; median "
+                     f"{median:.6f} s; coefficient of variation {100 * cv:.2f}%")
     else:
-        lines.append(f"runs: none succeeded, {failed} failed")
+        none = "none undisturbed" if disturbed else "none succeeded"
+        lines.append(f"runs: {none}, {not_used}{failed} failed")
     decisions = [d for dump in dumps for d in dump.decisions]
     inlined = sum(d.action == "inline" for d in decisions)
     lines.append(f"decisions: {len(decisions)} in {len(dumps)} dumps: {inlined} inlined, "
@@ -129,14 +134,18 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
             results = cached_results(session, job)
             if results:
                 cached = True
-        if not results:
+        judge = ShareJudge(config.measure.min_cpu_share)
+        if results:
+            results = [judge(r) for r in results]
+        else:
             scheduler = session.start_workers().scheduler
             futures = [scheduler.submit(job, slot=slot.name) for slot in scheduler.slots]
             for f in futures:
                 try:
-                    results.append(f.result())
+                    results.append(judge(f.result()))
                 except AgentError as exc:
                     errors.append(str(exc))
+            results = rerun_disturbed(scheduler, job, results, judge, errors)
             for r in results:  # what was measured is kept, whatever else failed
                 try:
                     session.store.add_measurement(r, job)
@@ -164,6 +173,9 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
         click.echo(",".join([r.worker, label, *(f"{rec.wall_s:.6f}" if rec.usable
                                                  else "disturbed" if rec.failure is None
                                                  else "failed" for rec in r.records)]))
+    warning = share_warning(results, runs, judge.floor)
+    if warning:
+        click.echo(warning, err=True)
     if not csv_only:
         for line in summary_lines(results, compiled.artifact.dumps()):
             click.echo(line, err=not summary)
@@ -171,6 +183,43 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
             click.echo(speedup, err=not summary)
     if errors or any(r.failed for r in results):
         sys.exit(1)
+
+
+def rerun_disturbed(scheduler, job: RunJob, results: list[RunResult], judge: ShareJudge,
+                    errors: list[str]) -> list[RunResult]:
+    """Each worker's runs with those it lost to disturbance run again, once, on the same
+    slot (as many as were lost, so a worker returns between N and 2N runs, as the agent does
+    for runs that migrated); judged the same way.  Runs that failed are not run again."""
+    out = []
+    for r in results:
+        missing = job.runs - len(r.times)
+        if missing > 0 and not r.failed:
+            try:
+                extra = judge(scheduler.submit(replace(job, runs=missing),
+                                               slot=r.worker).result())
+                r = r.model_copy(update={"records": r.records + extra.records})
+            except AgentError as exc:
+                errors.append(str(exc))
+        out.append(r)
+    return out
+
+
+def share_warning(results: list[RunResult], runs: int, floor: float) -> str | None:
+    """One line when runs were disturbed (their CPU share below the floor or below their
+    binary's own, or they migrated), with the shares seen; it says when fewer than the runs
+    asked for are left: the run set is unresolved and its median is no figure."""
+    disturbed = sum(r.disturbed for r in results)
+    if not disturbed:
+        return None
+    total = sum(len(r.records) for r in results)
+    short = [r.worker for r in results if len(r.times) < runs and not r.failed]
+    line = (f"warning: {disturbed} of {total} runs disturbed (CPU shares seen "
+            f"{share_range(results)}, floor {floor:.2f}): another process had the worker "
+            "CPU; their times are not used")
+    if short:
+        line += (f"; unresolved on {', '.join(short)}: fewer than {runs} undisturbed runs, "
+                 "the times there are no figure (measure on a quiet machine)")
+    return line
 
 
 def speedup_line(session: Session, contender: Contender[None], runs: int,
@@ -187,6 +236,8 @@ def speedup_line(session: Session, contender: Contender[None], runs: int,
     compared = got.comparison
     if compared is None:
         return f"speedup over the heuristic: not measured ({got.error})"
+    if not compared.resolved:
+        return f"speedup over the heuristic: none, {compared.unresolved_line()}"
     speedup, low, high = compared.interval
     if speedup is None:
         return f"speedup over the heuristic: none ({compared.stopped}, no pairs)"

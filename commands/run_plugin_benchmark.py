@@ -172,9 +172,10 @@ def run_plugin_benchmark(policy: str, benchmarks: tuple[str, ...], name: str | N
                         _fail(f"{results}: cannot write the results: {exc.strerror or exc}")
                     got_outcome = outcome(bench.name, label, compared)
                     outcomes.append(got_outcome)
-                    click.echo(f"{bench.name}: speedup {format_speedup(got_outcome)} "
-                               f"({compared.pairs} pairs on {compared.worker}) -> {path}",
-                               err=True)
+                    figure = (f"speedup {format_speedup(got_outcome)} ({compared.pairs} "
+                              f"pairs on {compared.worker})" if compared.resolved
+                              else f"no speedup, {compared.unresolved_line()}")
+                    click.echo(f"{bench.name}: {figure} -> {path}", err=True)
                     if compared.failed:
                         error(f"{bench.name}: a run of the policy's build failed")
     finally:

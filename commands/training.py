@@ -7,10 +7,12 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
 import click
+from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
@@ -40,17 +42,67 @@ from dispatcher.session import Session
 from dispatcher.storage.store import StoreError
 
 
-def _progress_line(status: ChainStatus, slots_busy: float, width: int = 20) -> str:
-    """The chain's line; its best speedup is the journal's (paired, with its interval)."""
+def best_figure(status: ChainStatus) -> str:
+    """The chain's best speedup as the journal has it (paired, with its interval); once the
+    confirmation found it no better than the heuristic, that is what it says."""
     best = "-" if status.best_energy is None else f"{1 / status.best_energy:.3f}x"
     if status.best_ci is not None:
         best += f" [{status.best_ci[0]:.3f}, {status.best_ci[1]:.3f}]"
+    if status.none_better:
+        return f"no candidate beat the heuristic ({status.none_better})"
     if status.confirmed:
         best += " confirmed"
+    return best
+
+
+def _progress_line(status: ChainStatus, slots_busy: float, width: int = 20) -> str:
+    """The chain's line on a terminal."""
     done = int(width * status.step / max(status.steps, 1))
     bar = "#" * done + "-" * (width - done)
+    unresolved = f"  {status.unresolved} unresolved" if status.unresolved else ""
     return (f"{status.task:14} [{bar}] step {status.step:>4}/{status.steps:<4} "
-            f"best {best:>7}  busy {100 * slots_busy:3.0f}%  {status.state}")
+            f"best {best_figure(status):>7}  busy {100 * slots_busy:3.0f}%{unresolved}  "
+            f"{status.state}")
+
+
+PLAIN_EVERY_S = 60.0  # without a terminal: a line per chain at least this often
+
+
+def _plain_key(status: ChainStatus) -> tuple:
+    """What a plain progress line is printed for: a step done, a best changed, a phase."""
+    phase = "searching" if status.state in ("compiling", "running") else status.state
+    return (status.step, phase, status.best_energy, status.confirmed, status.none_better,
+            status.unresolved)
+
+
+def _plain_line(status: ChainStatus, slots_busy: float) -> str:
+    """The chain's line without a terminal: timestamped, one line, never redrawn."""
+    unresolved = f", {status.unresolved} unresolved" if status.unresolved else ""
+    return (f"{datetime.now().strftime('%Y-%m-%d %H:%M:%S')} {status.task}: step "
+            f"{status.step}/{status.steps}, best {best_figure(status)}, busy "
+            f"{100 * slots_busy:.0f}%{unresolved}, {status.state} ({status.rundir})")
+
+
+def _show_plain(chains: list[Chain], threads: list[threading.Thread],
+                busy: Callable[[], float]) -> None:
+    """Progress when stderr is not a terminal (a file, a pipe, a CI log): a timestamped line
+    on stderr per chain whenever it finishes a step or changes phase, and at least every
+    PLAIN_EVERY_S seconds."""
+    shown: dict[int, tuple] = {}
+    last: dict[int, float] = {}
+
+    def report() -> None:
+        now = time.monotonic()
+        for i, c in enumerate(chains):
+            key = _plain_key(c.status)
+            if shown.get(i) != key or now - last.get(i, now) >= PLAIN_EVERY_S:
+                shown[i], last[i] = key, now
+                click.echo(_plain_line(c.status, busy()), err=True)
+
+    while any(t.is_alive() for t in threads):
+        report()
+        time.sleep(0.5)
+    report()
 
 
 @click.command()
@@ -141,21 +193,26 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
     threads = [threading.Thread(target=c.run, daemon=True) for c in chains]
     t0 = time.monotonic()
 
-    def render() -> Text:
+    def busy_now() -> float:
         elapsed = max(time.monotonic() - t0, 1e-9)
-        busy = sum(scheduler.busy_s.values()) / (elapsed * len(scheduler.slots))
-        return Text("\n".join(_progress_line(c.status, min(busy, 1.0)) for c in chains))
+        return min(sum(scheduler.busy_s.values()) / (elapsed * len(scheduler.slots)), 1.0)
+
+    def render() -> Text:
+        return Text("\n".join(_progress_line(c.status, busy_now()) for c in chains))
 
     try:
         for t in threads:
             t.start()
-        with Live(render(), refresh_per_second=2, transient=False,
-                  redirect_stderr=False) as live:
-            while any(t.is_alive() for t in threads):
-                time.sleep(0.5)
+        if sys.stderr.isatty():
+            with Live(render(), refresh_per_second=2, transient=False,
+                      redirect_stderr=False, console=Console(file=sys.stderr)) as live:
+                while any(t.is_alive() for t in threads):
+                    time.sleep(0.5)
+                    live.update(render())
                 live.update(render())
-            live.update(render())
-        click.echo()
+            click.echo()
+        else:
+            _show_plain(chains, threads, busy_now)
     finally:
         signal.signal(signal.SIGINT, previous)
         # Stopped: the agents are closed at once, killing their runs (a resume runs them
@@ -181,6 +238,12 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
     failed = [c for c in chains if c.status.state == "failed"]
     for c in failed:
         click.echo(f"{c.status.task}: failed: {c.status.error} ({c.rundir.path})", err=True)
+    for c in chains:
+        if c.status.state == "finished":
+            unresolved = (f"; {c.status.unresolved} comparison(s) unresolved (too few "
+                          "undisturbed pairs, no speedup)" if c.status.unresolved else "")
+            click.echo(f"{c.status.task}: best {best_figure(c.status)}{unresolved} "
+                       f"({c.rundir.path})", err=True)
     for c in chains:
         click.echo(f"{c.status.state:12} {c.rundir.path}")
     if stop.is_set():

@@ -28,6 +28,7 @@ from dispatcher.core.validation import (
     load_strict,
 )
 from dispatcher.running.backend import MODULES, backend_spec
+from dispatcher.running.measurement import DEFAULT_MIN_CPU_SHARE
 from dispatcher.running.scheduler import SchedulerConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -84,6 +85,30 @@ class MeasureConfig:
     half_width: float = 0.01  # stop once the 95% interval is within +-1% of the speedup
     canary_every: int = 10  # steps between A/A canaries (the baseline against itself); 0: none
     confirm: bool = True  # measure the best candidate again at the end of a chain
+    # A timed run whose CPU share (CPU time / wall time) is below this is disturbed and never
+    # used, whatever its binary's own share (0: no floor; the relative check stays).
+    min_cpu_share: float = DEFAULT_MIN_CPU_SHARE
+
+
+# Replaces the floor's default (not a config's own key): for a machine whose runs never reach
+# it (a guest VM with steal time, a test suite on a shared CPU).
+MIN_CPU_SHARE_ENV = "INLINING_ORCHESTRATOR_MIN_CPU_SHARE"
+
+
+def default_min_cpu_share() -> float:
+    """``$INLINING_ORCHESTRATOR_MIN_CPU_SHARE`` when set (ConfigError if it is not a share),
+    else DEFAULT_MIN_CPU_SHARE."""
+    raw = os.environ.get(MIN_CPU_SHARE_ENV)
+    if raw is None or raw == "":
+        return DEFAULT_MIN_CPU_SHARE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < 1:
+        raise ConfigError(f"${MIN_CPU_SHARE_ENV}: expected a CPU share from 0 (no floor) to "
+                          f"below 1, got {raw!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -164,7 +189,8 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
                                     most=MAX_BACKOFF_S, what="a positive number of seconds"),
         backoff_max_s=r.positive_number(sched, "backoff_max_s", "scheduler.backoff_max_s", 60.0,
                                         most=MAX_SECONDS, what="a positive number of seconds"))
-    m = r.section(data, "measure", {"max_pairs", "half_width", "canary_every", "confirm"})
+    m = r.section(data, "measure", {"max_pairs", "half_width", "canary_every", "confirm",
+                                    "min_cpu_share"})
     half_width = m.get("half_width", MeasureConfig.half_width)
     if not finite_number(half_width) or not 0 < half_width < 1:
         raise r.fail("measure.half_width", "a fraction between 0 and 1 (0.01: +-1%)",
@@ -172,10 +198,17 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
     canary_every = r.count(m, "canary_every", "measure.canary_every",
                            MeasureConfig.canary_every, most=MAX_STEPS)
     confirm = r.boolean(m, "confirm", "measure.confirm", MeasureConfig.confirm)
+    min_share = m.get("min_cpu_share")
+    if min_share is None:
+        min_share = default_min_cpu_share()
+    elif not finite_number(min_share) or not 0 <= min_share < 1:
+        raise r.fail("measure.min_cpu_share", "a CPU share from 0 (no floor) to below 1 "
+                     "(0.8: runs below 80% are disturbed)", min_share)
     measure = MeasureConfig(
         max_pairs=r.positive_int(m, "max_pairs", "measure.max_pairs", MeasureConfig.max_pairs,
                                  most=MAX_RUNS),
-        half_width=float(half_width), canary_every=canary_every, confirm=confirm)
+        half_width=float(half_width), canary_every=canary_every, confirm=confirm,
+        min_cpu_share=float(min_share))
     return Config(path=path, backend=backend, store=store, search=search, scheduler=scheduler,
                   backends=backends, measure=measure,
                   run=RunConfig(runs=r.positive_int(run, "runs", "run.runs", RunConfig.runs,

@@ -69,7 +69,8 @@ class Session:
         if self._scheduler is None:
             self._scheduler = Scheduler(self._backend.slots, self.config.scheduler)
         if self._measurements is None:
-            self._measurements = MeasurementService(self._scheduler, self.store)
+            self._measurements = MeasurementService(
+                self._scheduler, self.store, self.config.measure.min_cpu_share)
         return self._measurements
 
     @property

@@ -229,27 +229,134 @@ def test_a_named_trial_is_measured_apart_and_replayed_only_by_itself(tmp_path):
     assert again.order == []
 
 
-def test_a_run_whose_cpu_share_drops_below_its_binarys_own_is_disturbed_and_redone():
-    """A planted load takes the CPU during one run: its share falls from ~0.95 to 0.5; the
-    run is marked, kept in the results, and its pair measured again."""
-    class LoadedScheduler(TimedScheduler):
-        def submit(self, job, slot=None, worker_class=None):
-            future = super().submit(job, slot, worker_class)
-            result = future.result()
-            share = 0.5 if len(self.order) == 10 else 0.95 + 0.001 * (len(self.order) % 3)
-            record = result.records[0].model_copy(update={"cpu_share": share,
-                                                          "cpu_share_source": "task-clock"})
-            done: Future = Future()
-            done.set_result(result.model_copy(update={"records": (record,)}))
-            return done
+class SharedScheduler(TimedScheduler):
+    """Each run's CPU share is ``share(n)`` for the n-th run (0-based) it runs."""
 
-    scheduler = LoadedScheduler({A: 1.0, B: 0.8})
+    def __init__(self, speed, share):
+        super().__init__(speed)
+        self.share = share
+
+    def submit(self, job, slot=None, worker_class=None):
+        result = super().submit(job, slot, worker_class).result()
+        record = result.records[0].model_copy(update={
+            "cpu_share": self.share(len(self.order) - 1), "cpu_share_source": "task-clock"})
+        done: Future = Future()
+        done.set_result(result.model_copy(update={"records": (record,)}))
+        return done
+
+
+def quiet(n: int) -> float:
+    return 0.95 + 0.001 * (n % 3)
+
+
+def test_a_run_whose_cpu_share_drops_below_its_binarys_own_is_disturbed_and_redone():
+    """A load takes some of the CPU during one run: its share falls from ~0.95 to 0.85 (above
+    the floor, below the binary's own): the run is marked, kept in the results, and its pair
+    measured again; the pair count is still exactly the budget."""
+    scheduler = SharedScheduler({A: 1.0, B: 0.8}, lambda n: 0.85 if n == 9 else quiet(n))
     got = compare(scheduler, PairingPolicy(min_pairs=6, max_pairs=6, half_width=1e-9))
     marked = [rec for r in got.results for rec in r.records if rec.disturbed]
-    assert len(marked) == 1 and marked[0].cpu_share == 0.5
+    assert len(marked) == 1 and marked[0].cpu_share == 0.85
     assert "below this binary's 0.95" in marked[0].disturbed
-    # The round's other pair counts; one more round replaces the lost pair.
-    assert got.pairs == 7 and got.dropped == 1 and len(got.results) == 16
+    # The round's other pair counts; half a round replaces the lost pair: 6, not 7.
+    assert got.pairs == 6 and got.dropped == 1 and len(got.results) == 14
+    assert got.stopped == "budget" and got.resolved
+
+
+def test_a_load_present_from_the_start_is_caught_by_the_floor_and_gives_no_speedup():
+    """Every run at half the CPU from the first one: the relative check alone would take
+    0.5 as the binaries' own level; the floor flags every run, nothing is paired, and the
+    comparison is unresolved (no interval), in a bounded number of runs."""
+    scheduler = SharedScheduler({A: 1.0, B: 0.8}, lambda n: 0.45 + 0.001 * (n % 5))
+    got = compare(scheduler, PairingPolicy(min_pairs=3, max_pairs=6, half_width=1e-9))
+    runs = [rec for r in got.results for rec in r.records]
+    assert runs and all(rec.disturbed and "below the floor 0.80" in rec.disturbed
+                        for rec in runs)
+    assert got.stopped == "unresolved" and not got.resolved and got.pairs == 0
+    assert got.interval == (None, None, None)
+    assert len(runs) <= 4 * 6  # at most max_pairs rounds
+    assert got.unresolved_line() == (f"unresolved: 0 undisturbed pairs of the 3 needed; "
+                                     f"{len(runs)} of {len(runs)} runs disturbed (CPU shares "
+                                     "0.45)")
+
+
+def test_a_comparison_short_of_its_minimum_is_unresolved_not_a_speedup():
+    """Half the runs disturbed (the candidate's): with a budget of 4 rounds and a minimum of
+    5 pairs there can never be enough; it stops once the minimum is out of reach."""
+    scheduler = SharedScheduler({A: 1.0, B: 0.8},
+                                lambda n: 0.5 if n % 4 in (1, 2) and n > 3 else quiet(n))
+    got = compare(scheduler, PairingPolicy(min_pairs=5, max_pairs=4, half_width=1e-9))
+    assert got.stopped == "unresolved" and got.pairs == 2 and got.interval[0] is None
+    assert got.pairs < got.min_pairs == 5
+
+
+@pytest.mark.parametrize("most", [1, 3, 5, 8, 9])
+def test_pair_counts_never_exceed_the_budget(most):
+    """ABBA adds two pairs a round: an odd budget ends with half a round (AB)."""
+    scheduler = TimedScheduler({A: 1.0, B: 0.8})
+    got = compare(scheduler, PairingPolicy(min_pairs=1, max_pairs=most, half_width=1e-9))
+    assert got.pairs == most and got.stopped == "budget"
+    assert len(scheduler.order) == 2 * most
+    if most % 2:
+        assert [sha for sha, _ in scheduler.order[-2:]] == [A, B]
+
+
+def test_quiet_history_is_kept_per_binary_and_slot_across_comparisons(tmp_path):
+    """A first comparison on a quiet CPU teaches the service the binaries' shares (~0.95); a
+    later one whose runs all lose a tenth of the CPU (0.85, above the floor) is judged
+    against that history, not against its own loaded runs."""
+    shares = iter([quiet(n) for n in range(8)] + [0.85] * 100)
+    scheduler = SharedScheduler({A: 1.0, B: 0.8, "ef" * 32: 0.9}, lambda n: next(shares))
+    scheduler.slots = scheduler.slots[:1]  # one CPU: both comparisons on it
+    svc = MeasurementService(scheduler, Store(tmp_path / "store"))  # type: ignore[arg-type]
+    policy = PairingPolicy(min_pairs=2, max_pairs=4, half_width=1e-9)
+    try:
+        first = svc.compare(job(A, 1), job(B, 1), "local", policy).result(timeout=10)
+        second = svc.compare(job(A, 1), job("ef" * 32, 1), "local", policy).result(timeout=10)
+    finally:
+        svc.close()
+    assert first.resolved and first.disturbed == 0
+    # the reference's runs (A, seen before) are flagged: no pair, unresolved
+    assert second.stopped == "unresolved"
+    assert all(rec.disturbed for r in second.results if r.sha256 == A for rec in r.records)
+
+
+def test_a_stored_comparison_is_judged_again_when_read(tmp_path):
+    """Comparisons stored with low shares (a master without the floor, or an older version),
+    unresolved ones and ones over the pair budget are measured again, not trusted."""
+    policy = PairingPolicy(min_pairs=2, max_pairs=4, half_width=1e-9)
+    loaded = SharedScheduler({A: 1.0, B: 0.8}, lambda n: 0.5)
+    svc = MeasurementService(loaded, Store(tmp_path), min_cpu_share=0.0)  # type: ignore[arg-type]
+    try:
+        stored = svc.compare(job(A, 1), job(B, 1), "local", policy).result(timeout=10)
+    finally:
+        svc.close()
+    assert stored.resolved and stored.pairs == 4  # without a floor it was used
+    again = TimedScheduler({A: 1.0, B: 0.8})
+    fresh = compare(again, policy, store=tmp_path)  # the default floor: measured again
+    assert again.order and fresh.disturbed == 0
+    # now a trusted comparison is stored under the key: it answers
+    third = TimedScheduler({A: 1.0, B: 0.8})
+    assert compare(third, policy, store=tmp_path) == fresh and third.order == []
+    # an unresolved one is measured again
+    never = SharedScheduler({A: 1.0, B: 0.8}, lambda n: 0.5)
+    assert compare(never, policy, store=tmp_path, trial="t").stopped == "unresolved"
+    later = TimedScheduler({A: 1.0, B: 0.8})
+    assert compare(later, policy, store=tmp_path, trial="t").resolved and later.order
+
+
+def test_stored_runs_are_judged_again_when_reused(tmp_path):
+    """A result stored with a share below the floor (measured by a master without it) comes
+    back from the store with that run disturbed: its time is not used."""
+    store = Store(tmp_path / "store")
+    loaded = result(A, 3)
+    records = tuple(r.model_copy(update={"cpu_share": s})
+                    for r, s in zip(loaded.records, (0.96, 0.4, 0.95)))
+    store.add_measurement(loaded.model_copy(update={"records": records}), job(A, 3))
+    svc = MeasurementService(ScriptedScheduler(), store)  # type: ignore[arg-type]
+    got = svc.measure(job(A, 3), "local")
+    assert got.reused and len(got.times) == 2
+    assert [rec.disturbed is not None for rec in got.results[0].records] == [False, True, False]
 
 
 def test_a_comparison_takes_the_first_slot_to_free_in_the_order_comparisons_asked():

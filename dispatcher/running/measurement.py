@@ -88,31 +88,56 @@ class PairingPolicy:
 
 @dataclass(frozen=True)
 class Comparison:
-    """A candidate measured against its reference in pairs on one worker CPU."""
+    """A candidate measured against its reference in pairs on one worker CPU.
+
+    ``stopped`` ``unresolved``: fewer than the policy's ``min_pairs`` undisturbed pairs could
+    be collected (the CPU was busy, or the binaries' runs are too short to keep their share
+    above the floor): its pairs are kept for the record but it has no speedup."""
 
     worker: str | None  # the slot of the last pairs
     reference_times: list[float]  # pairs: reference_times[i] with candidate_times[i]
     candidate_times: list[float]
     results: list[RunResult]  # every run of both binaries, in the order they ran
-    stopped: str  # target | budget | worse | failed
+    stopped: str  # target | budget | worse | failed | unresolved
     failed: int = 0  # failed runs of the candidate
-    dropped: int = 0  # pairs dropped because their runs were on different slots
+    dropped: int = 0  # pairs dropped because their runs were on different slots or disturbed
+    min_pairs: int = 0  # the fewest pairs its policy asked for (0: stored before it was kept)
 
     @property
     def pairs(self) -> int:
         return len(self.candidate_times)
 
     @property
+    def resolved(self) -> bool:
+        return self.stopped != "unresolved"
+
+    @property
     def interval(self) -> tuple[float | None, float | None, float | None]:
-        """(speedup, low, high): reference over candidate; Nones without pairs."""
-        if not self.candidate_times:
+        """(speedup, low, high): reference over candidate; Nones without pairs, and for an
+        unresolved comparison (its few pairs are no figure)."""
+        if not self.candidate_times or not self.resolved:
             return None, None, None
         return paired_speedup_ci(self.reference_times, self.candidate_times)
+
+    @property
+    def disturbed(self) -> int:
+        """Runs that succeeded but were disturbed (never used)."""
+        return sum(r.disturbed for r in self.results)
+
+    @property
+    def runs(self) -> int:
+        return sum(len(r.records) for r in self.results)
+
+    def unresolved_line(self) -> str:
+        """Why there is no speedup, in one line (for an unresolved comparison)."""
+        return (f"unresolved: {self.pairs} undisturbed pair{'s' if self.pairs != 1 else ''} "
+                f"of the {self.min_pairs} needed; {self.disturbed} of {self.runs} runs "
+                f"disturbed (CPU shares {share_range(self.results)})")
 
     def to_json(self) -> dict:
         return {"worker": self.worker, "reference_times": self.reference_times,
                 "candidate_times": self.candidate_times, "stopped": self.stopped,
-                "failed": self.failed, "dropped": self.dropped,
+                "failed": self.failed, "dropped": self.dropped, "min_pairs": self.min_pairs,
                 "results": [r.to_json() for r in self.results]}
 
     @classmethod
@@ -120,6 +145,7 @@ class Comparison:
         return cls(worker=data["worker"], reference_times=list(data["reference_times"]),
                    candidate_times=list(data["candidate_times"]), stopped=data["stopped"],
                    failed=data["failed"], dropped=data["dropped"],
+                   min_pairs=data.get("min_pairs", 0),
                    results=[RunResult.model_validate(r) for r in data["results"]])
 
 
@@ -145,43 +171,92 @@ class _Pairs:
     results: list[RunResult] = field(default_factory=list)
     failed: int = 0
     dropped: int = 0
-    shares: dict[str, list[float]] = field(default_factory=dict)  # by binary: undisturbed runs'
 
 
-# A run whose CPU share (CPU time / wall time) falls this far below the median of its own
-# binary's undisturbed runs on this CPU had the CPU taken from it (another process, a second
-# master): it is marked disturbed and its pair measured again.  Not a fixed threshold: a
-# binary's quiet share depends on it (kahan's sit at 0.94-0.96 on a 2-CPU VM).
+# Every timed run is judged by its CPU share (CPU time / wall time), twice (docs/measurement.md,
+# "Disturbed runs"):
+# - against an absolute floor, always: below it something else had the CPU for a fifth of the
+#   run or more, whatever the binary.  This is what catches a load present from the start,
+#   which a relative check takes as the binary's own level.  ``measure.min_cpu_share``;
+# - against the binary's own quiet share on that slot, once it has SHARE_HISTORY undisturbed
+#   runs there (the service keeps them across comparisons): more than SHARE_MARGIN below its
+#   median, the CPU was taken from it (a binary's quiet share depends on it: kahan's sit at
+#   0.94-0.96 on a 2-CPU VM, one that waits on I/O lower).
+DEFAULT_MIN_CPU_SHARE = 0.80
 SHARE_MARGIN = 0.05
-SHARE_HISTORY = 3  # undisturbed runs of the binary needed before it is judged
+SHARE_HISTORY = 3  # undisturbed runs of the binary on the slot needed before it is judged
+QUIET_KEPT = 50  # the most recent undisturbed shares kept per binary and slot
 
 
-def judge_shares(shares: dict[str, list[float]], result: RunResult) -> RunResult:
-    """``result`` with its runs marked disturbed where their CPU share is clearly below their
-    binary's own (``shares``, updated with the undisturbed ones)."""
+def judge_shares(shares: dict[str, list[float]], result: RunResult,
+                 floor: float = 0.0, learn: bool = True) -> RunResult:
+    """``result`` with its runs marked disturbed where their CPU share is below ``floor`` or
+    clearly below their binary's own quiet share (``shares``, by binary, updated with the
+    undisturbed ones unless ``learn`` is false: a stored result read again)."""
     seen = shares.setdefault(result.sha256, [])
     records = []
     for rec in result.records:
         share = rec.cpu_share
-        if rec.usable and share is not None:
-            if len(seen) >= SHARE_HISTORY:
+        if rec.usable and share is not None and rec.profile is None:
+            if share < floor:
+                rec = rec.model_copy(update={"disturbed": (
+                    f"CPU share {share:.2f}, below the floor {floor:.2f}")})
+            elif len(seen) >= SHARE_HISTORY:
                 typical = statistics.median(seen)
                 if share < typical - SHARE_MARGIN:
                     rec = rec.model_copy(update={"disturbed": (
                         f"CPU share {share:.2f}, below this binary's {typical:.2f} on this "
                         "CPU")})
-            if rec.usable:
+            if rec.usable and learn:
                 seen.append(share)
+                del seen[:-QUIET_KEPT]
         records.append(rec)
     if all(a is b for a, b in zip(records, result.records)):
         return result
     return result.model_copy(update={"records": tuple(records)})
 
 
+class ShareJudge:
+    """The service's judge of CPU shares: the floor, and each binary's quiet shares per slot,
+    kept across comparisons and run jobs (thread-safe: comparisons run in threads)."""
+
+    def __init__(self, floor: float = DEFAULT_MIN_CPU_SHARE):
+        if not 0.0 <= floor < 1.0:
+            raise ValueError(f"a CPU share floor must lie in [0, 1), got {floor!r}")
+        self.floor = floor
+        self._lock = threading.Lock()
+        self._quiet: dict[str, dict[str, list[float]]] = {}  # slot -> binary -> shares
+
+    def __call__(self, result: RunResult, learn: bool = True) -> RunResult:
+        with self._lock:
+            shares = self._quiet.setdefault(result.worker, {})
+            return judge_shares(shares, result, self.floor, learn)
+
+    def quiet(self, sha256: str, worker: str) -> float | None:
+        """The binary's median quiet share on ``worker`` (None: not known yet)."""
+        with self._lock:
+            seen = self._quiet.get(worker, {}).get(sha256, [])
+            return statistics.median(seen) if len(seen) >= SHARE_HISTORY else None
+
+
+def share_range(results: list[RunResult]) -> str:
+    """The CPU shares of the runs that succeeded, as "0.28-0.50" (one: "0.42"; none: "?")."""
+    shares = [rec.cpu_share for r in results for rec in r.records
+              if rec.failure is None and rec.cpu_share is not None]
+    if not shares:
+        return "?"
+    low, high = min(shares), max(shares)
+    return f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}"
+
+
 class MeasurementService:
-    def __init__(self, scheduler: Scheduler, store: Store):
+    def __init__(self, scheduler: Scheduler, store: Store,
+                 min_cpu_share: float = DEFAULT_MIN_CPU_SHARE):
         self.scheduler = scheduler
         self.store = store
+        # Every run it hands out is judged by its CPU share (the floor, the binary's quiet
+        # share on its slot), stored ones again when read: a run below is never used.
+        self.judge = ShareJudge(min_cpu_share)
         self._lock = threading.Lock()
         # Jobs in flight by measurement key: (runs, future).
         self._running: dict[str, tuple[int, Future]] = {}
@@ -204,7 +279,8 @@ class MeasurementService:
         the same job (``RunJob.measurement_identity``) with at least ``job.runs`` runs, or such
         a job in flight with at least as many, answers instead (it may hold more runs)."""
         if reuse:
-            known = [r for r in self.store.job_measurements(job, worker_class)
+            known = [self.judge(r, learn=False)
+                     for r in self.store.job_measurements(job, worker_class)
                      if len(r.records) >= job.runs]
             if known:
                 return Pending(stored=known[:1], future=None, shared=True)
@@ -232,10 +308,12 @@ class MeasurementService:
     def _finished(self, mkey: str, job: Future, future: Future, request: RunJob) -> None:
         """Store a job's result as it arrives (an interrupted chain loses nothing), then
         resolve the request's future: whoever sees the result finds it in the store."""
+        judged = None
         try:
             exc = job.exception()
             if exc is None:
-                self.store.add_measurement(job.result(), request)
+                judged = self.judge(job.result())
+                self.store.add_measurement(judged, request)
         except BaseException as store_exc:  # e.g. a full disk: the waiter hears of it
             exc = store_exc
         with self._lock:
@@ -243,7 +321,7 @@ class MeasurementService:
             if running is not None and running[1] is future:
                 del self._running[mkey]
         if exc is None:
-            future.set_result(job.result())
+            future.set_result(judged)
         else:
             future.set_exception(exc)
 
@@ -276,7 +354,7 @@ class MeasurementService:
             running = self._comparing.get(key) if reuse else None
             if running is not None and not (running.done() and running.exception()):
                 return running
-            stored = self._stored(key) if reuse else None
+            stored = self._stored(key, policy) if reuse else None
             if stored is not None:
                 done: Future[Comparison] = Future()
                 done.set_result(stored)
@@ -297,11 +375,21 @@ class MeasurementService:
     def _path(self, key: str) -> Path:
         return self.store.root / "comparisons" / key[:2] / f"{key}.json"
 
-    def _stored(self, key: str) -> Comparison | None:
+    def _stored(self, key: str, policy: PairingPolicy) -> Comparison | None:
+        """The stored comparison of ``key`` if it can still be trusted, else None (measured
+        again): absent or damaged; unresolved (the CPU may be quiet now); a pair count
+        outside the policy's bounds (stored before they were kept exactly); or a run it used
+        that the judge now finds disturbed (stored before the floor, or with a lower one)."""
         try:
-            return Comparison.from_json(json.loads(self._path(key).read_text()))
+            stored = Comparison.from_json(json.loads(self._path(key).read_text()))
         except (OSError, ValueError, KeyError, TypeError):
-            return None  # absent or damaged: measured (again)
+            return None
+        if not stored.resolved or stored.pairs > policy.max_pairs or (
+                stored.pairs < policy.min_pairs and stored.stopped != "failed"):
+            return None
+        if any(self.judge(r, learn=False) is not r for r in stored.results):
+            return None
+        return replace(stored, min_pairs=policy.min_pairs)
 
     def _compare_and_store(self, key: str, reference: RunJob, candidate: RunJob,
                            worker_class: str, ticket: object,
@@ -368,19 +456,27 @@ class MeasurementService:
 
     def _compare(self, reference: RunJob, candidate: RunJob, slot: str,
                  policy: PairingPolicy) -> Comparison:
+        """ABBA rounds until the policy stops it.  Exactly ``max_pairs`` at most: when one pair
+        is missing a half round (AB) is run.  Disturbed runs lose their pair and another round
+        is run, up to ``max_pairs`` rounds in all (twice what a full budget needs); when the
+        minimum can no longer be reached in them, it stops as ``unresolved``."""
         ref, cand = replace(reference, runs=1), replace(candidate, runs=1)
         got = _Pairs()
         stopped = "budget"
-        attempts = 0
+        rounds = 0
+        most_rounds = max(policy.max_pairs, 1)
         while len(got.candidate) < policy.max_pairs:
-            attempts += 1
-            if attempts > 2 * policy.max_pairs:  # every round dropped: give up, say so
-                break
-            order = [(ref, cand), (cand, ref)]  # ABBA
-            futures = [self.scheduler.submit(job, slot=slot) for pair in order for job in pair]
-            results = [judge_shares(got.shares, f.result()) for f in futures]
+            if rounds >= most_rounds or \
+                    len(got.candidate) + 2 * (most_rounds - rounds) < policy.min_pairs:
+                break  # the minimum is out of reach: unresolved, below
+            rounds += 1
+            order = [ref, cand, cand, ref]  # ABBA
+            if policy.max_pairs - len(got.candidate) == 1:
+                order = [ref, cand]  # the last pair of the budget: half a round
+            futures = [self.scheduler.submit(job, slot=slot) for job in order]
+            results = [self.judge(f.result()) for f in futures]
             got.results.extend(results)
-            slot = self._round(got, results, slot)
+            slot = self._round(got, results, slot, policy.max_pairs)
             if got.failed:
                 stopped = "failed"
                 break
@@ -393,28 +489,33 @@ class MeasurementService:
                         and high < policy.must_beat:
                     stopped = "worse"
                     break
+        if stopped != "failed" and len(got.candidate) < policy.min_pairs:
+            stopped = "unresolved"
         return Comparison(worker=slot, reference_times=got.reference,
                           candidate_times=got.candidate, results=got.results,
-                          stopped=stopped, failed=got.failed, dropped=got.dropped)
+                          stopped=stopped, failed=got.failed, dropped=got.dropped,
+                          min_pairs=policy.min_pairs)
 
     @staticmethod
-    def _round(got: _Pairs, results: list[RunResult], slot: str) -> str:
-        """Add one ABBA round's pairs; the slot the next round goes to."""
-        (r1, c1, c2, r2) = results
-        for r in (r1, r2):
+    def _round(got: _Pairs, results: list[RunResult], slot: str, most: int) -> str:
+        """Add one round's pairs (ABBA, or AB for half a round), never beyond ``most``; the
+        slot the next round goes to."""
+        r1, c1 = results[0], results[1]
+        pairs = [(r1, c1)] + ([(results[3], results[2])] if len(results) == 4 else [])
+        for r in [r for r, _ in pairs]:
             if r.failed:
                 failure = next(rec.failure for rec in r.records if rec.failure)
                 raise ReferenceFailed(f"the reference {r.sha256[:12]} failed on {r.worker}: "
                                       f"{failure}")
-        got.failed += c1.failed + c2.failed
+        got.failed += sum(c.failed for _, c in pairs)
         if got.failed:
             return slot
         workers = {r.worker for r in results}
         if workers != {slot}:  # moved by the scheduler: these runs are not pairs
-            got.dropped += 2
+            got.dropped += len(pairs)
             return results[-1].worker
-        for r, c in ((r1, c1), (r2, c2)):
-            if r.times and c.times:
+        for r, c in pairs:
+            if r.times and c.times and len(got.candidate) < most:
                 got.reference.append(r.times[0])
                 got.candidate.append(c.times[0])
             else:  # a run without a usable time (disturbed, say): no pair

@@ -75,6 +75,8 @@ class Chain(ChainCore):
         best = loop.run(baseline)
         if self.settings.confirm and best.step > 0:
             self.confirm(best)
+        elif best.step == 0:
+            self.status.none_better = "the heuristic's own tree stayed the best"
         self.rundir.append(FinishEvent(reason="completed"))
         self.builds.release(set())
         self.status.state = "finished"

@@ -48,6 +48,7 @@ from dispatcher.running.measurement import (
     MeasurementService,
     PairingPolicy,
     Pending,
+    share_range,
 )
 from dispatcher.search.focus import hot_functions_of, profile_job
 from dispatcher.storage.store import Artifact
@@ -66,6 +67,11 @@ class ChainStatus:
     best_energy: Optional[float] = None
     best_ci: Optional[tuple[float, float]] = None  # of the best speedup
     confirmed: bool = False  # the best speedup is the end-of-chain confirmation's
+    # Why no candidate beat the heuristic, once the chain knows (None: one did, or not known
+    # yet): the confirmation found the best not above 1 or its interval holds 1, could not
+    # resolve it, or the heuristic's own tree stayed the best.
+    none_better: Optional[str] = None
+    unresolved: int = 0  # comparisons with too few undisturbed pairs (no speedup)
     state: str = "starting"
     error: Optional[str] = None
 
@@ -85,6 +91,21 @@ def interval(low: float | None, high: float | None) -> tuple[float, float] | Non
 
 def excludes_one(low: float | None, high: float | None) -> bool:
     return low is not None and high is not None and (low > 1.0 or high < 1.0)
+
+
+def beats_heuristic(speedup: float | None, low: float | None) -> bool:
+    """A confirmed figure that says a candidate beat the heuristic: above 1, its interval
+    too (an unresolved confirmation, None, says nothing)."""
+    return speedup is not None and speedup > 1.0 and low is not None and low > 1.0
+
+
+def paired_if_resolved(compared: Comparison) -> tuple[list[float], list[float]]:
+    """(reference, candidate) times of a comparison's pairs, none when it is unresolved: the
+    journal's events carry only pairs that may be pooled (its runs stay in its
+    measurements.json)."""
+    if not compared.resolved:
+        return [], []
+    return compared.reference_times, compared.candidate_times
 
 
 @dataclass
@@ -203,16 +224,19 @@ class ChainCore:
             return entry, None
         self.save_candidate(d, c, compared.results)
         tree = Tree.from_dir(d)  # what the compiler really did
-        speedup, low, high = compared.interval
+        speedup, low, high = compared.interval  # None when unresolved: never accepted
+        if not compared.resolved:
+            self.status.unresolved += 1
+        reference, times = paired_if_resolved(compared)
         return entry.model_copy(update=dict(
             sha256=c.sha256, artifact=c.artifact.key, decisions=counts(tree),
-            times=compared.candidate_times,
-            reference_times=compared.reference_times, failed=compared.failed,
+            times=times, reference_times=reference, failed=compared.failed,
             speedup=speedup, ci95=interval(low, high), worker=compared.worker,
             stopped=compared.stopped,
             energy=None if speedup is None else 1.0 / speedup,
             error=entry.error or (f"{compared.failed} failed run(s)"
-                                  if compared.failed else None))), tree
+                                  if compared.failed else None)
+            or (None if compared.resolved else compared.unresolved_line()))), tree
 
     # -- the baseline
 
@@ -224,16 +248,25 @@ class ChainCore:
             return baseline
         self.status.state = "baseline"
         compiled = self.wait(self.builds.submit(CompileJob(self.benchmark)))
-        measured = self.collect(self.measure(compiled, self.settings.baseline_runs))
-        times = measured.times
+        want = self.settings.baseline_runs
+        measured = self.collect(self.measure(compiled, want))
+        results = list(measured.results)
+        # Disturbed runs are never used: as many again are run, once, for those missing.
+        missing = want - len(measured.times)
+        if missing > 0 and not measured.failed:
+            results += self.collect(self.measure(compiled, missing, reuse=False)).results
+        times = [t for r in results for t in r.times]
         if not times:
-            failure = next((rec.failure for r in measured.results for rec in r.records
-                            if rec.failure), "no successful run")
+            failure = next((rec.failure for r in results for rec in r.records
+                            if rec.failure), None)
+            if failure is None:
+                failure = (f"every run disturbed (CPU shares {share_range(results)}, "
+                           f"floor {self.measurements.judge.floor:.2f})")
             raise RuntimeError(f"{self.benchmark.name}: baseline: {failure}")
         if self.settings.focus == "hot":
             self.profile(compiled, times)
         d = self.rundir.fresh_candidate_dir(0, 0)
-        self.save_candidate(d, compiled, measured.results)
+        self.save_candidate(d, compiled, results)
         baseline = BaselineEvent(sha256=compiled.sha256, dir=candidate_dir(0, 0),
                                  artifact=compiled.artifact.key, times=times,
                                  geomean=geomean(times), median=sorted(times)[len(times) // 2],
@@ -280,9 +313,10 @@ class ChainCore:
             return incumbent.model_copy(update={"energy": done.energy})
         compared = self.compare(self.binary_of(incumbent), self.pairing(),
                                 self.trial("remeasure", step))
+        new_reference, new_candidate = paired_if_resolved(compared)
         reference, candidate = pooled_pairs(events, incumbent)
-        reference += compared.reference_times
-        candidate += compared.candidate_times
+        reference += new_reference
+        candidate += new_candidate
         speedup, low, high = (paired_speedup_ci(reference, candidate) if candidate
                               else (None, None, None))
         new_energy = incumbent.energy if speedup is None else 1.0 / speedup
@@ -290,7 +324,7 @@ class ChainCore:
         self.rundir.append(RemeasureEvent(
             step=step, dir=incumbent.dir,
             measurements=f"{remeasure_dir(step)}/measurements.json",
-            times=compared.candidate_times, reference_times=compared.reference_times,
+            times=new_candidate, reference_times=new_reference,
             energy=new_energy, speedup=speedup, ci95=interval(low, high)))
         return incumbent.model_copy(update={"energy": new_energy})
 
@@ -298,9 +332,10 @@ class ChainCore:
         """The baseline against itself, as a candidate would be (an A/A test)."""
         compared = self.compare(self.reference, self.pairing(), self.trial("canary", step))
         speedup, low, high = compared.interval
+        reference, candidate = paired_if_resolved(compared)
         self.rundir.write_measurements(self.rundir.path / canary_dir(step), compared.results)
-        self.rundir.append(CanaryEvent(step=step, times=compared.candidate_times,
-                                       reference_times=compared.reference_times,
+        self.rundir.append(CanaryEvent(step=step, times=candidate,
+                                       reference_times=reference,
                                        speedup=speedup, ci95=interval(low, high),
                                        significant=excludes_one(low, high)))
 
@@ -312,13 +347,19 @@ class ChainCore:
         compared = self.compare(self.binary_of(best), self.pairing(),
                                 self.trial("confirm", best.step))
         speedup, low, high = compared.interval
+        reference, candidate = paired_if_resolved(compared)
         self.rundir.write_measurements(self.rundir.path / confirm_dir(best.step),
                                        compared.results)
         self.rundir.append(ConfirmEvent(step=best.step, candidate=best.candidate, dir=best.dir,
-                                        times=compared.candidate_times,
-                                        reference_times=compared.reference_times,
+                                        times=candidate, reference_times=reference,
                                         speedup=speedup, ci95=interval(low, high),
                                         significant=excludes_one(low, high)))
         if speedup is not None:  # what batch-log will show: the live line agrees
             self.status.best_energy, self.status.best_ci = 1.0 / speedup, interval(low, high)
             self.status.confirmed = True
+        if not compared.resolved:
+            self.status.none_better = f"its confirmation was {compared.unresolved_line()}"
+        elif not beats_heuristic(speedup, low):
+            assert speedup is not None
+            ci = "" if low is None else f" [{low:.3f}, {high:.3f}]"
+            self.status.none_better = f"confirmed best {speedup:.3f}x{ci}"
