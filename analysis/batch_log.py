@@ -50,7 +50,7 @@ STALE_AFTER_S = 3600.0
 
 COLUMNS = ("task", "rundir", "algorithm", "steps_done", "steps_planned", "best_speedup",
            "ci_low", "ci_high", "last_update", "status", "confirmed", "significant",
-           "canaries", "canary_alarms")
+           "canaries", "canary_alarms", "pairs", "none_better", "unresolved")
 
 
 class AnalysisError(RuntimeError):
@@ -111,12 +111,20 @@ class Summary:
     confirmed: bool = False  # the speedup is the end-of-chain confirmation's
     significant: bool | None = None  # its interval excludes 1 (None: no interval)
     paired: bool = True  # False: a version-1 rundir (Welch interval over unpaired runs)
-    canaries: int = 0  # A/A canaries measured
+    canaries: int = 0  # A/A canaries measured (resolved ones)
     canary_alarms: int = 0  # of those, judged faster or slower than the baseline itself
+    pairs: int | None = None  # the pairs behind the speedup shown
+    # The confirmation found the best not above 1, or its interval holds 1: no candidate
+    # beat the heuristic (the speedup shown is that confirmation's).
+    none_better: bool = False
+    # The best's pairs are fewer than the chain's minimum (run.runs): no speedup is shown
+    # (rundirs of versions that used such comparisons); or its confirmation was unresolved.
+    unresolved: bool = False
+    confirm_unresolved: bool = False
 
     def row(self) -> dict:
         d = asdict(self)
-        for internal in ("error", "best_step", "paired"):
+        for internal in ("error", "best_step", "paired", "confirm_unresolved"):
             d.pop(internal)
         return d
 
@@ -204,16 +212,22 @@ def summarize(rundir: Path, entry: BatchEntry | None = None, now: float | None =
     summary.status = status_of(events, now, stale_after) if events else (
         "stale" if summary.last_update is not None and now - summary.last_update > stale_after
         else "running")
-    summarize_speedup(summary, events, steps[-1].best if steps else None)
+    summarize_speedup(summary, events, steps[-1].best if steps else None,
+                      min_pairs=experiment.runs if experiment is not None else 0)
     return summary
 
 
-def summarize_speedup(summary: Summary, events: Sequence[Event], best: Pointer | None) -> None:
+def summarize_speedup(summary: Summary, events: Sequence[Event], best: Pointer | None,
+                      min_pairs: int = 0) -> None:
     """The best speedup with its interval, by the one definition (docs/measurement.md): the
     end-of-chain confirmation if there is one; else the paired speedup over every pair of the
-    best candidate (its step's and its re-measurements'); for a version-1 rundir (no pairs),
-    the Welch interval of its runs against the baseline's.  Then the A/A canaries."""
-    canaries = [e for e in events if isinstance(e, CanaryEvent)]
+    best candidate (its step's and its re-measurements'), none if those are fewer than
+    ``min_pairs`` (the chain's run.runs: a comparison short of its minimum is unresolved,
+    whatever the version that journaled it); for a version-1 rundir (no pairs), the Welch
+    interval of its runs against the baseline's.  A confirmation not above 1, or whose
+    interval holds 1, says that no candidate beat the heuristic.  Then the A/A canaries
+    (unresolved ones, with no pairs, are not counted)."""
+    canaries = [e for e in events if isinstance(e, CanaryEvent) and e.speedup is not None]
     summary.canaries = len(canaries)
     summary.canary_alarms = sum(e.significant for e in canaries)
     if best is None:
@@ -229,7 +243,14 @@ def summarize_speedup(summary: Summary, events: Sequence[Event], best: Pointer |
         summary.confirmed = True
         speedup = confirm.speedup
         low, high = confirm.ci95 if confirm.ci95 is not None else (None, None)
+        summary.pairs = len(confirm.times)
+        summary.none_better = not (speedup > 1.0 and low is not None and low > 1.0)
     elif candidate:
+        summary.confirm_unresolved = confirm is not None
+        summary.pairs = len(candidate)
+        if len(candidate) < min_pairs:
+            summary.unresolved = True
+            return
         speedup, low, high = paired_speedup_ci(reference, candidate)
     else:
         summary.paired = False
@@ -266,17 +287,23 @@ def summaries(batch_log: Path | None, entries: list[BatchEntry],
 # --------------------------------------------------------------------------- output
 
 def format_speedup(s: Summary) -> str:
+    if s.unresolved:
+        return f"unresolved ({s.pairs} pairs, fewer than the chain's minimum)"
     if s.best_speedup is None:
         return "-"
     if s.best_step == 0:
         return f"{s.best_speedup:.3f} (baseline)"
     if s.ci_low is None:
         return f"{s.best_speedup:.3f}"
+    figure = f"{s.best_speedup:.3f} [{s.ci_low:.3f}, {s.ci_high:.3f}]"
+    if s.none_better:
+        return f"no candidate beat the heuristic (confirmed {figure})"
     marks = [m for m, on in (("confirmed", s.confirmed),
+                             ("confirmation unresolved", s.confirm_unresolved),
                              ("not significant", s.significant is False),
                              ("unpaired", not s.paired)) if on]
     tail = f" ({', '.join(marks)})" if marks else ""
-    return f"{s.best_speedup:.3f} [{s.ci_low:.3f}, {s.ci_high:.3f}]{tail}"
+    return f"{figure}{tail}"
 
 
 def format_canaries(s: Summary) -> str:

@@ -5,7 +5,17 @@ with its ``records``; docs/rundir-format.md) joined with the journal's ``baselin
 events.  The baseline is step 0, candidate 0, energy 1.0, accepted False.  A candidate whose
 compile failed (``sha256`` null) has no runs and so no rows; a candidate that should have
 measurements but whose file is missing or unreadable is skipped with a ``MeasurementWarning``.
-``energy`` is the step event's (a later ``remeasure`` does not change it).  ``kind`` says what
+Each (step, candidate) carries its one figure (docs/measurement.md), the one ``batch-log``
+shows: ``speedup``, ``ci_low``, ``ci_high`` and ``pairs`` are its end-of-chain confirmation's
+when it has one (``confirmed`` true), else those of every pair measured for it (its step's
+and its re-measurements'); none when those pairs are fewer than the chain's minimum
+(``unresolved`` true: ``run.runs``, whatever the version that journaled them).  ``energy`` is
+1 / that speedup; ``search_energy`` is the step event's, the figure the search decided with
+(its first pairs; a later ``remeasure`` or the confirmation does not change it).  A
+version-1 rundir has no pairs: its figure is the step's, with no interval.  A canary's
+rows carry the canary's figure.  ``stopped`` is why the step's comparison stopped.  Each
+run's ``cpu_share`` and ``disturbed`` (why it was never used, or empty) come from its record.
+``kind`` says what
 measured the run: ``baseline`` (its own runs), ``candidate`` (its step's comparison),
 ``remeasure``, ``confirm`` (rows of the candidate re-measured or confirmed, ``remeasured_at``
 the step a re-measurement was done at) or ``canary`` (rows of the baseline, ``remeasured_at``
@@ -40,6 +50,7 @@ from dispatcher.core.records import (
     Event,
     Experiment,
     PerfCount,
+    Pointer,
     RecordError,
     RemeasureEvent,
     RunResult,
@@ -47,15 +58,19 @@ from dispatcher.core.records import (
     StepEvent,
     canary_dir,
     confirm_dir,
+    pooled_pairs,
     read_experiment,
     read_results,
 )
 from dispatcher.core.rundir import read_journal
+from dispatcher.core.stats import paired_speedup_ci
 
 BASE_COLUMNS = ("benchmark", "rundir", "step", "candidate", "dir", "mutation", "accepted",
-                "energy", "inlined", "not_inlined", "prevented", "kind", "remeasured_at",
-                "role", "sha256", "worker", "worker_class", "cpu", "run", "wall_s", "user_s",
-                "sys_s", "maxrss_kb", "exit_status", "signal", "failure", "output_ok")
+                "energy", "speedup", "ci_low", "ci_high", "pairs", "confirmed", "unresolved",
+                "stopped", "search_energy", "inlined", "not_inlined", "prevented", "kind",
+                "remeasured_at", "role", "sha256", "worker", "worker_class", "cpu", "run",
+                "wall_s", "user_s", "sys_s", "maxrss_kb", "exit_status", "signal", "failure",
+                "output_ok", "cpu_share", "disturbed")
 
 PARQUET_MISSING = "parquet export needs pyarrow: pip install pyarrow"
 
@@ -95,6 +110,8 @@ class _Entry:
     measurements: str = ""  # rundir-relative; default: the dir's measurements.json
     remeasured_at: int | None = None  # the step of a re-measurement of this candidate
     kind: str = "candidate"  # baseline | candidate | remeasure | canary | confirm
+    sha256: str | None = None
+    stopped: str | None = None
 
 
 def _candidates(events: Sequence[Event]) -> list[_Entry]:
@@ -112,8 +129,9 @@ def _candidates(events: Sequence[Event]) -> list[_Entry]:
         for c in e.candidates:
             out.append(_Entry(step=n, candidate=c.candidate, dir=c.dir, mutation=c.mutation,
                               accepted=e.accepted and e.chosen == c.candidate, energy=c.energy,
-                              decisions=c.decisions,
-                              expect_runs=c.sha256 is not None and bool(c.times or c.failed)))
+                              decisions=c.decisions, sha256=c.sha256, stopped=c.stopped,
+                              expect_runs=c.sha256 is not None
+                              and bool(c.times or c.failed or c.stopped)))
     # Re-measurements: the incumbent's new runs, under its own (step, candidate).
     where = {entry.dir: entry for entry in out}
     for again in events:
@@ -146,6 +164,42 @@ def _read_measurements(path: Path, expect: bool) -> list[RunResult]:
         return []
 
 
+def figure(events: Sequence[Event], entry: _Entry, min_pairs: int) -> dict[str, Any]:
+    """The entry's one figure (the module's docstring): speedup, interval, pairs, whether
+    confirmed or unresolved, and energy = 1 / speedup."""
+    none = {"speedup": math.nan, "ci_low": math.nan, "ci_high": math.nan, "pairs": 0,
+            "confirmed": False, "unresolved": entry.stopped == "unresolved",
+            "energy": math.nan}
+    if entry.kind == "baseline" or (entry.step == 0 and entry.kind != "canary"):
+        return {**none, "speedup": 1.0, "energy": 1.0}
+    if entry.kind == "canary":
+        canary = next((e for e in events if isinstance(e, CanaryEvent)
+                       and e.step == entry.remeasured_at), None)
+        reference, times = (canary.reference_times, canary.times) if canary else ([], [])
+        confirmed = False
+    else:
+        confirm = next((e for e in reversed(events) if isinstance(e, ConfirmEvent)
+                        and e.dir == entry.dir and e.times), None)
+        confirmed = confirm is not None
+        if confirm is not None:
+            reference, times = confirm.reference_times, confirm.times
+        else:
+            reference, times = pooled_pairs(events, Pointer(
+                step=entry.step, candidate=entry.candidate, dir=entry.dir,
+                energy=entry.energy or 1.0, sha256=entry.sha256))
+    if not reference and entry.kind != "canary" and entry.energy:
+        # a version-1 rundir: no pairs, the step's figure over unpaired runs
+        return {**none, "speedup": 1.0 / entry.energy, "energy": entry.energy}
+    if not times or len(times) != len(reference):
+        return none
+    if len(times) < min_pairs:
+        return {**none, "pairs": len(times), "unresolved": True}
+    speedup, low, high = paired_speedup_ci(reference, times)
+    return {"speedup": speedup, "ci_low": math.nan if low is None else low,
+            "ci_high": math.nan if high is None else high, "pairs": len(times),
+            "confirmed": confirmed, "unresolved": False, "energy": 1.0 / speedup}
+
+
 def _perf_value(count: PerfCount) -> float:
     if count.value is not None and not count.unsupported and not count.not_counted:
         return float(count.value)
@@ -160,12 +214,14 @@ def rundir_rows(rundir: Path) -> list[dict[str, Any]]:
     task = experiment.task if experiment else None
     baseline = next((e for e in events if isinstance(e, BaselineEvent)), None)
     base_sha = baseline.sha256 if baseline is not None else None
+    min_pairs = experiment.runs if experiment is not None else 0
     rows = []
     for c in _candidates(events):
         d = c.decisions
         head = {"benchmark": task, "rundir": str(rundir), "step": c.step,
                 "candidate": c.candidate, "dir": c.dir, "mutation": c.mutation,
-                "accepted": c.accepted, "energy": c.energy,
+                "accepted": c.accepted, **figure(events, c, min_pairs), "stopped": c.stopped,
+                "search_energy": c.energy,
                 "inlined": d.inlined if d else None, "not_inlined": d.not_inlined if d else None,
                 "prevented": d.prevented if d else None, "remeasured_at": c.remeasured_at,
                 "kind": c.kind}
@@ -185,7 +241,8 @@ def rundir_rows(rundir: Path) -> list[dict[str, Any]]:
                        "wall_s": rec.wall_ns / 1e9 if rec.wall_ns is not None else math.nan,
                        "user_s": rec.user_s, "sys_s": rec.sys_s, "maxrss_kb": rec.maxrss_kb,
                        "exit_status": rec.exit_status, "signal": rec.signal,
-                       "failure": rec.failure, "output_ok": rec.output_ok}
+                       "failure": rec.failure, "output_ok": rec.output_ok,
+                       "cpu_share": rec.cpu_share, "disturbed": rec.disturbed}
                 for name, value in rec.gc.items():
                     row[f"gc_{name}"] = value
                 for event, count in (rec.perf or {}).items():
@@ -204,17 +261,19 @@ def measurements_table(rundirs: Iterable[Path]) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=columns)
     for col in extra:
         df[col] = pd.to_numeric(df[col], errors="coerce")
-    for col in ("energy", "wall_s", "user_s", "sys_s"):
+    for col in ("energy", "search_energy", "speedup", "ci_low", "ci_high", "wall_s", "user_s",
+                "sys_s", "cpu_share"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
     # Counts stay integers (nullable: no 3.0 in the CSV because one row lacks the value).
     for col in ("step", "candidate", "inlined", "not_inlined", "prevented", "remeasured_at",
-                "cpu", "run",
+                "cpu", "run", "pairs",
                 "maxrss_kb", "exit_status", "signal", *(c for c in extra if c.startswith("gc_"))):
         values = pd.to_numeric(df[col], errors="coerce")
         present = values.dropna()
         if len(df) and (present == present.round()).all():
             df[col] = values.astype("Int64")
-    df["accepted"] = df["accepted"].astype(bool)
+    for col in ("accepted", "confirmed", "unresolved"):
+        df[col] = df[col].astype(bool)
     return df
 
 

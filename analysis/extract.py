@@ -4,9 +4,11 @@ One row per candidate that a step measured (and the baseline, step 0, speedup 1 
 read through the typed experiment record.  A candidate's speedup is the one definition of
 docs/measurement.md: its end-of-chain confirmation when it has one, else the paired speedup
 over every pair measured for it (its step's and its re-measurements'), with the 95% interval.
-Failed candidates are kept and flagged (``failed``, ``error``; no speedup).  Rows of several
-rundirs (chains, campaigns) of one benchmark are merged; each keeps its ``chain`` (the rundir),
-so models can be validated across chains.
+Failed candidates are kept and flagged (``failed``, ``error``; no speedup), and so are
+unresolved ones: measured with fewer undisturbed pairs than the chain's minimum (``run.runs``;
+``unresolved`` true, whatever the version that journaled them), whose few pairs are no
+figure.  Rows of several rundirs (chains, campaigns) of one benchmark are merged; each keeps
+its ``chain`` (the rundir), so models can be validated across chains.
 
 The trees the compiler really produced are returned beside the table, once per distinct tree
 (``tree`` column: a digest of its decisions), for ``analysis.expanded``.
@@ -40,7 +42,7 @@ from dispatcher.core.tree import Tree, TreeError
 
 COLUMNS = ("benchmark", "chain", "step", "candidate", "dir", "tree", "sha256", "mutation",
            "failed", "error", "speedup", "ci_low", "ci_high", "pairs", "confirmed",
-           "candidate_median_s", "reference_median_s", "task_clock_ms")
+           "candidate_median_s", "reference_median_s", "task_clock_ms", "unresolved")
 
 
 class ExtractError(RuntimeError):
@@ -128,6 +130,7 @@ def rundir_rows(rundir: Path, trees: dict[str, Tree]) -> tuple[Experiment, list[
             "dir": baseline.dir, "tree": tree_of(baseline.dir), "sha256": baseline.sha256,
             "mutation": "baseline", "failed": False, "error": None, "speedup": 1.0,
             "ci_low": 1.0, "ci_high": 1.0, "pairs": 0, "confirmed": False,
+            "unresolved": False,
             "candidate_median_s": _median(baseline.times),
             "reference_median_s": _median(baseline.times)}
     base.update(_gc_and_clock(rundir / baseline.dir, baseline.sha256))
@@ -140,7 +143,8 @@ def rundir_rows(rundir: Path, trees: dict[str, Tree]) -> tuple[Experiment, list[
                    "candidate": c.candidate, "dir": c.dir, "tree": None, "sha256": c.sha256,
                    "mutation": c.mutation, "failed": True, "error": c.error,
                    "speedup": math.nan, "ci_low": math.nan, "ci_high": math.nan, "pairs": 0,
-                   "confirmed": False, "candidate_median_s": math.nan,
+                   "confirmed": False, "unresolved": c.stopped == "unresolved",
+                   "candidate_median_s": math.nan,
                    "reference_median_s": math.nan}
             if c.sha256 is not None:
                 row["tree"] = tree_of(c.dir)
@@ -151,7 +155,11 @@ def rundir_rows(rundir: Path, trees: dict[str, Tree]) -> tuple[Experiment, list[
                 if confirm is not None and confirm.times:
                     reference, times = list(confirm.reference_times), list(confirm.times)
                     row["confirmed"] = True
-                if times and reference and len(times) == len(reference):
+                if 0 < len(times) < experiment.runs:  # short of the chain's minimum
+                    row.update(unresolved=True, pairs=len(times),
+                               error=f"unresolved: {len(times)} pairs, fewer than the "
+                                     f"minimum {experiment.runs}")
+                elif times and reference and len(times) == len(reference):
                     speedup, low, high = paired_speedup_ci(reference, times)
                     row.update(speedup=speedup, ci_low=low, ci_high=high, pairs=len(times),
                                failed=row["tree"] is None or c.failed > 0,

@@ -57,7 +57,7 @@ def assign_rewards(rundirs, batch_log, out, benchmarks, models, gammas, alphas, 
     the optimal tree (an overrides file) per model and hyperparameters under OUT."""
     # scipy and scikit-learn load here, when the command runs, not when it is imported
     from analysis.extract import ExtractError, extract
-    from analysis.rewards import RewardError, assign, write
+    from analysis.rewards import RewardError, assign, best_measured, write
     paths = list(rundirs)
     if batch_log is not None or not paths:
         log = batch_log or Path("batch.log")
@@ -102,6 +102,11 @@ def assign_rewards(rundirs, batch_log, out, benchmarks, models, gammas, alphas, 
             line += (f"; best held-out Spearman {b['spearman']:.3f} ({b['model']} "
                      f"{b['hyperparameters']}, {b['split']} split)")
         click.echo(line)
+        click.echo(f"{bench}: {best_measured(result.measured)}")
+        unresolved = int(candidates.table["unresolved"].fillna(False).astype(bool).sum())
+        if unresolved:
+            click.echo(f"{bench}: {unresolved} candidate(s) unresolved (fewer undisturbed "
+                       "pairs than the chain's minimum): left out, no speedup", err=True)
     if errors:
         sys.exit(1)
 

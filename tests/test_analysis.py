@@ -564,4 +564,118 @@ def test_batch_log_speedup_is_the_paired_one_then_the_confirmation_and_counts_ca
                                significant=False))
     summarize_speedup(s, events, best)
     assert (s.best_speedup, s.ci_low, s.ci_high) == (1.01, 0.95, 1.07)
-    assert format_speedup(s) == "1.010 [0.950, 1.070] (confirmed, not significant)"
+    # A confirmed best whose interval holds 1 is no win: the line says so (issue 20).
+    assert format_speedup(s) == ("no candidate beat the heuristic (confirmed 1.010 [0.950, "
+                                 "1.070])")
+    assert s.none_better
+
+
+# --------------------------------------------------------------------------- one best figure
+
+def paired_rundir(root: Path, name: str, ref: list[float], cand: list[float],
+                  confirm: tuple[list[float], list[float]] | None = None,
+                  batch: Path | None = None) -> Path:
+    """A finished paired chain (run.runs 5) whose best is step 1's candidate, measured in
+    ``len(cand)`` pairs, confirmed with ``confirm`` (reference, candidate) pairs if given."""
+    from dispatcher.core.stats import paired_speedup_ci
+    path = root / "rundirs" / name
+    exp = {"task": name, "benchmark": f"/bench/{name}", "algorithm": "sa", "seed": 1,
+           "steps": 1, "chain": 0, "size": "quick", "runs": 5, "baseline_runs": 3,
+           "candidates_per_step": 1, "t_start": 0.04, "t_end": 0.001, "remeasure_every": 0,
+           "rundir": str(path), "max_pairs": 8, "half_width": 0.01}
+    rd = Rundir.create(path, Experiment(**exp, max_flips=2), {"store": "/nowhere"})
+    if batch is not None:
+        append_batch_log(batch, BatchEntry(task=name, rundir=str(path), algorithm="sa",
+                                           steps=1))
+    write_measurements(path / "steps/00000/c0", "sha-base", [1.0, 1.0, 1.0])
+    rd.append(event({"event": "baseline", "time": NOW, "sha256": "sha-base",
+                     "dir": "steps/00000/c0", "times": [1.0, 1.0, 1.0], "geomean": 1.0,
+                     "median": 1.0, "ci95": [1.0, 1.0]}))
+    d = path / "steps/00001/c0"
+    d.mkdir(parents=True)
+    runs = [r for pair in zip(ref, cand) for r in pair]
+    recs = [record(t).model_copy(update={"cpu_share": 0.97}) for t in runs]
+    recs.append(record(2.0).model_copy(update={"cpu_share": 0.41, "disturbed":
+                                               "CPU share 0.41, below the floor 0.80"}))
+    result = RunResult(sha256="sha-c", args=("1",), worker="local/cpu1", worker_class="test",
+                       cpu=1, records=tuple(recs))
+    (d / "measurements.json").write_text(json.dumps([result.to_json()]))
+    speedup, low, high = paired_speedup_ci(ref, cand)
+    best = {"step": 1, "candidate": 0, "dir": "steps/00001/c0", "energy": 1 / speedup,
+            "sha256": "sha-c"}
+    rd.append(event({"event": "step", "time": NOW, "step": 1, "temperature": 0.04,
+                     "candidates": [{"candidate": 0, "dir": "steps/00001/c0",
+                                     "mutation": "flip", "sha256": "sha-c", "times": cand,
+                                     "reference_times": ref, "speedup": speedup,
+                                     "ci95": [low, high], "energy": 1 / speedup,
+                                     "stopped": "budget"}],
+                     "chosen": 0, "accepted": True, "incumbent": best, "best": best,
+                     "rng": []}))
+    if confirm is not None:
+        cref, ccand = confirm
+        cs, cl, ch = paired_speedup_ci(cref, ccand)
+        rd.append(event({"event": "confirm", "time": NOW, "step": 1, "candidate": 0,
+                         "dir": "steps/00001/c0", "times": ccand, "reference_times": cref,
+                         "speedup": cs, "ci95": [cl, ch],
+                         "significant": cl > 1 or ch < 1}))
+    rd.append(event({"event": "finish", "time": NOW, "reason": "completed"}))
+    rd.close()
+    return path
+
+
+# Search pairs that say 1.15, and a confirmation that says 0.968 [0.949, 0.987]-ish.
+SEARCH_REF, SEARCH_CAND = [1.15, 1.16, 1.14, 1.15, 1.17, 1.13], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+CONF_REF = [0.97, 0.95, 0.98, 0.96, 0.97, 0.96]
+CONF_CAND = [1.0] * 6
+
+
+def test_batch_log_says_no_candidate_beat_the_heuristic_and_refuses_short_comparisons(
+        tmp_path):
+    """Through the command: a chain whose confirmed best is below 1 says that no candidate
+    beat the heuristic (not "best 0.968"); one whose best was measured in 3 pairs, fewer
+    than its minimum of 5 (journaled by a version that used such comparisons), shows no
+    speedup but "unresolved"; a chain whose confirmation holds is shown as confirmed."""
+    log = tmp_path / "batch.log"
+    paired_rundir(tmp_path, "slower", SEARCH_REF, SEARCH_CAND, (CONF_REF, CONF_CAND), log)
+    paired_rundir(tmp_path, "short", SEARCH_REF[:3], SEARCH_CAND[:3], None, log)
+    paired_rundir(tmp_path, "faster", SEARCH_REF, SEARCH_CAND, (SEARCH_REF, SEARCH_CAND), log)
+    result = run_cli(str(log))
+    assert result.exit_code == 0, result.output
+    lines = {line.split()[0]: line for line in result.stdout.splitlines() if line.strip()}
+    assert "no candidate beat the heuristic (confirmed 0.965 [" in lines["slower"]
+    assert "1.1" not in lines["slower"]
+    assert "unresolved (3 pairs, fewer than the chain's minimum)" in lines["short"]
+    assert "1.15" not in lines["short"]
+    assert "1.150 [" in lines["faster"] and "(confirmed)" in lines["faster"]
+    rows = {r["task"]: r for r in csv.DictReader(io.StringIO(run_cli(str(log),
+                                                                    "--csv").stdout))}
+    assert rows["slower"]["none_better"] == "True" and rows["slower"]["pairs"] == "6"
+    assert rows["short"]["unresolved"] == "True" and rows["short"]["best_speedup"] == ""
+
+
+def test_export_carries_the_one_figure_and_each_runs_share(tmp_path):
+    """Through ``batch-log --export``: each candidate's speedup, interval, pairs and
+    confirmation, its energy the confirmed one (the search's first figure kept apart as
+    search_energy), and each run's cpu_share and disturbed reason."""
+    from dispatcher.core.stats import paired_speedup_ci
+    log = tmp_path / "batch.log"
+    paired_rundir(tmp_path, "slower", SEARCH_REF, SEARCH_CAND, (CONF_REF, CONF_CAND), log)
+    paired_rundir(tmp_path, "short", SEARCH_REF[:3], SEARCH_CAND[:3], None, log)
+    out = tmp_path / "runs.csv"
+    result = run_cli(str(log), "--export", str(out))
+    assert result.exit_code == 0, result.output
+    df = pd.read_csv(out)
+    slower = df[(df["benchmark"] == "slower") & (df["step"] == 1)]
+    confirmed = paired_speedup_ci(CONF_REF, CONF_CAND)
+    assert slower["confirmed"].all() and (slower["pairs"] == 6).all()
+    assert slower["speedup"].iloc[0] == pytest.approx(confirmed[0])
+    assert slower["ci_low"].iloc[0] == pytest.approx(confirmed[1])
+    assert slower["energy"].iloc[0] == pytest.approx(1 / confirmed[0])
+    assert slower["search_energy"].iloc[0] == pytest.approx(
+        1 / paired_speedup_ci(SEARCH_REF, SEARCH_CAND)[0])
+    assert sorted(slower["cpu_share"].unique()) == [0.41, 0.97]
+    assert slower["disturbed"].notna().sum() == 1
+    assert "below the floor" in slower["disturbed"].dropna().iloc[0]
+    short = df[(df["benchmark"] == "short") & (df["step"] == 1)]
+    assert short["unresolved"].all() and short["speedup"].isna().all()
+    assert short["energy"].isna().all() and (short["pairs"] == 3).all()

@@ -250,3 +250,28 @@ def test_bad_inputs_are_one_line(tmp_path):
         "assign-rewards: tinysum: 1 distinct measured tree(s); rewards need at least 3 "
         "(run a longer search)")
     assert "Traceback" not in r.stderr
+
+
+def _row(mutation, speedup, low, high, pairs, confirmed):
+    return {"mutation": mutation, "speedup": speedup, "ci_low": low, "ci_high": high,
+            "pairs": pairs, "confirmed": confirmed}
+
+
+def test_the_best_measured_candidate_is_named_by_confirmed_figures():
+    """Issue 20: the search's best figure (chosen as the best of many, on its first pairs)
+    runs high; the report names the confirmed one, says when no candidate beat the
+    heuristic, and names a higher unconfirmed figure as the search's."""
+    from analysis.rewards import best_measured
+    rows = [_row("baseline", 1.0, 1.0, 1.0, 0, False),
+            _row("flip a", 1.115, 1.02, 1.21, 6, False),
+            _row("flip b", 0.996, 0.98, 1.01, 8, True)]
+    line = best_measured(pd.DataFrame(rows))
+    assert line.startswith("best measured candidate: none beat the heuristic (confirmed "
+                           "best 0.996 [0.980, 1.010], 8 pairs)")
+    assert "highest unconfirmed figure 1.115 [1.020, 1.210], 6 pairs (the search's" in line
+    rows.append(_row("flip c", 1.05, 1.02, 1.08, 8, True))
+    assert best_measured(pd.DataFrame(rows)).startswith(
+        "best measured candidate: speedup 1.050 [1.020, 1.080], 8 pairs, confirmed")
+    assert best_measured(pd.DataFrame(rows[:2])) == (
+        "best measured candidate: speedup 1.115 [1.020, 1.210], 6 pairs (not confirmed: the "
+        "search's figure)")
