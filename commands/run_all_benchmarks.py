@@ -218,8 +218,15 @@ def run_all_benchmarks(model: str, benchmarks: tuple[str, ...], rewards: Path, r
                     if compared.failed:
                         error(f"{label}: the optimal tree's build failed a run "
                               f"({_candidate_failure(compared)})")
-    finally:
+    except KeyboardInterrupt:
+        # Ctrl-C: queued runs are dropped and the agents closed at once (an agent kills its
+        # run); closing as usual would first run every pair still asked for.
+        session.close(abort=True)
+        raise
+    except BaseException:
         session.close()
+        raise
+    session.close()
     report_lost_workers(session)
     if outcomes:
         print_tables(outcomes)

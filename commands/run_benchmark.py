@@ -155,8 +155,15 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
                 and not any(r.failed for r in results)):
             speedup = speedup_line(session, Contender(None, bench, build, bench_size), runs,
                                    remeasure)
-    finally:
+    except KeyboardInterrupt:
+        # Ctrl-C: queued runs are dropped and the agents closed at once (an agent kills its
+        # run); closing as usual would first run every pair still asked for.
+        session.close(abort=True)
+        raise
+    except BaseException:
         session.close()
+        raise
+    session.close()
     report_lost_workers(session)
     if not results:
         raise click.ClickException(errors[0])

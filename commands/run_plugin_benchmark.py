@@ -178,8 +178,15 @@ def run_plugin_benchmark(policy: str, benchmarks: tuple[str, ...], name: str | N
                     click.echo(f"{bench.name}: {figure} -> {path}", err=True)
                     if compared.failed:
                         error(f"{bench.name}: a run of the policy's build failed")
-    finally:
+    except KeyboardInterrupt:
+        # Ctrl-C: queued runs are dropped and the agents closed at once (an agent kills its
+        # run); closing as usual would first run every pair still asked for.
+        session.close(abort=True)
+        raise
+    except BaseException:
         session.close()
+        raise
+    session.close()
     report_lost_workers(session)
     print_table(outcomes, splits, label)
     if errors:
