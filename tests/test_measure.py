@@ -345,6 +345,30 @@ def test_a_stored_comparison_is_judged_again_when_read(tmp_path):
     assert compare(later, policy, store=tmp_path, trial="t").resolved and later.order
 
 
+def test_reusing_a_stored_comparison_does_not_depend_on_what_this_process_measured(tmp_path):
+    """Stored comparisons are judged again against the floor only: a process whose quiet
+    history of the same binaries is higher (it ran them on a quieter CPU) still reuses one
+    whose shares lie above the floor, as the process that stored it would, so a resumed
+    chain reuses exactly what an uninterrupted one would have."""
+    policy = PairingPolicy(min_pairs=2, max_pairs=4, half_width=1e-9)
+    svc = MeasurementService(SharedScheduler({A: 1.0, B: 0.8}, lambda n: 0.85),  # type: ignore[arg-type]
+                             Store(tmp_path), min_cpu_share=0.8)
+    try:
+        stored = svc.compare(job(A, 1), job(B, 1), "local", policy).result(timeout=10)
+    finally:
+        svc.close()
+    assert stored.resolved and stored.pairs == 4
+    quiet = SharedScheduler({A: 1.0, B: 0.8}, lambda n: 0.99)
+    svc = MeasurementService(quiet, Store(tmp_path), min_cpu_share=0.8)  # type: ignore[arg-type]
+    try:  # this process learns quiet shares of 0.99 for both binaries on the slot first
+        svc.compare(job(A, 1), job(B, 1), "local", policy, trial="learn").result(timeout=10)
+        ran = len(quiet.order)
+        again = svc.compare(job(A, 1), job(B, 1), "local", policy).result(timeout=10)
+    finally:
+        svc.close()
+    assert len(quiet.order) == ran and again.pairs == stored.pairs  # reused, not measured
+
+
 def test_stored_runs_are_judged_again_when_reused(tmp_path):
     """A result stored with a share below the floor (measured by a master without it) comes
     back from the store with that run disturbed: its time is not used."""

@@ -232,6 +232,13 @@ class ShareJudge:
             shares = self._quiet.setdefault(result.worker, {})
             return judge_shares(shares, result, self.floor, learn)
 
+    def stored(self, result: RunResult) -> RunResult:
+        """A stored result judged again, against the floor only: what this process happens to
+        have measured (its quiet history) must not decide whether a stored result is reused,
+        or a resumed chain would measure again what the uninterrupted one reused, and the two
+        would part ways (the kill/resume replay test)."""
+        return judge_shares({}, result, self.floor, learn=False)
+
     def quiet(self, sha256: str, worker: str) -> float | None:
         """The binary's median quiet share on ``worker`` (None: not known yet)."""
         with self._lock:
@@ -279,7 +286,7 @@ class MeasurementService:
         the same job (``RunJob.measurement_identity``) with at least ``job.runs`` runs, or such
         a job in flight with at least as many, answers instead (it may hold more runs)."""
         if reuse:
-            known = [self.judge(r, learn=False)
+            known = [self.judge.stored(r)
                      for r in self.store.job_measurements(job, worker_class)
                      if len(r.records) >= job.runs]
             if known:
@@ -379,7 +386,7 @@ class MeasurementService:
         """The stored comparison of ``key`` if it can still be trusted, else None (measured
         again): absent or damaged; unresolved (the CPU may be quiet now); a pair count
         outside the policy's bounds (stored before they were kept exactly); or a run it used
-        that the judge now finds disturbed (stored before the floor, or with a lower one)."""
+        below the floor (stored before the floor, or with a lower one)."""
         try:
             stored = Comparison.from_json(json.loads(self._path(key).read_text()))
         except (OSError, ValueError, KeyError, TypeError):
@@ -387,7 +394,7 @@ class MeasurementService:
         if not stored.resolved or stored.pairs > policy.max_pairs or (
                 stored.pairs < policy.min_pairs and stored.stopped != "failed"):
             return None
-        if any(self.judge(r, learn=False) is not r for r in stored.results):
+        if any(self.judge.stored(r) is not r for r in stored.results):
             return None
         return replace(stored, min_pairs=policy.min_pairs)
 
