@@ -28,7 +28,7 @@ from dispatcher.core.validation import (
     load_strict,
 )
 from dispatcher.running.backend import MODULES, backend_spec
-from dispatcher.running.measurement import DEFAULT_MIN_CPU_SHARE
+from dispatcher.running.measurement import DEFAULT_MIN_CPU_SHARE, SHARE_MARGIN
 from dispatcher.running.scheduler import SchedulerConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -88,11 +88,15 @@ class MeasureConfig:
     # A timed run whose CPU share (CPU time / wall time) is below this is disturbed and never
     # used, whatever its binary's own share (0: no floor; the relative check stays).
     min_cpu_share: float = DEFAULT_MIN_CPU_SHARE
+    # ... and a run more than this below its binary's own quiet share on its slot (1: no
+    # relative check)
+    share_margin: float = SHARE_MARGIN
 
 
 # Replaces the floor's default (not a config's own key): for a machine whose runs never reach
 # it (a guest VM with steal time, a test suite on a shared CPU).
 MIN_CPU_SHARE_ENV = "INLINING_ORCHESTRATOR_MIN_CPU_SHARE"
+SHARE_MARGIN_ENV = "INLINING_ORCHESTRATOR_SHARE_MARGIN"  # the same, for measure.share_margin
 
 
 def default_min_cpu_share() -> float:
@@ -108,6 +112,22 @@ def default_min_cpu_share() -> float:
     if not 0 <= value < 1:
         raise ConfigError(f"${MIN_CPU_SHARE_ENV}: expected a CPU share from 0 (no floor) to "
                           f"below 1, got {raw!r}")
+    return value
+
+
+def default_share_margin() -> float:
+    """``$INLINING_ORCHESTRATOR_SHARE_MARGIN`` when set (ConfigError if it is not a number
+    from 0 to 1), else SHARE_MARGIN."""
+    raw = os.environ.get(SHARE_MARGIN_ENV)
+    if raw is None or raw == "":
+        return SHARE_MARGIN
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 1:
+        raise ConfigError(f"${SHARE_MARGIN_ENV}: expected a share from 0 to 1 (no relative "
+                          f"check), got {raw!r}")
     return value
 
 
@@ -190,7 +210,7 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
         backoff_max_s=r.positive_number(sched, "backoff_max_s", "scheduler.backoff_max_s", 60.0,
                                         most=MAX_SECONDS, what="a positive number of seconds"))
     m = r.section(data, "measure", {"max_pairs", "half_width", "canary_every", "confirm",
-                                    "min_cpu_share"})
+                                    "min_cpu_share", "share_margin"})
     half_width = m.get("half_width", MeasureConfig.half_width)
     if not finite_number(half_width) or not 0 < half_width < 1:
         raise r.fail("measure.half_width", "a fraction between 0 and 1 (0.01: +-1%)",
@@ -204,11 +224,17 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
     elif not finite_number(min_share) or not 0 <= min_share < 1:
         raise r.fail("measure.min_cpu_share", "a CPU share from 0 (no floor) to below 1 "
                      "(0.8: runs below 80% are disturbed)", min_share)
+    margin = m.get("share_margin")
+    if margin is None:
+        margin = default_share_margin()
+    elif not finite_number(margin) or not 0 <= margin <= 1:
+        raise r.fail("measure.share_margin", "a share from 0 to 1 (0.05: runs 5 points below "
+                     "their binary's quiet share are disturbed; 1: no such check)", margin)
     measure = MeasureConfig(
         max_pairs=r.positive_int(m, "max_pairs", "measure.max_pairs", MeasureConfig.max_pairs,
                                  most=MAX_RUNS),
         half_width=float(half_width), canary_every=canary_every, confirm=confirm,
-        min_cpu_share=float(min_share))
+        min_cpu_share=float(min_share), share_margin=float(margin))
     return Config(path=path, backend=backend, store=store, search=search, scheduler=scheduler,
                   backends=backends, measure=measure,
                   run=RunConfig(runs=r.positive_int(run, "runs", "run.runs", RunConfig.runs,

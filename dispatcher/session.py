@@ -70,7 +70,8 @@ class Session:
             self._scheduler = Scheduler(self._backend.slots, self.config.scheduler)
         if self._measurements is None:
             self._measurements = MeasurementService(
-                self._scheduler, self.store, self.config.measure.min_cpu_share)
+                self._scheduler, self.store, self.config.measure.min_cpu_share,
+                self.config.measure.share_margin)
         return self._measurements
 
     @property

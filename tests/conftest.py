@@ -13,6 +13,10 @@ os.environ.setdefault("INLINING_ORCHESTRATOR_LOCK_DIR",
 # CPU share is often below the default floor of 0.8: without a floor, every comparison
 # would be unresolved.  Tests of the floor set measure.min_cpu_share in their configs.
 os.environ.setdefault("INLINING_ORCHESTRATOR_MIN_CPU_SHARE", "0")
+# Nor can a share 5 points below a binary's own earlier ones tell contention from the others'
+# load coming and going: end-to-end tests whose searches must resolve their comparisons do
+# without the relative check (tests/test_measure.py tests it; tests of contention set it).
+os.environ.setdefault("INLINING_ORCHESTRATOR_SHARE_MARGIN", "1")
 
 
 @pytest.fixture(scope="session")

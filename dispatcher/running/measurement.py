@@ -189,7 +189,8 @@ QUIET_KEPT = 50  # the most recent undisturbed shares kept per binary and slot
 
 
 def judge_shares(shares: dict[str, list[float]], result: RunResult,
-                 floor: float = 0.0, learn: bool = True) -> RunResult:
+                 floor: float = 0.0, learn: bool = True,
+                 margin: float = SHARE_MARGIN) -> RunResult:
     """``result`` with its runs marked disturbed where their CPU share is below ``floor`` or
     clearly below their binary's own quiet share (``shares``, by binary, updated with the
     undisturbed ones unless ``learn`` is false: a stored result read again)."""
@@ -203,7 +204,7 @@ def judge_shares(shares: dict[str, list[float]], result: RunResult,
                     f"CPU share {share:.2f}, below the floor {floor:.2f}")})
             elif len(seen) >= SHARE_HISTORY:
                 typical = statistics.median(seen)
-                if share < typical - SHARE_MARGIN:
+                if share < typical - margin:
                     rec = rec.model_copy(update={"disturbed": (
                         f"CPU share {share:.2f}, below this binary's {typical:.2f} on this "
                         "CPU")})
@@ -220,17 +221,17 @@ class ShareJudge:
     """The service's judge of CPU shares: the floor, and each binary's quiet shares per slot,
     kept across comparisons and run jobs (thread-safe: comparisons run in threads)."""
 
-    def __init__(self, floor: float = DEFAULT_MIN_CPU_SHARE):
+    def __init__(self, floor: float = DEFAULT_MIN_CPU_SHARE, margin: float = SHARE_MARGIN):
         if not 0.0 <= floor < 1.0:
             raise ValueError(f"a CPU share floor must lie in [0, 1), got {floor!r}")
-        self.floor = floor
+        self.floor, self.margin = floor, margin
         self._lock = threading.Lock()
         self._quiet: dict[str, dict[str, list[float]]] = {}  # slot -> binary -> shares
 
     def __call__(self, result: RunResult, learn: bool = True) -> RunResult:
         with self._lock:
             shares = self._quiet.setdefault(result.worker, {})
-            return judge_shares(shares, result, self.floor, learn)
+            return judge_shares(shares, result, self.floor, learn, self.margin)
 
     def stored(self, result: RunResult) -> RunResult:
         """A stored result judged again, against the floor only: what this process happens to
@@ -258,12 +259,13 @@ def share_range(results: list[RunResult]) -> str:
 
 class MeasurementService:
     def __init__(self, scheduler: Scheduler, store: Store,
-                 min_cpu_share: float = DEFAULT_MIN_CPU_SHARE):
+                 min_cpu_share: float = DEFAULT_MIN_CPU_SHARE,
+                 share_margin: float = SHARE_MARGIN):
         self.scheduler = scheduler
         self.store = store
         # Every run it hands out is judged by its CPU share (the floor, the binary's quiet
         # share on its slot), stored ones again when read: a run below is never used.
-        self.judge = ShareJudge(min_cpu_share)
+        self.judge = ShareJudge(min_cpu_share, share_margin)
         self._lock = threading.Lock()
         # Jobs in flight by measurement key: (runs, future).
         self._running: dict[str, tuple[int, Future]] = {}
