@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
+from datetime import datetime
 from typing import Any, Callable, TypeVar
 
 import click
@@ -36,3 +38,11 @@ def report_lost_workers(session: Session) -> None:
     """Slots taken out of service, and slots still lost when the command ended."""
     for line in session.lost_workers():
         click.echo(line, err=True)
+
+
+def progress(line: str) -> None:
+    """A progress line on stderr as a long command goes: on a terminal as it is; otherwise (a
+    log file, a pipe) after a timestamp, so a log read later says when each thing ended."""
+    if not sys.stderr.isatty():
+        line = f"{datetime.now().strftime('%Y-%m-%d %H:%M:%S')} {line}"
+    click.echo(line, err=True)

@@ -23,7 +23,12 @@ import click
 from analysis.result_files import csv_rows, outcome, write_csv
 from analysis.results import Outcome, format_speedup, print_tables
 from analysis.sources import SourcesError, benchmark_of
-from commands.common import backend_errors_in_one_line, report_lost_workers, show_warnings
+from commands.common import (
+    backend_errors_in_one_line,
+    progress,
+    report_lost_workers,
+    show_warnings,
+)
 from dispatcher.build.manifest import Benchmark, ManifestError
 from dispatcher.build.service import CompileJob, OverridesMismatch
 from dispatcher.build.toolchain import CompilerNotFound
@@ -214,7 +219,7 @@ def run_all_benchmarks(model: str, benchmarks: tuple[str, ...], rewards: Path, r
                               f"on {compared.worker}, stopped: {compared.stopped})"
                               if compared.resolved
                               else f"no speedup, {compared.unresolved_line()}")
-                    click.echo(f"{label}: {figure} -> {path}", err=True)
+                    progress(f"{label}: {figure} -> {path}")
                     if compared.failed:
                         error(f"{label}: the optimal tree's build failed a run "
                               f"({_candidate_failure(compared)})")

@@ -24,7 +24,12 @@ import click
 
 from analysis.result_files import csv_rows, outcome, write_csv
 from analysis.results import Outcome, format_speedup
-from commands.common import backend_errors_in_one_line, report_lost_workers, show_warnings
+from commands.common import (
+    backend_errors_in_one_line,
+    progress,
+    report_lost_workers,
+    show_warnings,
+)
 from dispatcher.build.manifest import (
     SPLITS,
     Benchmark,
@@ -175,7 +180,7 @@ def run_plugin_benchmark(policy: str, benchmarks: tuple[str, ...], name: str | N
                     figure = (f"speedup {format_speedup(got_outcome)} ({compared.pairs} "
                               f"pairs on {compared.worker})" if compared.resolved
                               else f"no speedup, {compared.unresolved_line()}")
-                    click.echo(f"{bench.name}: {figure} -> {path}", err=True)
+                    progress(f"{bench.name}: {figure} -> {path}")
                     if compared.failed:
                         error(f"{bench.name}: a run of the policy's build failed")
     except KeyboardInterrupt:

@@ -4,6 +4,7 @@ errors for bad inputs."""
 from __future__ import annotations
 
 import csv
+import re
 import io
 import json
 import math
@@ -179,7 +180,9 @@ def test_a_real_search_to_measured_optimal_trees_and_the_hyperparameters_to_use(
             [f"local/cpu{FIRST_CPU}", f"rewards/tinysum/ridge/{h}/optimal.sexp", rundir],
             [f"local/cpu{FIRST_CPU}", "heuristic", ""]]
         assert all(float(t) > 0 for r in rows[1:] for t in r[3:]) and len(rows[1]) == 5
-        assert f"tinysum/ridge/{h}: speedup " in measured.stderr
+        # stderr is a pipe here: each comparison's line says when it ended
+        assert re.search(rf"^\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d tinysum/ridge/{h}: speedup ",
+                         measured.stderr, re.MULTILINE), measured.stderr
     lines = measured.stdout.splitlines()
     rows = {ln.split()[1]: ln.split() for ln in lines if ln.split()[:1] == ["tinysum"]
             and ln.split()[1:2] != [] and ln.split()[1].startswith("gamma")}
