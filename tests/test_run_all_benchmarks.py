@@ -4,11 +4,11 @@ errors for bad inputs."""
 from __future__ import annotations
 
 import csv
-import re
 import io
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
