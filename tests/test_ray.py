@@ -285,7 +285,10 @@ def test_dead_actor_mid_job_the_job_runs_again_and_the_slot_comes_back(lab, comp
     assert killed.startswith("killed "), (killed, lab.log_tail())
     assert master.returncode == 0, err
     lines = csv_lines(out)
-    assert len(lines) == 2 and all(len(line) == 5 for line in lines), out
+    # three timed runs per worker (a run the agent marked disturbed, migrated say, is shown
+    # as such beside the one that replaced it)
+    assert len(lines) == 2 and all(
+        sum(cell != "disturbed" for cell in line[2:]) == 3 for line in lines), out
     assert f"ray/n2/cpu{lab.cpu}: lost a job" in err
     assert "out of service" not in err and "unavailable" not in err  # a new actor took over
     (result_file,) = (tmp_path / "store" / "measurements").rglob("*.json")
