@@ -126,3 +126,19 @@ def test_a_policy_file_is_read_once_and_answers_through_its_spec(tmp_path, monke
     old.write_bytes(old.read_bytes().replace(new_name,
                                              b"analysis.policy_training\n_Constant\n"))
     assert read_policy_file(old).advise({"size": 3}) == "inline"
+
+
+def test_balanced_accuracy_of_a_held_out_benchmark_warns_nothing():
+    """A benchmark left out often lacks a label the model predicts; scikit-learn warns about
+    it on stderr, which broke train-policy's one-line output (seen in CI)."""
+    import warnings
+
+    import numpy as np
+
+    from analysis.policy_training import _balanced_accuracy
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = _balanced_accuracy(np.array(["inline", "default"]),
+                                 np.array(["inline", "dont_inline"]))
+    assert 0.0 <= got <= 1.0
+    assert _balanced_accuracy(np.array(["inline"] * 2), np.array(["inline", "default"])) == 0.5
