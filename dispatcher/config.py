@@ -99,36 +99,31 @@ MIN_CPU_SHARE_ENV = "INLINING_ORCHESTRATOR_MIN_CPU_SHARE"
 SHARE_MARGIN_ENV = "INLINING_ORCHESTRATOR_SHARE_MARGIN"  # the same, for measure.share_margin
 
 
-def default_min_cpu_share() -> float:
-    """``$INLINING_ORCHESTRATOR_MIN_CPU_SHARE`` when set (ConfigError if it is not a share),
-    else DEFAULT_MIN_CPU_SHARE."""
-    raw = os.environ.get(MIN_CPU_SHARE_ENV)
+def _share_from_env(name: str, default: float, most_inclusive: bool, expected: str) -> float:
+    """``$name`` as a share from 0 up to 1 (inclusive or not) when set, else ``default``;
+    ConfigError (one line naming the variable) if it is not one."""
+    raw = os.environ.get(name)
     if raw is None or raw == "":
-        return DEFAULT_MIN_CPU_SHARE
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = float("nan")
-    if not 0 <= value < 1:
-        raise ConfigError(f"${MIN_CPU_SHARE_ENV}: expected a CPU share from 0 (no floor) to "
-                          f"below 1, got {raw!r}")
+    if not (0 <= value <= 1 if most_inclusive else 0 <= value < 1):
+        raise ConfigError(f"${name}: expected {expected}, got {raw!r}")
     return value
+
+
+def default_min_cpu_share() -> float:
+    """``$INLINING_ORCHESTRATOR_MIN_CPU_SHARE`` when set, else DEFAULT_MIN_CPU_SHARE."""
+    return _share_from_env(MIN_CPU_SHARE_ENV, DEFAULT_MIN_CPU_SHARE, False,
+                           "a CPU share from 0 (no floor) to below 1")
 
 
 def default_share_margin() -> float:
-    """``$INLINING_ORCHESTRATOR_SHARE_MARGIN`` when set (ConfigError if it is not a number
-    from 0 to 1), else SHARE_MARGIN."""
-    raw = os.environ.get(SHARE_MARGIN_ENV)
-    if raw is None or raw == "":
-        return SHARE_MARGIN
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0 <= value <= 1:
-        raise ConfigError(f"${SHARE_MARGIN_ENV}: expected a share from 0 to 1 (no relative "
-                          f"check), got {raw!r}")
-    return value
+    """``$INLINING_ORCHESTRATOR_SHARE_MARGIN`` when set, else SHARE_MARGIN."""
+    return _share_from_env(SHARE_MARGIN_ENV, SHARE_MARGIN, True,
+                           "a share from 0 to 1 (no relative check)")
 
 
 @dataclass(frozen=True)
