@@ -62,3 +62,7 @@ def train_policy() -> None:
 
 def run_plugin_benchmark() -> None:
     _launch("run-plugin-benchmark", "commands.run_plugin_benchmark")
+
+
+def measure_sites() -> None:
+    _launch("measure-sites", "commands.measure_sites")

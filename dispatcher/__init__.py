@@ -30,4 +30,4 @@ circle, not even for types only.  ``tests/test_layers.py`` checks all of it from
 """
 
 #: The layers of ``dispatcher/``, bottom first; the modules directly in it form the top layer.
-LAYERS = ("core", "storage", "build", "running", "search")
+LAYERS = ("core", "storage", "build", "running", "search", "labels")

@@ -42,10 +42,10 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
@@ -75,6 +75,12 @@ from dispatcher.core.records import (
     read_experiment,
     read_results,
     results_to_json,
+)
+from dispatcher.core.site_records import (
+    SitesExperiment,
+    SitesStartEvent,
+    read_sites_experiment,
+    sites_event_from_json,
 )
 
 JOURNAL = "journal.jsonl"
@@ -121,6 +127,7 @@ _kill_hook = _KillHook(os.environ[KILL_HOOK_ENV]) if os.environ.get(KILL_HOOK_EN
 
 
 E = TypeVar("E")
+R = TypeVar("R", bound="Rundir")
 
 
 def _torn(tail: bytes) -> bool:
@@ -152,12 +159,13 @@ def read_json_lines(path: Path, what: str = "journal line") -> list[dict]:
     return out
 
 
-def read_journal(path: Path) -> list[Event]:
-    """The journal's events, typed; RundirError (one line, file:line) for a bad one."""
+def read_journal(path: Path, parse: Callable[[Any, str], Any] = event_from_json) -> list[Any]:
+    """The journal's events, typed (``parse``: a search's by default); RundirError (one
+    line, file:line) for a bad one."""
     events = []
     for i, data in enumerate(read_json_lines(path)):
         try:
-            events.append(event_from_json(data, f"{path}: event {i + 1}"))
+            events.append(parse(data, f"{path}: event {i + 1}"))
         except RecordError as exc:
             raise RundirError(str(exc)) from None
     return events
@@ -324,8 +332,12 @@ class Rundir:
         except RecordError as exc:
             raise RundirError(str(exc)) from None
 
+    @staticmethod
+    def start_event(experiment: Any) -> Any:
+        return StartEvent(**experiment.model_dump())
+
     @classmethod
-    def create(cls, path: Path, experiment: Experiment, config_raw: dict) -> Rundir:
+    def create(cls: type[R], path: Path, experiment: Any, config_raw: dict) -> R:
         """A new rundir, locked, made whole: experiment, config and ``start`` event are
         written in a staging sibling that is renamed to ``path`` only when complete."""
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
@@ -353,7 +365,7 @@ class Rundir:
             rundir.path = staging = named
             write_json_atomic(staging / EXPERIMENT, experiment.to_json())
             write_text_atomic(staging / "config.yaml", yaml.safe_dump(config_raw, sort_keys=True))
-            rundir.append(StartEvent(**experiment.model_dump()))
+            rundir.append(rundir.start_event(experiment))
             _fsync_dir(staging)
             os.rename(staging, path)  # onto nothing, or onto an empty directory
         except BaseException as exc:
@@ -370,7 +382,7 @@ class Rundir:
         return rundir
 
     @classmethod
-    def open(cls, path: Path, lock: bool = True) -> Rundir:
+    def open(cls: type[R], path: Path, lock: bool = True) -> R:
         """An existing rundir to continue: its experiment record is checked now; with ``lock``
         it is locked (RundirError if another master holds it, or it cannot be written) and
         its journal checked against its steps (collected data is never written over)."""
@@ -544,6 +556,30 @@ class Rundir:
             return read_results(directory / MEASUREMENTS)
         except RecordError as exc:
             raise RundirError(str(exc)) from None
+
+
+class SitesRundir(Rundir):
+    """A labels rundir (``measure-sites``): the same mechanics (a lock, an append-only
+    fsynced journal, atomic writes, a whole rundir or none), with its own records
+    (``dispatcher.core.site_records``) and no steps."""
+
+    @functools.cached_property
+    def experiment(self) -> SitesExperiment:  # type: ignore[override]
+        try:
+            return read_sites_experiment(self.path / EXPERIMENT)
+        except RecordError as exc:
+            raise RundirError(str(exc)) from None
+
+    @staticmethod
+    def start_event(experiment: Any) -> Any:
+        return SitesStartEvent(**experiment.model_dump())
+
+    def _check_journal(self) -> None:
+        if not self.events():
+            self.append(self.start_event(self.experiment))
+
+    def events(self) -> list[Any]:
+        return read_journal(self.journal_path, sites_event_from_json)
 
 
 def append_batch_log(path: Path, entry: BatchEntry) -> None:

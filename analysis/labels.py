@@ -1,0 +1,174 @@
+"""The labels table of a benchmark (``labels/<bench>/sites.parquet`` and ``.csv``), its report
+and its plot, from labels rundirs (``measure-sites``, docs/labels.md).
+
+One row per label: the site (unit, round, key, callee, its source location), what the
+heuristic did there and the site's features from the heuristic build's dump, the action
+tested and its context, and the outcome: the effect as a log speedup of the tested tree over
+its reference with its 95% interval, pairs, the share of disturbed runs, and the cost.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dispatcher.core.decisions import dump_files, feature_rows, read_dumps, site_location
+from dispatcher.core.rundir import RundirError, SitesRundir
+from dispatcher.core.site_records import REFERENCE_DIR, LabelEvent, MinimalEvent, WinnerEvent
+from dispatcher.search.focus import site_function
+
+TABLE = "sites"
+ID_COLUMNS = ["benchmark", "unit", "round", "key", "callee", "location",
+              "heuristic_action", "heuristic_reason"]
+OUTCOME_COLUMNS = ["action", "context", "status", "effect", "low", "high", "speedup", "pairs",
+                   "disturbed_share", "runs", "cpu_s", "heat", "decision", "trial", "why",
+                   "rundir"]
+
+
+class LabelsError(RuntimeError):
+    """A labels rundir or table that cannot be read; the message is one line."""
+
+
+def label_rows(rundir: Path) -> pd.DataFrame:
+    """Every label a labels rundir journaled, one row each, with the site's features."""
+    rd = SitesRundir(rundir)
+    try:
+        exp = rd.experiment
+        events = rd.events()
+    except RundirError as exc:
+        raise LabelsError(str(exc)) from None
+    reference = rundir / REFERENCE_DIR
+    features: dict[tuple[str, int, str], dict[str, Any]] = {}
+    if reference.is_dir():
+        for row in feature_rows(read_dumps(dump_files(reference))):
+            features[(row["unit"], row["round"], row["key"])] = row
+    rows = []
+    for e in events:
+        if not isinstance(e, LabelEvent):
+            continue
+        s, o = e.site, e.outcome
+        f = dict(features.get((s.unit, s.round, s.key), {}))
+        reason = f.pop("reason", None)
+        for k in ("unit", "key", "callee", "action"):
+            f.pop(k, None)
+        effect = low = high = math.nan
+        if o.measured and o.speedup is not None:
+            effect = math.log(o.speedup)
+            if o.ci95 is not None:
+                low, high = math.log(o.ci95[0]), math.log(o.ci95[1])
+        rows.append({
+            "benchmark": exp.task, "unit": s.unit, "round": s.round, "key": s.key,
+            "callee": s.callee, "location": site_location(s.key) or "",
+            "heuristic_action": s.heuristic, "heuristic_reason": reason,
+            **{k: v for k, v in f.items() if k != "round"},
+            "action": s.action, "context": e.context, "status": o.status,
+            "effect": effect, "low": low, "high": high,
+            "speedup": o.speedup if o.measured else math.nan, "pairs": o.pairs,
+            "disturbed_share": o.disturbed / o.runs if o.runs else math.nan,
+            "runs": o.runs, "cpu_s": o.cpu_s, "heat": e.heat, "decision": e.decision,
+            "trial": e.trial, "why": o.why or "", "rundir": str(rundir)})
+    return pd.DataFrame(rows)
+
+
+def write_table(table: pd.DataFrame, directory: Path) -> list[Path]:
+    """``sites.parquet`` and ``sites.csv`` in ``directory`` (made if needed)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    parquet, csv = directory / f"{TABLE}.parquet", directory / f"{TABLE}.csv"
+    table.to_parquet(parquet, index=False)
+    table.to_csv(csv, index=False)
+    return [parquet, csv]
+
+
+def significant(row: Any, threshold: float = 0.0) -> bool:
+    """A measured label whose interval excludes zero and whose effect exceeds
+    ``threshold`` (log units)."""
+    return (row["status"] == "measured" and not math.isnan(row["low"])
+            and (row["low"] > 0 or row["high"] < 0) and abs(row["effect"]) > threshold)
+
+
+def report(rundirs: Sequence[Path], table: pd.DataFrame) -> list[str]:
+    """The text report: per rundir the winner and its minimal subset, then the labels."""
+    lines: list[str] = []
+    for path in rundirs:
+        rd = SitesRundir(path)
+        try:
+            events = rd.events()
+        except RundirError as exc:
+            raise LabelsError(str(exc)) from None
+        winner = next((e for e in events if isinstance(e, WinnerEvent)), None)
+        minimal = next((e for e in events if isinstance(e, MinimalEvent)), None)
+        if winner is not None:
+            ci = "" if winner.ci95 is None else f" [{winner.ci95[0]:.3f}, {winner.ci95[1]:.3f}]"
+            lines.append(f"winner: {winner.rundir}/{winner.dir}, confirmed {winner.speedup:.3f}x"
+                         f"{ci}; {len(winner.decisions)} decision(s) differ from the heuristic")
+        if minimal is not None:
+            kept = "; ".join(f"{winner.decisions[i].callee} {winner.decisions[i].action}"
+                             for i in minimal.subset) if winner else ""
+            share = "-" if minimal.kept_share is None else f"{100 * minimal.kept_share:.0f}%"
+            lines.append(f"minimal subset: {len(minimal.subset)} decision(s) after "
+                         f"{minimal.tests} test(s), stopped: {minimal.stopped} ({kept})")
+            lines.append(f"  fresh pairs: all {_figure(minimal.full)}, minimal "
+                         f"{_figure(minimal.kept)}; share of the log speedup kept: {share}")
+    if table.empty:
+        lines.append("no labels")
+        return lines
+    counts = table.groupby("status").size().to_dict()
+    lines.append("labels: " + ", ".join(f"{n} {k.replace('_', ' ')}"
+                                        for k, n in sorted(counts.items())))
+    shown = table.sort_values(["trial", "context", "effect"], na_position="last")
+    for _, r in shown.iterrows():
+        if r["status"] == "measured":
+            figure = (f"{100 * (math.exp(r['effect']) - 1):+6.2f}% "
+                      f"[{100 * (math.exp(r['low']) - 1):+.2f}, "
+                      f"{100 * (math.exp(r['high']) - 1):+.2f}]")
+            mark = " *" if significant(r) else ""
+        else:
+            figure, mark = r["status"].replace("_", " "), ""
+        lines.append(f"  {r['trial']:7} {r['context']:8} {r['action']:11} {r['callee']} in "
+                     f"{site_function(r['unit'], r['key'])} ({r['unit']} round {r['round']}, "
+                     f"{r['location']}): {figure}{mark}")
+    cost = table[table["status"] == "measured"]["cpu_s"]
+    if len(cost):
+        lines.append(f"cost: {cost.sum():.0f} worker CPU-seconds for {len(cost)} measured "
+                     f"labels, {cost.mean():.1f} s each")
+    return lines
+
+
+def _figure(outcome: Any) -> str:
+    if not outcome.measured:
+        return outcome.status.replace("_", " ")
+    ci = "" if outcome.ci95 is None else f" [{outcome.ci95[0]:.3f}, {outcome.ci95[1]:.3f}]"
+    return f"{outcome.speedup:.3f}x{ci}"
+
+
+def plot_effects(table: pd.DataFrame, path: Path, title: str) -> Path | None:
+    """Each measured label's effect (in percent) with its 95% interval; None: nothing to
+    plot."""
+    measured = table[table["status"] == "measured"].sort_values("effect")
+    if measured.empty:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pct = (measured["effect"].map(math.exp) - 1) * 100
+    low = (measured["low"].map(math.exp) - 1) * 100
+    high = (measured["high"].map(math.exp) - 1) * 100
+    names = [f"{r.callee} {r.action} ({r.context}{', retest' if r.trial == 'retest' else ''})"
+             for r in measured.itertuples()]
+    fig, ax = plt.subplots(figsize=(8, 0.3 * len(names) + 1.5))
+    ys = range(len(names))
+    ax.errorbar(pct, ys, xerr=[pct - low, high - pct], fmt="o", capsize=3)
+    ax.axvline(0, color="grey", linewidth=0.8)
+    ax.set_yticks(list(ys))
+    ax.set_yticklabels(names, fontsize=7)
+    ax.set_xlabel("effect of the action: speedup over its reference, % (95% interval)")
+    ax.set_title(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

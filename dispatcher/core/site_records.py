@@ -1,0 +1,183 @@
+"""The records of a labels rundir (``measure-sites``): what was asked, and its journal.
+
+A labels rundir measures single inlining decisions of one benchmark against a reference build
+(docs/labels.md).  Like a search's rundir it has ``experiment.json``, ``config.yaml`` and an
+append-only ``journal.jsonl``; its events are these.  Every measurement is journaled as it
+completes, so a resume replays the procedure from the journal and measures only what is
+missing: delta debugging asks the same questions in the same order, and the answers it already
+has are read back rather than measured again.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import Field, TypeAdapter, ValidationError
+
+from dispatcher.core.records import FinishEvent, Record, RecordError, ResumeEvent, _describe
+
+SITES_FORMAT_VERSION = 1
+SITES_KIND: Literal["sites"] = "sites"
+REFERENCE_DIR = "reference"  # the heuristic build's dumps (the features of the table)
+WINNER_DIR = "winner"  # the winning tree's dumps, as the search found it
+
+Context = Literal["alone", "removed", "minimal"]
+Status = Literal["measured", "not_reached", "same_binary", "unresolved", "failed"]
+
+
+class SitesExperiment(Record):
+    """What ``measure-sites`` was asked for one benchmark: its settings, recorded so that a
+    resume goes on with them whatever the config says by then."""
+
+    version: int = SITES_FORMAT_VERSION
+    kind: Literal["sites"] = SITES_KIND
+    task: str
+    benchmark: str  # its directory
+    size: str
+    runs: int  # the fewest pairs per test, over every slot
+    max_pairs: int  # the most pairs per test, over every slot
+    half_width: float
+    timeout: float
+    perf: bool
+    aslr: bool
+    worker_class: str
+    compiler: str  # sha256 of the ocamlopt that builds every tree
+    sources: list[str] = Field(default_factory=list)  # the search rundirs it attributes
+    sweep: int = 0  # hottest flippable sites of the heuristic build flipped alone
+    keep: float = 0.9  # share of the winner's log speedup a subset must keep
+    max_tests: int = 64  # delta-debugging tests at most
+    retest: bool = False  # every measured label measured again, independently
+    rundir: Optional[str] = None
+
+
+def read_sites_experiment(path: Path) -> SitesExperiment:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RecordError(f"{path}: unreadable ({exc})") from None
+    if not isinstance(data, dict) or data.get("kind") != SITES_KIND:
+        raise RecordError(f"{path}: not a labels rundir's experiment (no kind: sites)")
+    if data.get("version") != SITES_FORMAT_VERSION:
+        raise RecordError(f"{path}: labels rundir format version {data.get('version')!r} is "
+                          f"not one this tool reads ({SITES_FORMAT_VERSION})")
+    return SitesExperiment.from_json(data, str(path))
+
+
+def is_sites_rundir(path: Path) -> bool:
+    """Whether ``path``'s experiment.json is a labels rundir's (not a search's)."""
+    try:
+        return json.loads((path / "experiment.json").read_text()).get("kind") == SITES_KIND
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+class SiteDecision(Record):
+    """One call site and the action a tree took there; ``heuristic``: the heuristic build's
+    action at the same site (None: the heuristic's tree has no such site, it lies in a body
+    only the winner inlined)."""
+
+    unit: str
+    round: int
+    key: str
+    callee: str
+    action: str
+    heuristic: Optional[str] = None
+
+
+class Paired(Record):
+    """A test's outcome: a tree against its reference, pooled over every slot's pairs.
+
+    ``status``: measured (a speedup with its interval), same_binary (the tree built the
+    reference's binary: nothing to measure), not_reached (the changed site's code is not what
+    runs), unresolved (too few undisturbed pairs), failed (the tree failed to build or run)."""
+
+    status: Status
+    sha256: Optional[str] = None
+    speedup: Optional[float] = None  # reference time over tested time (geometric means)
+    ci95: Optional[tuple[float, float]] = None
+    pairs: int = 0
+    runs: int = 0  # every run of both binaries, disturbed ones included
+    disturbed: int = 0
+    cpu_s: float = 0.0  # worker seconds its runs took (the label's cost)
+    why: Optional[str] = None  # one line, for every status but measured
+
+    @property
+    def measured(self) -> bool:
+        return self.status == "measured" and self.speedup is not None
+
+
+class _SitesEvent(Record):
+    time: Optional[float] = None
+
+
+class SitesStartEvent(_SitesEvent, SitesExperiment):
+    event: Literal["start"] = "start"
+
+
+class ReferenceEvent(_SitesEvent):
+    """The heuristic build: every test's reference unless its context names another."""
+
+    event: Literal["reference"] = "reference"
+    sha256: str
+    artifact: Optional[str] = None
+
+
+class WinnerEvent(_SitesEvent):
+    """The tree attributed: the best a search confirmed, where it differs from the heuristic
+    (``decisions``, numbered by their place in this list in every later event)."""
+
+    event: Literal["winner"] = "winner"
+    rundir: str
+    dir: str  # its candidate dir in that rundir
+    speedup: float  # as the search confirmed it
+    ci95: Optional[tuple[float, float]] = None
+    decisions: list[SiteDecision]
+
+
+class TestEvent(_SitesEvent):
+    """One delta-debugging test: the heuristic's tree with the winner's decisions ``subset``
+    (indices into the winner's decisions), against the heuristic build."""
+
+    event: Literal["test"] = "test"
+    subset: list[int]
+    outcome: Paired
+    passes: bool
+
+
+class MinimalEvent(_SitesEvent):
+    """Where delta debugging stopped, and fresh pairs of the minimal subset and of the whole
+    set against the heuristic build (the share of the gain the subset keeps)."""
+
+    event: Literal["minimal"] = "minimal"
+    subset: list[int]
+    tests: int
+    stopped: str  # minimal | budget | no_gain
+    full: Paired  # every decision of the winner, fresh pairs
+    kept: Paired  # the minimal subset, fresh pairs
+    kept_share: Optional[float] = None  # log speedup of kept over log speedup of full
+
+
+class LabelEvent(_SitesEvent):
+    """One label: ``action`` taken at ``site`` in ``context`` against its reference."""
+
+    event: Literal["label"] = "label"
+    site: SiteDecision  # action: the action tested; heuristic: the heuristic's there
+    context: Context
+    trial: Literal["labels", "retest"] = "labels"
+    decision: Optional[int] = None  # its index in the winner's decisions (attribution)
+    heat: Optional[int] = None  # profile samples of its function and callee (sweep)
+    outcome: Paired
+
+
+SitesEvent = Annotated[Union[SitesStartEvent, ReferenceEvent, WinnerEvent, TestEvent,
+                             MinimalEvent, LabelEvent, ResumeEvent, FinishEvent],
+                       Field(discriminator="event")]
+_SITES_EVENT = TypeAdapter(SitesEvent)
+
+
+def sites_event_from_json(data: Any, where: str) -> Any:
+    try:
+        return _SITES_EVENT.validate_python(data)
+    except ValidationError as exc:
+        raise _describe(exc, where) from None

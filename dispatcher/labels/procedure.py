@@ -1,0 +1,481 @@
+"""``measure-sites`` for one benchmark: each decision's effect measured directly
+(docs/labels.md).
+
+The procedure, in its rundir's journal order:
+
+1. the reference: the heuristic's build (its dumps kept in ``reference/``: the features);
+2. attribution of a winner (when a search confirmed one): its decisions where it differs from
+   the heuristic; the whole set measured; delta debugging down to a minimal subset that keeps
+   ``keep`` of the whole set's log speedup; fresh pairs of both (the share kept); then each
+   kept decision labelled alone on the heuristic's tree, removed from the winner, and
+   removed from the minimal subset;
+3. a sweep: the ``sweep`` hottest flippable sites of the heuristic build (sampled profile),
+   each flipped alone;
+4. with ``retest``, every measured label measured again, independently (fresh pairs).
+
+Every test is a paired comparison by the measurement protocol, spread over every slot of the
+class (one part per slot, the parts' pairs pooled), so one label takes the whole machine.  A
+test's outcome is journaled when it completes; a resume replays the procedure and reads back
+each answer the journal has, measuring only the rest.  The same tree against the same
+reference is measured once: the store answers it again (two contexts may ask for one tree).
+"""
+from __future__ import annotations
+
+import math
+import shutil
+import statistics
+import threading
+from concurrent import futures
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, TypeVar
+
+from dispatcher.build.manifest import Benchmark
+from dispatcher.build.service import CompileError, CompileJob, CompileResult, CompileService
+from dispatcher.core.decisions import Override, override_reach
+from dispatcher.core.jobs import RunJob
+from dispatcher.core.records import FinishEvent, ResumeEvent
+from dispatcher.core.rundir import SitesRundir
+from dispatcher.core.site_records import (
+    REFERENCE_DIR,
+    WINNER_DIR,
+    Context,
+    LabelEvent,
+    MinimalEvent,
+    Paired,
+    ReferenceEvent,
+    SiteDecision,
+    TestEvent,
+    WinnerEvent,
+)
+from dispatcher.core.stats import paired_speedup_ci
+from dispatcher.core.tree import Tree, flippable
+from dispatcher.labels.ddmin import ddmin
+from dispatcher.labels.winner import Winner, flipped, reverted, tree_with, winner_decisions
+from dispatcher.running.measurement import (
+    Comparison,
+    MeasurementService,
+    PairingPolicy,
+    ReferenceFailed,
+)
+from dispatcher.search.focus import hot_functions_of, profile_job, site_heat
+from dispatcher.storage.store import Artifact
+
+T = TypeVar("T")
+
+
+class Interrupted(Exception):
+    pass
+
+
+@dataclass
+class LabelsStatus:
+    """What the progress lines show; written by the labeller's thread only."""
+
+    task: str
+    rundir: Path
+    phase: str = "starting"
+    tests: int = 0  # delta-debugging tests answered
+    labels: int = 0  # labels journaled
+    planned: int = 0  # labels the current phase will journal
+    last: str = ""  # the last outcome, in words
+    state: str = "running"  # running | finished | failed | interrupted
+    error: Optional[str] = None
+
+
+def describe(outcome: Paired) -> str:
+    """An outcome in words: "1.034x [1.021, 1.047], 12 pairs" or its status and why."""
+    if outcome.measured:
+        assert outcome.speedup is not None
+        ci = "" if outcome.ci95 is None else \
+            f" [{outcome.ci95[0]:.3f}, {outcome.ci95[1]:.3f}]"
+        return f"{outcome.speedup:.3f}x{ci}, {outcome.pairs} pairs"
+    return outcome.status.replace("_", " ") + (f" ({outcome.why})" if outcome.why else "")
+
+
+def log_effect(outcome: Paired) -> tuple[float, float, float] | None:
+    """(effect, low, high) in log speedup; None unless measured with an interval."""
+    if not outcome.measured or outcome.ci95 is None or outcome.speedup is None:
+        return None
+    return (math.log(outcome.speedup), math.log(outcome.ci95[0]), math.log(outcome.ci95[1]))
+
+
+def keeps_gain(outcome: Paired, full_log: float, keep: float) -> bool:
+    """A delta-debugging test passes: its speedup's interval lies above 1 and its log
+    speedup is at least ``keep`` of the whole set's (docs/labels.md, stopping rules)."""
+    effect = log_effect(outcome)
+    return effect is not None and effect[1] > 0.0 and effect[0] >= keep * full_log
+
+
+@dataclass
+class SiteLabeller:
+    rundir: SitesRundir
+    benchmark: Benchmark
+    builds: CompileService
+    measurements: MeasurementService
+    stop: threading.Event
+    winner: Winner | None = None  # the tree to attribute (new rundirs; a resume reads it)
+    status: LabelsStatus = field(init=False)
+    reference: Artifact = field(init=False)
+    heuristic: Tree = field(init=False)
+    _answers: dict[tuple[str, str, str], Paired] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.status = LabelsStatus(self.rundir.experiment.task, self.rundir.path)
+
+    # -- running
+
+    def run(self) -> None:
+        """The whole procedure; how it ended goes to the journal and ``status``."""
+        try:
+            self._run()
+        except Interrupted:
+            self.status.state = "interrupted"
+            self._finish("interrupted")
+        except ReferenceFailed as exc:
+            self._fail(f"the heuristic build failed a run: {exc}")
+        except CompileError as exc:
+            self._fail(f"the heuristic build failed to compile: {exc}")
+        except Exception as exc:  # one line for the user, the rundir kept for --resume
+            self._fail(" ".join(str(exc).split()) or type(exc).__name__)
+        else:
+            self.status.state, self.status.phase = "finished", "done"
+            self._finish("completed")
+
+    def _fail(self, why: str) -> None:
+        self.status.state, self.status.error = "failed", why
+        self._finish(f"failed: {why}")
+
+    def _finish(self, reason: str) -> None:
+        try:
+            self.rundir.append(FinishEvent(reason=reason))
+        except OSError as exc:
+            self.status.state = "failed"
+            self.status.error = f"{self.rundir.journal_path}: cannot write ({exc})"
+
+    def _run(self) -> None:
+        events = self.rundir.events()
+        if any(isinstance(e, (ReferenceEvent, FinishEvent)) for e in events):
+            self.rundir.append(ResumeEvent(from_step=0))
+        for e in events:  # the answers a resume reads back
+            if isinstance(e, TestEvent):
+                self._answers[("test", "labels", _subset_key(e.subset))] = e.outcome
+            elif isinstance(e, LabelEvent):
+                self._answers[("label", e.trial, _label_key(e))] = e.outcome
+        self._reference(events)
+        winner = next((e for e in events if isinstance(e, WinnerEvent)), None)
+        if winner is None and self.winner is not None:
+            winner = self._journal_winner(self.winner)
+        if winner is not None:
+            self._attribute(winner, events)
+        if self.rundir.experiment.sweep:
+            self._sweep()
+        if self.rundir.experiment.retest:
+            self._retest()
+
+    def check_stop(self) -> None:
+        if self.stop.is_set():
+            raise Interrupted
+
+    def wait(self, future: Future[T]) -> T:
+        while True:
+            try:
+                return future.result(timeout=0.2)
+            except futures.TimeoutError:
+                self.check_stop()
+
+    # -- the reference and the winner
+
+    def _reference(self, events: list[Any]) -> None:
+        self.status.phase = "reference"
+        compiled = self.wait(self.builds.submit(CompileJob(self.benchmark)))
+        known = next((e for e in events if isinstance(e, ReferenceEvent)), None)
+        if known is not None and known.sha256 != compiled.sha256:
+            raise RuntimeError(f"the heuristic build is another binary than the one this "
+                               f"rundir measured against ({compiled.sha256[:12]}, not "
+                               f"{known.sha256[:12]}): was the compiler or the benchmark "
+                               "changed?")
+        self.reference = compiled.artifact
+        d = self.rundir.path / REFERENCE_DIR
+        if known is None:
+            if d.exists():
+                shutil.rmtree(d)
+            d.mkdir()
+            compiled.artifact.export(d)
+            self.rundir.append(ReferenceEvent(sha256=compiled.sha256,
+                                              artifact=compiled.artifact.key))
+        self.heuristic = Tree.from_dir(d)
+
+    def _journal_winner(self, winner: Winner) -> WinnerEvent:
+        source = winner.rundir / winner.dir
+        d = self.rundir.path / WINNER_DIR
+        if d.exists():
+            shutil.rmtree(d)
+        shutil.copytree(source, d, ignore=shutil.ignore_patterns("measurements.json"))
+        event = WinnerEvent(rundir=str(winner.rundir), dir=winner.dir, speedup=winner.speedup,
+                            ci95=winner.ci95,
+                            decisions=winner_decisions(self.heuristic, Tree.from_dir(d)))
+        self.rundir.append(event)
+        return event
+
+    # -- attribution
+
+    def _attribute(self, winner: WinnerEvent, events: list[Any]) -> None:
+        decisions = winner.decisions
+        everything = tuple(range(len(decisions)))
+        if not decisions:
+            self.status.last = "the winner takes no decision the heuristic does not"
+            return
+        self.status.phase = f"attribution: {len(decisions)} decisions"
+        exp = self.rundir.experiment
+        full = self._test(decisions, everything)
+        full_effect = log_effect(full)
+        if full_effect is None or full_effect[1] <= 0.0:
+            self.status.last = f"its decisions together: {describe(full)}; no gain to attribute"
+            minimal, stopped, tests = everything, "no_gain", 1
+        else:
+            reduced = ddmin(everything, lambda s: keeps_gain(
+                self._test(decisions, s), full_effect[0], exp.keep), exp.max_tests)
+            minimal, stopped, tests = reduced.subset, reduced.stopped, reduced.tests + 1
+        done = next((e for e in events if isinstance(e, MinimalEvent)), None)
+        if done is None:
+            self.status.phase = "confirming the minimal subset"
+            fresh_full = self._measure_tree(tree_with(self.heuristic, decisions), (),
+                                            self.reference, "confirm")
+            fresh_kept = self._measure_tree(
+                tree_with(self.heuristic, [decisions[i] for i in minimal]), (),
+                self.reference, "confirm")
+            share = None
+            fe, ke = log_effect(fresh_full), log_effect(fresh_kept)
+            if fe is not None and ke is not None and fe[0] != 0.0:
+                share = ke[0] / fe[0]
+            self.rundir.append(MinimalEvent(subset=list(minimal), tests=tests, stopped=stopped,
+                                            full=fresh_full, kept=fresh_kept,
+                                            kept_share=share))
+        if stopped == "no_gain":
+            return
+        kept = [decisions[i] for i in minimal]
+        self.status.phase = f"labelling {len(kept)} kept decisions"
+        self.status.planned = len(kept) * (3 if len(kept) > 1 else 2)
+        winner_build = self._build(tree_with(self.heuristic, decisions))
+        minimal_build = self._build(tree_with(self.heuristic, kept))
+        for i in minimal:
+            d = decisions[i]
+            others = [x for j, x in enumerate(decisions) if j != i]
+            self._label(d, "alone", tree_with(self.heuristic, [d]), self.reference, i)
+            if winner_build is not None:
+                self._label(reverted(d), "removed",
+                            tree_with(self.heuristic, others + [reverted(d)]
+                                      if d.heuristic is None else others),
+                            winner_build.artifact, i)
+            if len(kept) > 1 and minimal_build is not None:
+                rest = [x for x in kept if x != d]
+                self._label(reverted(d), "minimal", tree_with(self.heuristic, rest),
+                            minimal_build.artifact, i)
+
+    def _test(self, decisions: list[SiteDecision], subset: tuple[int, ...]) -> Paired:
+        """The heuristic's tree with ``subset`` of the winner's decisions, against the
+        heuristic build (journaled, or read back)."""
+        key = ("test", "labels", _subset_key(subset))
+        if key in self._answers:
+            self.status.tests += 1
+            return self._answers[key]
+        self.check_stop()
+        outcome = self._measure_tree(tree_with(self.heuristic, [decisions[i] for i in subset]),
+                                     (), self.reference, "labels")
+        exp = self.rundir.experiment
+        full = self._answers.get(("test", "labels", _subset_key(range(len(decisions)))))
+        full_effect = log_effect(full) if full is not None else None
+        passes = full_effect is not None and keeps_gain(outcome, full_effect[0], exp.keep)
+        self.rundir.append(TestEvent(subset=list(subset), outcome=outcome, passes=passes))
+        self._answers[key] = outcome
+        self.status.tests += 1
+        self.status.last = f"test of {len(subset)} decision(s): {describe(outcome)}"
+        return outcome
+
+    # -- the sweep
+
+    def _sweep(self) -> None:
+        exp = self.rundir.experiment
+        self.status.phase = "profiling the heuristic build"
+        hot = self.rundir.profile()
+        if hot is None:
+            job = self.job(self.reference, runs=3)
+            measured = self.measurements.wait(
+                self.measurements.submit(job, exp.worker_class), self.wait)
+            times = measured.times or [1.0]
+            sampled = self.measurements.wait(self.measurements.submit(
+                profile_job(job, statistics.median(times)), exp.worker_class), self.wait)
+            hot = hot_functions_of(self.reference.binary, sampled.results)
+            self.rundir.write_profile(hot)
+        ranked = sorted(((site_heat(u, n.key, n.name, hot), i, u, r, n)
+                         for i, (u, r, n) in enumerate(flippable(self.heuristic, None))),
+                        key=lambda x: (-x[0], x[1]))
+        chosen = [x for x in ranked if x[0] > 0][:exp.sweep]
+        self.status.phase = f"sweep: {len(chosen)} hottest sites"
+        self.status.planned = len(chosen)
+        for heat, _, unit, round_, node in chosen:
+            d = flipped(unit, round_, node.key, node.name, node.decided)
+            self._label(d, "alone", tree_with(self.heuristic, [d]), self.reference, None,
+                        heat=heat)
+
+    # -- the retest
+
+    def _retest(self) -> None:
+        firsts = [e for e in self.rundir.events()
+                  if isinstance(e, LabelEvent) and e.trial == "labels" and e.outcome.measured]
+        self.status.phase = f"retest: {len(firsts)} labels"
+        self.status.planned = len(firsts)
+        decisions = next((e.decisions for e in self.rundir.events()
+                          if isinstance(e, WinnerEvent)), [])
+        for e in firsts:
+            reference = self.reference
+            overrides = self._label_overrides(e, decisions)
+            if e.context != "alone":
+                base = tree_with(self.heuristic, decisions if e.context == "removed" else
+                                 [decisions[i] for i in self._minimal()])
+                built = self._build(base)
+                if built is None:
+                    continue
+                reference = built.artifact
+            self._label(e.site, e.context, overrides, reference, e.decision, e.heat,
+                        trial="retest")
+
+    def _minimal(self) -> list[int]:
+        return next((e.subset for e in self.rundir.events() if isinstance(e, MinimalEvent)), [])
+
+    def _label_overrides(self, e: LabelEvent, decisions: list[SiteDecision]) -> list[Override]:
+        """The tree a journaled label tested, again."""
+        if e.context == "alone":
+            return tree_with(self.heuristic, [e.site])
+        i = e.decision
+        within = decisions if e.context == "removed" else \
+            [decisions[j] for j in self._minimal()]
+        rest = [x for j, x in enumerate(decisions) if x in within and j != i]
+        if e.context == "removed" and i is not None and decisions[i].heuristic is None:
+            rest.append(e.site)
+        return tree_with(self.heuristic, rest)
+
+    # -- labels
+
+    def _label(self, site: SiteDecision, context: Context, overrides: list[Override],
+               reference: Artifact, decision: int | None, heat: int | None = None,
+               trial: Literal["labels", "retest"] = "labels") -> None:
+        """Measure one label (or read it back) and journal it."""
+        probe = LabelEvent(site=site, context=context, decision=decision, heat=heat,
+                           trial=trial, outcome=Paired(status="failed"))
+        key = ("label", trial, _label_key(probe))
+        if key in self._answers:
+            return
+        self.check_stop()
+        changed = (Override(site.unit, site.round, site.key, site.action),)
+        outcome = self._measure_tree(overrides, changed, reference,
+                                     "labels" if trial == "labels" else "retest")
+        self.rundir.append(probe.model_copy(update={"outcome": outcome}))
+        self._answers[key] = outcome
+        self.status.labels += 1
+        self.status.last = (f"{site.callee} {site.action} ({context}): {describe(outcome)}")
+
+    # -- building and measuring
+
+    def _build(self, overrides: list[Override]) -> CompileResult | None:
+        try:
+            return self.wait(self.builds.submit(CompileJob(self.benchmark, tuple(overrides))))
+        except CompileError:
+            return None
+
+    def _measure_tree(self, overrides: list[Override], changed: tuple[Override, ...],
+                      reference: Artifact, trial: str) -> Paired:
+        """Build the tree ``overrides`` ask for and measure it against ``reference``;
+        ``changed``: the overrides that make it differ from its reference, checked to reach
+        the code that runs."""
+        try:
+            compiled = self.wait(self.builds.submit(CompileJob(self.benchmark,
+                                                               tuple(overrides))))
+        except CompileError as exc:
+            return Paired(status="failed", why=f"compile failed: {' '.join(str(exc).split())}"
+                          [:300])
+        if changed:
+            reach = override_reach(changed, compiled.artifact.dumps())
+            if reach.unmatched or reach.elsewhere:
+                why = reach.line("the flip")
+                return Paired(status="not_reached", sha256=compiled.sha256,
+                              why=(why or "").removeprefix("warning: the flip: ")[:300])
+        if compiled.sha256 == reference.sha256:
+            return Paired(status="same_binary", sha256=compiled.sha256,
+                          why="the tree built its reference's binary")
+        return self._compare(compiled.artifact, reference, trial)
+
+    def job(self, artifact: Artifact | CompileResult, runs: int = 1) -> RunJob:
+        exp = self.rundir.experiment
+        size = self.benchmark.size(exp.size)
+        return RunJob(sha256=artifact.sha256, binary=artifact.binary, args=size.args,
+                      runs=runs, timeout=exp.timeout, expected_output=size.expected.to_json(),
+                      perf=exp.perf, aslr=exp.aslr)
+
+    def slots(self) -> int:
+        cls = self.rundir.experiment.worker_class
+        return max(1, sum(s.worker_class == cls for s in self.measurements.scheduler.slots))
+
+    def part_policy(self) -> PairingPolicy:
+        """One slot's share of a test: the run settings divided over the slots (a part
+        whose interval is as wide as sqrt(parts) times the target gives a pooled one at
+        about the target)."""
+        exp, n = self.rundir.experiment, self.slots()
+        return PairingPolicy.between(max(2, math.ceil(exp.runs / n)),
+                                     max(2, math.ceil(exp.max_pairs / n)),
+                                     exp.half_width * math.sqrt(n))
+
+    def _compare(self, tested: Artifact, reference: Artifact, trial: str) -> Paired:
+        """``tested`` against ``reference`` in one comparison per slot, started together,
+        pooled: pairs never mix slots, a label takes the whole class."""
+        exp = self.rundir.experiment
+        policy = self.part_policy()
+        parts = [self.measurements.compare(self.job(reference), self.job(tested),
+                                           exp.worker_class, policy,
+                                           trial=f"{trial} part {i}")
+                 for i in range(self.slots())]
+        done: list[Comparison] = [self.wait(p) for p in parts]
+        return pooled(done, exp.runs, tested.sha256)
+
+
+def pooled(parts: list[Comparison], fewest: int, sha256: str) -> Paired:
+    """One outcome of a test's parts: their resolved pairs pooled (a pair's ratio is
+    within its slot, so the pool mixes no slots)."""
+    reference: list[float] = []
+    candidate: list[float] = []
+    runs = disturbed = 0
+    cpu = 0.0
+    for c in parts:
+        runs += c.runs
+        disturbed += c.disturbed
+        cpu += sum(rec.wall_s for r in c.results for rec in r.records)
+        if c.resolved and c.stopped != "failed":
+            reference += c.reference_times
+            candidate += c.candidate_times
+    common: dict[str, Any] = dict(runs=runs, disturbed=disturbed, cpu_s=round(cpu, 3),
+                                  sha256=sha256)
+    failed = next((c for c in parts if c.stopped == "failed"), None)
+    if failed is not None:
+        failure = next((rec.failure for r in failed.results for rec in r.records
+                        if rec.failure), "a run failed")
+        return Paired(status="failed", why=f"the tested binary failed: {failure}"[:300],
+                      **common)
+    if len(candidate) < fewest:
+        return Paired(status="unresolved", pairs=len(candidate),
+                      why=f"{len(candidate)} undisturbed pairs of the {fewest} needed; "
+                          f"{disturbed} of {runs} runs disturbed", **common)
+    speedup, low, high = paired_speedup_ci(reference, candidate)
+    return Paired(status="measured", speedup=speedup,
+                  ci95=None if low is None or high is None else (low, high),
+                  pairs=len(candidate), **common)
+
+
+def _subset_key(subset: Any) -> str:
+    return ",".join(str(i) for i in sorted(subset))
+
+
+def _label_key(e: LabelEvent) -> str:
+    s = e.site
+    return f"{e.context}|{s.unit}|{s.round}|{s.key}|{s.action}"

@@ -1,0 +1,99 @@
+"""Which tree ``measure-sites`` attributes, and which of its decisions: a search's confirmed
+best, where it differs from the heuristic's build."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dispatcher.core.decisions import Override
+from dispatcher.core.records import ConfirmEvent, RecordError, read_experiment
+from dispatcher.core.rundir import EXPERIMENT, RundirError, read_journal
+from dispatcher.core.site_records import SiteDecision
+from dispatcher.core.tree import CALL, Located, Tree, flip, propose_action, to_overrides
+
+
+@dataclass(frozen=True)
+class Winner:
+    rundir: Path
+    dir: str
+    speedup: float
+    ci95: tuple[float, float] | None
+
+
+def confirmed_winner(rundirs: Iterable[Path]) -> Winner | None:
+    """The best tree the searches of ``rundirs`` confirmed faster than the heuristic: the
+    highest confirmed speedup whose interval lies above 1 (None: none did).  A confirmation
+    is fresh pairs of the search's best against the heuristic build (docs/measurement.md),
+    not the maximum of the noisy estimates the search compared along the way."""
+    best: Winner | None = None
+    for rundir in rundirs:
+        try:
+            events = read_journal(rundir / "journal.jsonl")
+        except (RundirError, OSError) as exc:
+            raise RundirError(f"{rundir}: cannot read its journal ({exc})") from None
+        for e in events:
+            if isinstance(e, ConfirmEvent) and e.significant and e.speedup is not None \
+                    and e.speedup > 1.0 and e.ci95 is not None and e.ci95[0] > 1.0 \
+                    and (best is None or e.speedup > best.speedup):
+                best = Winner(rundir, e.dir, e.speedup, e.ci95)
+    return best
+
+
+def search_compiler(rundir: Path) -> str | None:
+    """The compiler identity a search rundir recorded (None: an old one that did not)."""
+    try:
+        return read_experiment(rundir / EXPERIMENT).compiler
+    except RecordError as exc:
+        raise RundirError(str(exc)) from None
+
+
+def winner_decisions(heuristic: Tree, winner: Tree) -> list[SiteDecision]:
+    """The decisions the winner's search forced (reason ``override``) that the heuristic
+    did not take: another action at the same site, or a site only the winner has (in a body
+    it inlined and the heuristic did not).  Decisions the compiler took by itself in the
+    winner's build (its heuristic, in new bodies) are consequences, not choices."""
+    out = []
+    for unit, round_, node in winner.calls():
+        if node.reason != "override" or node.action is None:
+            continue
+        theirs = heuristic.find(unit, round_, node.key)
+        if theirs is not None and theirs.action == node.action:
+            continue
+        out.append(SiteDecision(unit=unit, round=round_, key=node.key, callee=node.name,
+                                action=node.action,
+                                heuristic=None if theirs is None else theirs.action))
+    return out
+
+
+def tree_with(heuristic: Tree, decisions: Sequence[SiteDecision]) -> list[Override]:
+    """Overrides asking for the heuristic's tree with ``decisions`` taken: every other site
+    pinned as the heuristic decided it (so the decisions are measured on the heuristic's
+    tree, not on whatever the heuristic would decide around them); a decision at a site the
+    heuristic's tree lacks is one more pin (it matches once its enclosing body is inlined)."""
+    tree = heuristic
+    extra = []
+    for d in decisions:
+        node = heuristic.find(d.unit, d.round, d.key)
+        if node is not None and node.kind == CALL:
+            tree = propose_action(tree, Located(d.unit, d.round, node), d.action)
+        else:
+            extra.append(Override(d.unit, d.round, d.key, d.action))
+    pins = {(o.unit, o.round, o.key): o for o in to_overrides(tree)}
+    for o in extra:
+        pins[(o.unit, o.round, o.key)] = o
+    return sorted(pins.values())
+
+
+def reverted(d: SiteDecision) -> SiteDecision:
+    """``d`` set back to what the heuristic did there (the action a "removed" label tests);
+    a site the heuristic's tree lacks gets the opposite of the winner's action."""
+    action = d.heuristic if d.heuristic is not None else flip(d.action)
+    return d.model_copy(update={"action": action, "heuristic": d.heuristic})
+
+
+def flipped(unit: str, round_: int, key: str, callee: str, action: str) -> SiteDecision:
+    """A site of the heuristic's tree with its action flipped (a sweep's label)."""
+    return SiteDecision(unit=unit, round=round_, key=key, callee=callee, action=flip(action),
+                        heuristic=action)
+
