@@ -6,9 +6,14 @@ intercept (a tree's decisions are the whole story; the baseline's own row, speed
 the scale), over a grid of ``gamma`` (depth weight), ``alpha`` (regularisation strength) and
 target (``linear``: speedup - 1; ``log``: log speedup, so rewards add up as factors).
 
-Each configuration is validated two ways: a seeded shuffled split by candidate (20% held out)
-and, when there are several chains, a split by chain (each chain held out in turn, its
-predictions pooled), each scored by R^2 and Spearman's rank correlation on the held-out rows.
+Each configuration is validated two ways with scikit-learn's cross-validation
+(``cross_val_predict``): a seeded shuffled k-fold split by tree (``GroupKFold``, five folds or
+one per distinct tree when fewer; every candidate held out once, and the rows of one tree, a
+tree measured again, always on the same side) and, when there are several chains, a split by
+chain (``LeaveOneGroupOut``: each chain held out in turn).  Each is scored by R^2 and Spearman's
+rank correlation over the pooled held-out predictions of every row (a fold of one or two rows
+has no R^2 of its own).  The k-fold R^2 is the model's *held-out R^2*: below 0, the model
+predicts the candidates it did not see worse than their mean does.
 A reward's 95% interval comes from a bootstrap over candidates (percentiles of the refitted
 coefficients), so a user sees which rewards the data supports.  Every call is in a tree either
 inlined or out of line, so only the difference of its two coefficients (its *net* reward: what
@@ -85,8 +90,10 @@ def fit(X: sp.csr_matrix, y: np.ndarray, hyper: Hyper) -> np.ndarray:
 
 
 def _r2(y: np.ndarray, pred: np.ndarray) -> float:
-    ss = float(np.sum((y - y.mean()) ** 2))
-    return math.nan if ss == 0 else 1.0 - float(np.sum((y - pred) ** 2)) / ss
+    from sklearn.metrics import r2_score
+    if len(y) < 2 or np.all(y == y[0]):
+        return math.nan  # no variance to explain
+    return float(r2_score(y, pred))
 
 
 def _spearman(y: np.ndarray, pred: np.ndarray) -> float:
@@ -96,35 +103,50 @@ def _spearman(y: np.ndarray, pred: np.ndarray) -> float:
     return float(spearmanr(y, pred).statistic)
 
 
+KFOLD = "kfold"  # the split whose R^2 is the held-out R^2
+CHAIN = "chain"
+FOLDS = 5
+
+
 @dataclass(frozen=True)
 class Score:
-    split: str  # "shuffle" | "chain"
+    split: str  # KFOLD | CHAIN
     r2: float
     spearman: float
-    n_test: int
+    n_test: int  # rows held out (each once)
+    folds: int = 0
+
+
+def _held_out(X: sp.csr_matrix, y: np.ndarray, hyper: Hyper, cv, groups: Sequence[str],
+              split: str) -> Score:
+    from sklearn.model_selection import cross_val_predict
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # lasso's convergence notes on tiny data
+        pred = cross_val_predict(_estimator(hyper), X, y, groups=list(groups), cv=cv)
+    return Score(split, _r2(y, pred), _spearman(y, pred), len(y), cv.get_n_splits(groups=groups))
 
 
 def validate(X: sp.csr_matrix, speedups: np.ndarray, chains: Sequence[str], hyper: Hyper,
-             seed: int = 0, test_share: float = 0.2) -> list[Score]:
-    """Held-out scores of ``hyper`` (see the module's docstring)."""
+             seed: int = 0, trees: Sequence[str] | None = None) -> list[Score]:
+    """Held-out scores of ``hyper`` (see the module's docstring): the k-fold split by tree
+    (``trees``: each row's tree; default, each row its own), then the split by chain when
+    there are several chains."""
+    from sklearn.model_selection import GroupKFold, LeaveOneGroupOut
     y = target_values(speedups, hyper.target)
-    n = len(y)
+    groups = list(trees) if trees is not None else [str(i) for i in range(len(y))]
     scores = []
-    if n >= 5:
-        order = np.random.default_rng(seed).permutation(n)
-        n_test = max(1, int(round(test_share * n)))
-        test, train = order[:n_test], order[n_test:]
-        pred = X[test] @ fit(X[train], y[train], hyper)
-        scores.append(Score("shuffle", _r2(y[test], pred), _spearman(y[test], pred), len(test)))
-    groups = sorted(set(chains))
-    if len(groups) >= 2:
-        labels = np.asarray(chains)
-        pred = np.empty(n)
-        for g in groups:
-            held = labels == g
-            pred[held] = X[held] @ fit(X[~held], y[~held], hyper)
-        scores.append(Score("chain", _r2(y, pred), _spearman(y, pred), n))
+    distinct = len(set(groups))
+    if distinct >= 3:
+        cv = GroupKFold(n_splits=min(FOLDS, distinct), shuffle=True, random_state=seed)
+        scores.append(_held_out(X, y, hyper, cv, groups, KFOLD))
+    if len(set(chains)) >= 2:
+        scores.append(_held_out(X, y, hyper, LeaveOneGroupOut(), chains, CHAIN))
     return scores
+
+
+def held_out(scores: Sequence[Score]) -> Score | None:
+    """The k-fold score: the held-out R^2 and Spearman a prediction is printed with."""
+    return next((s for s in scores if s.split == KFOLD), None)
 
 
 def bootstrap(X: sp.csr_matrix, speedups: np.ndarray, hyper: Hyper, rounds: int = 100,

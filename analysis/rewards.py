@@ -5,13 +5,19 @@ optimal tree, and the files a user reads.
     <out>/<benchmark>/fits.csv                        every configuration's held-out scores
     <out>/<benchmark>/constant-nodes.txt              nodes that never varied (dropped)
     <out>/<benchmark>/<model>/predicted.png           predicted against measured speedup
-    <out>/<benchmark>/<model>/<hyper>/optimal.sexp    the optimal tree, an overrides file
+    <out>/<benchmark>/<model>/<hyper>/optimal.sexp    the optimal tree, an overrides file, or
+    <out>/<benchmark>/<model>/<hyper>/no-optimal.txt  why none was written (a weak fit)
     <out>/<benchmark>/<model>/<hyper>/rewards.csv     (and .parquet) one row per node
     <out>/<benchmark>/<model>/<hyper>/rewards.png     the largest rewards with their intervals
     <out>/<benchmark>/<model>/<hyper>/report.txt      the fit, in a few lines
 
 The steps are ``analysis.extract`` -> ``analysis.expanded`` -> ``analysis.models`` ->
 ``analysis.optimal``; this module runs them for one benchmark and writes the results.
+
+An optimal tree is written only where the data supports it (``withheld``): a held-out R^2 of
+at least ``min_r2`` (default 0: the model predicts unseen candidates better than their mean)
+and at least ``min_supported`` calls (default 1) whose net reward's bootstrap interval
+excludes 0.  Otherwise ``no-optimal.txt`` says why, and a stale ``optimal.sexp`` is removed.
 """
 from __future__ import annotations
 
@@ -26,15 +32,18 @@ import pandas as pd
 from analysis.expanded import ExpandedTree, expand, features, varying
 from analysis.extract import Candidates
 from analysis.models import (
+    KFOLD,
     Hyper,
     Score,
     bootstrap,
     fit,
+    held_out,
     predicted_speedups,
     target_values,
     validate,
 )
 from analysis.optimal import Choice, optimal, to_overrides
+from analysis.results import WITHHELD
 from analysis.sources import write_sources
 from dispatcher.core.decisions import write_overrides
 from dispatcher.core.files import atomic_output, write_text_atomic
@@ -57,6 +66,20 @@ class Fit:
     predicted: np.ndarray  # in-sample predicted speedup of each measured candidate
     predicted_optimal: float  # the model's speedup for the optimal tree
 
+    @property
+    def held_out(self) -> Score | None:
+        """The k-fold score (held-out R^2 and Spearman); None with too few trees."""
+        return held_out(self.scores)
+
+    @property
+    def supported(self) -> int:
+        """Calls whose net reward's 95% bootstrap interval excludes 0."""
+        return int(self.rewards["supported"].sum())
+
+    @property
+    def varying_calls(self) -> int:
+        return int((self.rewards["varies"] & (self.rewards["kind"] == "call")).sum())
+
 
 @dataclass
 class BenchmarkRewards:
@@ -67,6 +90,7 @@ class BenchmarkRewards:
     failed: int  # candidates kept out: no speedup
     constant: list[str]  # nodes whose two columns never varied
     fits: list[Fit] = field(default_factory=list)
+    bootstrap_rounds: int = 0  # 0: no intervals, so no reward is supported
 
     def scores_table(self) -> pd.DataFrame:
         rows = []
@@ -75,7 +99,7 @@ class BenchmarkRewards:
                 rows.append({"model": f.hyper.model, "gamma": f.hyper.gamma,
                              "alpha": f.hyper.alpha, "target": f.hyper.target,
                              "hyperparameters": f.hyper.slug, "split": s.split, "r2": s.r2,
-                             "spearman": s.spearman, "n_test": s.n_test,
+                             "spearman": s.spearman, "n_test": s.n_test, "folds": s.folds,
                              "predicted_optimal": f.predicted_optimal})
         return pd.DataFrame(rows)
 
@@ -103,7 +127,7 @@ def assign(candidates: Candidates, hypers: Sequence[Hyper], bootstrap_rounds: in
     constant = [f"{n.unit}:{n.round}:{n.key}" for i, n in enumerate(expanded.nodes)
                 if not mask_any[2 * i] and not mask_any[2 * i + 1]]
     result = BenchmarkRewards(candidates.benchmark, candidates.directory, expanded, table,
-                              failed, constant)
+                              failed, constant, bootstrap_rounds=bootstrap_rounds)
     for k, hyper in enumerate(hypers):
         X, mask = by_gamma[hyper.gamma]
         Xv = X[:, mask]
@@ -118,18 +142,22 @@ def assign(candidates: Candidates, hypers: Sequence[Hyper], bootstrap_rounds: in
         weights = np.repeat([hyper.gamma ** n.depth for n in expanded.nodes], 2)
         chosen, total = optimal(expanded, coef * weights)
         result.fits.append(Fit(
-            hyper=hyper, scores=validate(Xv, speedups, chains, hyper, seed),
-            rewards=_rewards_table(expanded, coef, draws, mask, chosen),
+            hyper=hyper, scores=validate(Xv, speedups, chains, hyper, seed,
+                                         trees=list(table["tree"])),
+            rewards=_rewards_table(expanded, coef, draws, mask, chosen,
+                                   bootstrapped=bootstrap_rounds > 0),
             chosen=chosen, predicted=predicted_speedups(np.asarray(X @ coef), hyper.target),
             predicted_optimal=float(predicted_speedups(np.asarray([total]), hyper.target)[0])))
     return result
 
 
 def _rewards_table(expanded: ExpandedTree, coef: np.ndarray, draws: np.ndarray,
-                   mask: np.ndarray, chosen: dict[int, Choice]) -> pd.DataFrame:
+                   mask: np.ndarray, chosen: dict[int, Choice],
+                   bootstrapped: bool = True) -> pd.DataFrame:
     """One row per node: both coefficients with their intervals, and the net reward of
     inlining it (``inline - out``, the quantity the data determines) with its interval;
-    ``supported``: that interval excludes 0."""
+    ``supported``: that interval excludes 0 (never without a bootstrap: the "interval" is then
+    the point itself)."""
     low, high = np.percentile(draws, 2.5, axis=0), np.percentile(draws, 97.5, axis=0)
     net_draws = draws[:, 0::2] - draws[:, 1::2]
     net_low, net_high = np.percentile(net_draws, 2.5, axis=0), np.percentile(net_draws, 97.5,
@@ -144,14 +172,72 @@ def _rewards_table(expanded: ExpandedTree, coef: np.ndarray, draws: np.ndarray,
                      "reward_inline": coef[a], "low_inline": low[a], "high_inline": high[a],
                      "reward_out": coef[b], "low_out": low[b], "high_out": high[b],
                      "varies": varies,
-                     "supported": varies and n.kind == "call"
+                     "supported": bootstrapped and varies and n.kind == "call"
                      and bool(net_low[i] > 0 or net_high[i] < 0),
                      "optimal": chosen[i].action if i in chosen else ""})
     return pd.DataFrame(rows)
 
 
-def write(result: BenchmarkRewards, out: Path) -> list[Path]:
-    """Write the layout of the module's docstring under ``out``; -> the optimal.sexp files."""
+def withheld(result: BenchmarkRewards, f: Fit, min_r2: float = 0.0,
+             min_supported: int = 1) -> str | None:
+    """Why ``f`` gets no optimal.sexp, in one phrase with its figures (None: it gets one): a
+    held-out R^2 below ``min_r2`` or none at all, fewer than ``min_supported`` supported
+    calls."""
+    reasons = []
+    s = f.held_out
+    if s is None:
+        reasons.append("no held-out fit (fewer than 3 distinct trees)")
+    elif math.isnan(s.r2):
+        reasons.append("no held-out R^2 (the measured speedups do not vary)")
+    elif s.r2 < min_r2:
+        why = ("the model predicts worse than the mean" if min_r2 == 0
+               else "below --min-r2")
+        reasons.append(f"held-out R^2 {s.r2:.3f} < {min_r2:g} ({why})")
+    if f.supported < min_supported:
+        if result.bootstrap_rounds == 0:
+            reasons.append("no call's net reward is supported (--bootstrap 0: no intervals)")
+        elif min_supported == 1:
+            reasons.append(f"no call's net reward is supported (its 95% bootstrap interval "
+                           f"holds 0 for all {f.varying_calls} varying calls)")
+        else:
+            reasons.append(f"{f.supported} call(s) with a supported net reward < "
+                           f"{min_supported} (--min-supported)")
+    return "; ".join(reasons) or None
+
+
+def fit_figures(f: Fit) -> str:
+    """The held-out fit in a few words, printed beside every prediction."""
+    s = f.held_out
+    if s is None:
+        return "no held-out fit: fewer than 3 distinct trees"
+    return (f"held-out R^2 {_fmt(s.r2)}, Spearman {_fmt(s.spearman)}: {s.folds}-fold by tree "
+            f"over {s.n_test} candidates")
+
+
+@dataclass(frozen=True)
+class Written:
+    """What ``write`` did with one fit's optimal tree."""
+
+    fit: Fit
+    optimal: Path | None  # the optimal.sexp written, or None
+    withheld: str | None  # why none was written
+
+    def line(self, benchmark: str) -> str:
+        """The fit's one line for the user: the prediction with its held-out fit, or why no
+        optimal tree was written."""
+        h = self.fit.hyper
+        head = f"{benchmark} {h.model} {h.slug}"
+        if self.optimal is None:
+            return f"{head}: no optimal.sexp: {self.withheld}"
+        return (f"{head}: optimal tree predicted speedup {self.fit.predicted_optimal:.3f} "
+                f"({fit_figures(self.fit)}); {self.fit.supported} call(s) with a supported "
+                f"net reward -> {self.optimal}")
+
+
+def write(result: BenchmarkRewards, out: Path, min_r2: float = 0.0,
+          min_supported: int = 1) -> list[Written]:
+    """Write the layout of the module's docstring under ``out``; -> what became of each fit's
+    optimal tree (written, or withheld and why)."""
     from analysis.plots import plot_predicted, plot_rewards
     bench_dir = out / result.benchmark
     bench_dir.mkdir(parents=True, exist_ok=True)
@@ -162,26 +248,40 @@ def write(result: BenchmarkRewards, out: Path) -> list[Path]:
     write_text_atomic(bench_dir / "constant-nodes.txt",
                       "".join(line + "\n" for line in result.constant))
     measured = result.measured["speedup"].to_numpy(dtype=float)
-    written = []
+    done = []
     for model in sorted({f.hyper.model for f in result.fits}):
         fits = [f for f in result.fits if f.hyper.model == model]
         plot_predicted(bench_dir / model / "predicted.png", result.benchmark, model,
-                       measured, {f.hyper.slug: f.predicted for f in fits})
+                       measured, {f"{f.hyper.slug} (held-out R^2 {_fmt(_r2_of(f))})":
+                                  f.predicted for f in fits})
         for f in fits:
             d = bench_dir / model / f.hyper.slug
             d.mkdir(parents=True, exist_ok=True)
-            written.append(write_overrides(d / "optimal.sexp",
-                                           to_overrides(result.expanded, f.chosen)))
+            reason = withheld(result, f, min_r2, min_supported)
+            if reason is None:
+                path: Path | None = write_overrides(d / "optimal.sexp",
+                                                    to_overrides(result.expanded, f.chosen))
+                (d / WITHHELD).unlink(missing_ok=True)
+            else:  # a stale tree of an earlier run would be measured as if it were this one
+                path = None
+                (d / "optimal.sexp").unlink(missing_ok=True)
+                write_text_atomic(d / WITHHELD, f"no optimal.sexp: {reason}\n")
             with atomic_output(d / "rewards.csv") as tmp:
                 f.rewards.to_csv(tmp, index=False)
             with atomic_output(d / "rewards.parquet") as tmp:
                 f.rewards.to_parquet(tmp, index=False)
             plot_rewards(d / "rewards.png", result.benchmark, f.hyper.slug, f.rewards)
-            write_text_atomic(d / "report.txt", report(result, f))
-    return written
+            write_text_atomic(d / "report.txt", report(result, f, reason))
+            done.append(Written(f, path, reason))
+    return done
 
 
-def report(result: BenchmarkRewards, f: Fit) -> str:
+def _r2_of(f: Fit) -> float:
+    s = f.held_out
+    return math.nan if s is None else s.r2
+
+
+def report(result: BenchmarkRewards, f: Fit, withheld_reason: str | None = None) -> str:
     r = f.rewards
     inline = sum(c.action == "inline" for c in f.chosen.values())
     lines = [
@@ -192,14 +292,18 @@ def report(result: BenchmarkRewards, f: Fit) -> str:
         f"expanded tree: {len(result.expanded.nodes)} nodes, {int(r['varies'].sum())} varying, "
         f"{len(result.constant)} constant (dropped)",
         f"calls whose net reward the data supports (95% bootstrap interval excludes 0): "
-        f"{int(r['supported'].sum())}",
+        f"{f.supported}" + ("" if result.bootstrap_rounds else " (no bootstrap: no intervals)"),
     ]
     for s in f.scores:
-        lines.append(f"held out ({s.split} split, {s.n_test} rows): R^2 {_fmt(s.r2)}, "
+        how = (f"{s.folds}-fold by tree" if s.split == KFOLD
+               else f"{s.split} split, {s.folds} folds")
+        lines.append(f"held out ({how}, {s.n_test} rows): R^2 {_fmt(s.r2)}, "
                      f"Spearman {_fmt(s.spearman)}")
     lines.append(f"optimal tree: {len(f.chosen)} calls pinned ({inline} inline, "
                  f"{len(f.chosen) - inline} out of line); predicted speedup "
-                 f"{f.predicted_optimal:.3f}")
+                 f"{f.predicted_optimal:.3f} ({fit_figures(f)})")
+    if withheld_reason is not None:
+        lines.append(f"no optimal.sexp: {withheld_reason}")
     lines.append(best_measured(result.measured))
     return "\n".join(lines) + "\n"
 

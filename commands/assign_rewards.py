@@ -50,11 +50,19 @@ def _floats(option: str, values: tuple[str, ...], default: tuple[float, ...],
 @click.option("--bootstrap", "rounds", default=100, show_default=True,
               type=click.IntRange(0, 10000), help="Bootstrap refits per configuration for "
               "the rewards' 95% intervals (0: none).")
+@click.option("--min-r2", default=0.0, show_default=True, type=float,
+              help="Write an optimal.sexp only for a fit whose held-out R^2 is at least this "
+                   "(0: it predicts unseen candidates better than their mean).")
+@click.option("--min-supported", default=1, show_default=True, type=click.IntRange(0),
+              help="Write an optimal.sexp only for a fit with at least this many calls whose "
+                   "net reward's 95% bootstrap interval excludes 0.")
 @click.option("--seed", default=0, show_default=True, type=int)
 def assign_rewards(rundirs, batch_log, out, benchmarks, models, gammas, alphas, targets,
-                   rounds, seed):
+                   rounds, min_r2, min_supported, seed):
     """Assign a reward to every inlining decision of each benchmark's searches, and write
-    the optimal tree (an overrides file) per model and hyperparameters under OUT."""
+    the optimal tree (an overrides file) per model and hyperparameters under OUT: one line
+    each, its predicted speedup with its held-out fit, or why none was written (a held-out
+    R^2 below --min-r2, fewer supported calls than --min-supported)."""
     # scipy and scikit-learn load here, when the command runs, not when it is imported
     from analysis.extract import ExtractError, extract
     from analysis.rewards import RewardError, assign, best_measured, write
@@ -80,6 +88,8 @@ def assign_rewards(rundirs, batch_log, out, benchmarks, models, gammas, alphas, 
             _fail(f"no rundir of benchmark {', '.join(unknown)} "
                   f"(found: {', '.join(sorted(by_bench)) or 'none'})")
         by_bench = {b: by_bench[b] for b in benchmarks}
+    if min_r2 != min_r2 or min_r2 > 1:  # NaN, or more than a perfect fit
+        _fail(f"--min-r2 {min_r2}: expected a number at most 1")
     errors = 0
     for bench, candidates in sorted(by_bench.items()):
         try:
@@ -89,20 +99,25 @@ def assign_rewards(rundirs, batch_log, out, benchmarks, models, gammas, alphas, 
             errors += 1
             continue
         try:
-            written = write(result, out)
+            written = write(result, out, min_r2, min_supported)
         except OSError as exc:
             _fail(f"{out}: cannot write the results: {exc.strerror or exc}")
         table = result.scores_table()
         best = table[table["spearman"].notna()].sort_values("spearman", ascending=False).head(1)
+        trees = sum(w.optimal is not None for w in written)
         line = (f"{bench}: {len(result.measured)} candidates, {len(result.expanded.nodes)} "
-                f"nodes ({len(result.constant)} constant), {len(written)} optimal trees "
+                f"nodes ({len(result.constant)} constant), {trees} optimal trees "
                 f"in {out / bench}")
+        if trees < len(written):
+            line += f" ({len(written) - trees} withheld: weak fit, below)"
         if len(best):
             b = best.iloc[0]
             line += (f"; best held-out Spearman {b['spearman']:.3f} ({b['model']} "
                      f"{b['hyperparameters']}, {b['split']} split)")
         click.echo(line)
         click.echo(f"{bench}: {best_measured(result.measured)}")
+        for w in written:
+            click.echo(w.line(bench))
         unresolved = int(candidates.table["unresolved"].fillna(False).astype(bool).sum())
         if unresolved:
             click.echo(f"{bench}: {unresolved} candidate(s) unresolved (fewer undisturbed "

@@ -129,7 +129,7 @@ def test_models_recover_the_planted_rewards_and_the_optimal_tree(model):
         assert row["low_net"] <= PLANTED[g] <= row["high_net"] or model == "lasso", g
     assert not r.loc["Main.g3", "supported"] and not r.loc["Main.g5", "supported"]
     scores = {s.split: s for s in fit.scores}
-    assert scores["shuffle"].r2 > 0.9 and scores["chain"].spearman > 0.9
+    assert scores["kfold"].r2 > 0.9 and scores["chain"].spearman > 0.9
 
 
 def test_an_uninformative_call_keeps_what_the_measured_trees_did():
@@ -183,11 +183,15 @@ def test_a_real_search_gives_rewards_and_an_optimal_tree_the_compiler_honours(co
                str(tmp_path / "tasks"), "--steps", "8", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     out = tmp_path / "rewards"
+    # eight quick steps are weak data: the optimal trees are asked for whatever the fit
+    # (tests/test_weak_rewards.py tests the default thresholds)
     done = _cli("assign-rewards", "--batch-log", str(tmp_path / "batch.log"), "--out", str(out),
                 "--model", "ridge", "--gamma", "0.8", "--alpha", "0.01,0.1", "--bootstrap", "20",
-                cwd=tmp_path)
+                "--min-r2=-inf", "--min-supported", "0", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("tinysum: ") and "4 optimal trees" in done.stdout
+    predictions = [ln for ln in done.stdout.splitlines() if "predicted" in ln]
+    assert len(predictions) == 4 and all("held-out R^2 " in ln for ln in predictions)
     fits = pd.read_csv(out / "tinysum" / "fits.csv")
     assert set(fits["hyperparameters"]) == {"gamma0.8-alpha0.01-linear", "gamma0.8-alpha0.01-log",
                                             "gamma0.8-alpha0.1-linear", "gamma0.8-alpha0.1-log"}
