@@ -1,10 +1,9 @@
 """What ``run-all-benchmarks`` measured, judged: per benchmark and hyperparameters the speedup of
 the optimal tree over the heuristic with its 95% interval, per benchmark the best and the median
-over hyperparameters, and the hyperparameters to use in general.
+over hyperparameters, and the hyperparameters to use in general, if a measurement supports any.
 
-The general choice is the one of least total regret across benchmarks, where the regret of
-hyperparameters h on benchmark b is how far h's speedup falls short of the best measured on b,
-on the log scale:
+The regret of hyperparameters h on benchmark b is how far h's speedup falls short of the best
+measured on b, on the log scale:
 
     regret(b, h) = log(best speedup on b) - log(speedup of h on b)
 
@@ -12,6 +11,13 @@ A hyperparameter setting not measured on a benchmark (its optimal tree missing t
 measurement failed) is charged that benchmark's worst regret, so skipping a benchmark never pays.
 Benchmarks where nothing was measured take no part.  Ties go to the setting measured on more
 benchmarks, then to the first by name.
+
+Least regret alone recommends nothing: among settings that all did no better than the heuristic
+it still names one (regret 0 with one benchmark measured).  So a setting is recommended
+(``recommend``) only when a measurement supports it: its optimal tree measured significantly
+faster than the heuristic on at least one benchmark (the 95% interval of the speedup above 1)
+and significantly slower on none (the interval below 1).  Of those, the one of least total
+regret; none such, no recommendation, and the line says why.
 
 Pure functions of made-up or measured ``Outcome``s; the command does the measuring.
 """
@@ -117,9 +123,87 @@ def total_regrets(outcomes: Sequence[Outcome]) -> list[Regret]:
 
 
 def choose(outcomes: Sequence[Outcome]) -> Regret | None:
-    """The hyperparameters to use in general (None when nothing was measured)."""
+    """The hyperparameters of least total regret (None when nothing was measured), supported by
+    a measurement or not: ``recommend`` says which to use."""
     ranked = total_regrets(outcomes)
     return ranked[0] if ranked else None
+
+
+def faster(o: Outcome) -> bool:
+    """Measured significantly faster than the heuristic: the 95% interval lies above 1."""
+    return o.speedup is not None and o.low is not None and o.high is not None and o.low > 1.0
+
+
+def slower(o: Outcome) -> bool:
+    """Measured significantly slower than the heuristic: the 95% interval lies below 1."""
+    return o.speedup is not None and o.low is not None and o.high is not None and o.high < 1.0
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The hyperparameters to use in general and the measurements that support them, or
+    (``hyper`` None) why there are none."""
+
+    hyper: str | None
+    support: tuple[Outcome, ...] = ()  # its measurements significantly faster than the heuristic
+    regret: Regret | None = None
+    benchmarks: int = 0  # benchmarks with a speedup measured (the regret's sum runs over them)
+    eligible: int = 0  # settings measured significantly faster somewhere, slower nowhere
+    reason: str = ""  # no recommendation: why; a recommendation: what less regret was passed over
+
+    def line(self) -> str:
+        if self.hyper is None:
+            return f"no hyperparameters to recommend: {self.reason}"
+        assert self.regret is not None
+        s = "s" if self.benchmarks != 1 else ""
+        line = (f"hyperparameters to use in general: {self.hyper} (measured significantly "
+                f"faster than the heuristic on {'; '.join(_figure(o) for o in self.support)}; "
+                f"least total regret {self.regret.total:.4f} over {self.benchmarks} benchmark{s}"
+                f" of the {self.eligible} setting{'s' if self.eligible != 1 else ''} measured "
+                "significantly faster somewhere and slower nowhere; regret = log(best speedup) "
+                "- log(its speedup))")
+        return line + (f"; {self.reason}" if self.reason else "")
+
+
+def _figure(o: Outcome) -> str:
+    return f"{o.benchmark} {format_speedup(o)}, {o.pairs} pairs"
+
+
+def recommend(outcomes: Sequence[Outcome]) -> Recommendation:
+    """The hyperparameters to use in general, when a measurement supports them (see the
+    module's docstring)."""
+    ranked = total_regrets(outcomes)
+    benchmarks = len(regrets(outcomes))
+    by_hyper: dict[str, list[Outcome]] = {}
+    for o in sorted(outcomes, key=lambda o: o.benchmark):
+        by_hyper.setdefault(o.hyper, []).append(o)
+    if not ranked:
+        return Recommendation(None, reason="no optimal tree was measured")
+    gains = {h: [o for o in os if faster(o)] for h, os in by_hyper.items()}
+    losses = {h: [o for o in os if slower(o)] for h, os in by_hyper.items()}
+    eligible = [r for r in ranked if gains[r.hyper] and not losses[r.hyper]]
+    if not eligible:
+        gained = [r for r in ranked if gains[r.hyper]]
+        if not gained:
+            best = max((o for o in outcomes if o.speedup is not None),
+                       key=lambda o: (o.speedup or 0.0, o.low or 0.0))
+            return Recommendation(None, benchmarks=benchmarks, reason=(
+                "no optimal tree measured significantly faster than the heuristic (95% "
+                f"interval above 1); the fastest: {best.hyper} on {_figure(best)}"))
+        h = gained[0].hyper
+        return Recommendation(None, benchmarks=benchmarks, reason=(
+            f"every setting measured significantly faster somewhere is significantly slower "
+            f"elsewhere; e.g. {h}: faster on {'; '.join(_figure(o) for o in gains[h])}, "
+            f"slower on {'; '.join(_figure(o) for o in losses[h])}"))
+    chosen, top = eligible[0], ranked[0]
+    note = ""
+    if chosen is not top:
+        why = (f"was measured significantly slower on "
+               f"{'; '.join(_figure(o) for o in losses[top.hyper])}" if losses[top.hyper]
+               else "was measured significantly faster nowhere")
+        note = f"{top.hyper} has less total regret ({top.total:.4f}) but {why}"
+    return Recommendation(chosen.hyper, tuple(gains[chosen.hyper]), chosen, benchmarks,
+                          len(eligible), note)
 
 
 # --------------------------------------------------------------------------- printing
@@ -140,7 +224,7 @@ def _significant(o: Outcome) -> str:
 
 def print_tables(outcomes: Sequence[Outcome], file: TextIO | None = None) -> None:
     """The measurements, the per-benchmark summary, the regret ranking and the general choice
-    (rich tables, plain text when not on a terminal)."""
+    or why there is none, in one line (rich tables, plain text when not on a terminal)."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -165,7 +249,7 @@ def print_tables(outcomes: Sequence[Outcome], file: TextIO | None = None) -> Non
     console.print(measured)
     summaries = per_benchmark(outcomes)
     if not summaries:
-        console.print("no speedup measured: no hyperparameters to choose")
+        console.print(recommend(outcomes).line(), markup=False)
         return
     console.print()
     bench = table("benchmark", "best speedup", "median speedup", "measured",
@@ -182,8 +266,4 @@ def print_tables(outcomes: Sequence[Outcome], file: TextIO | None = None) -> Non
         regret.add_row(r.hyper, f"{r.total:.4f}", f"{r.measured}/{len(summaries)}",
                        ", ".join(r.missing) or "-")
     console.print(regret)
-    best = ranked[0]
-    console.print(f"hyperparameters to use in general: {best.hyper} (least total regret "
-                  f"{best.total:.4f} over {len(summaries)} benchmark"
-                  f"{'s' if len(summaries) != 1 else ''}; regret = log(best speedup) - "
-                  "log(its speedup))")
+    console.print(recommend(outcomes).line(), markup=False)

@@ -8,7 +8,12 @@ compiled with those overrides and compared with its heuristic build in pairs on 
 as ``run-benchmark BENCH optimal.sexp`` compares it (``dispatcher.compare``).
 Each comparison is written to ``<results>/<bench>/<MODEL>/<hyper>.csv`` as soon as it ends
 (README.md, "results/"); comparisons measured before come from the store.  The table at the
-end is ``analysis.results``'s.
+end is ``analysis.results``'s, and so is its last line: the hyperparameters to use in general
+with the measurements that support them, or why none are recommended.
+
+A hyperparameter directory without an ``optimal.sexp`` (``assign-rewards`` withheld it: a weak
+fit, its reason in ``no-optimal.txt``) is skipped, said in one line, and listed in the table;
+it is no error.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from typing import NoReturn
 import click
 
 from analysis.result_files import csv_rows, outcome, write_csv
-from analysis.results import Outcome, format_speedup, print_tables
+from analysis.results import WITHHELD, Outcome, format_speedup, print_tables
 from analysis.sources import SourcesError, benchmark_of
 from commands.common import (
     backend_errors_in_one_line,
@@ -76,6 +81,23 @@ def _optimal_files(rewards: Path, bench: str, model: str) -> dict[str, Path]:
             if (model_dir / h / "optimal.sexp").is_file()}
 
 
+def _withheld(rewards: Path, bench: str, model: str) -> dict[str, str]:
+    """hyper -> why it has no optimal.sexp (assign-rewards' no-optimal.txt), for each
+    hyperparameter directory of ``model`` without one."""
+    model_dir = rewards / bench / model
+    out = {}
+    for h in _names(model_dir):
+        d = model_dir / h
+        if (d / "optimal.sexp").is_file():
+            continue
+        try:
+            lines = (d / WITHHELD).read_text().splitlines()
+        except (OSError, UnicodeDecodeError):
+            lines = []
+        out[h] = lines[0].strip() if lines and lines[0].strip() else f"no optimal.sexp in {d}"
+    return out
+
+
 def _locate(rewards: Path, name: str) -> tuple[Benchmark, tuple[str, ...]]:
     try:
         return benchmark_of(rewards, name)
@@ -84,8 +106,9 @@ def _locate(rewards: Path, name: str) -> tuple[Benchmark, tuple[str, ...]]:
 
 
 def collect(rewards: Path, model: str, benchmarks: tuple[str, ...],
-            hypers: tuple[str, ...]) -> list[Target]:
-    """Every optimal tree to measure, read and checked before anything is compiled."""
+            hypers: tuple[str, ...]) -> tuple[list[Target], list[Outcome]]:
+    """Every optimal tree to measure, read and checked before anything is compiled; and every
+    setting skipped for want of one (an outcome without a speedup, its reason as ``stopped``)."""
     if not rewards.is_dir():
         _fail(f"{rewards}: no such rewards directory (assign-rewards --out writes one)")
     known = _names(rewards)
@@ -94,21 +117,25 @@ def collect(rewards: Path, model: str, benchmarks: tuple[str, ...],
             _fail(f"unknown benchmark {b}: no {rewards / b} (benchmarks there: "
                   f"{', '.join(known) or 'none'})")
     files = {b: _optimal_files(rewards, b, model) for b in benchmarks or known}
-    if not any(files.values()):
+    withheld = {b: _withheld(rewards, b, model) for b in files}
+    if not any(files.values()) and not any(withheld.values()):
         models = sorted({m for b in files for m in _names(rewards / b)})
         where = rewards / benchmarks[0] if len(benchmarks) == 1 else rewards
         _fail(f"no optimal.sexp for model {model} under {where} (models there: "
               f"{', '.join(models) or 'none'})")
     found = {h for per in files.values() for h in per}
     for h in hypers:
-        if h not in found:
+        if h not in found and not any(h in per for per in withheld.values()):
             _fail(f"no optimal.sexp for model {model} with hyperparameters {h} under {rewards} "
                   f"(found: {', '.join(sorted(found))})")
+    skipped = [Outcome(name, h, None, stopped=reason)
+               for name, per in withheld.items() for h, reason in sorted(per.items())
+               if not hypers or h in hypers]
     targets = []
     for name, per in files.items():
         chosen = {h: p for h, p in per.items() if not hypers or h in hypers}
         if not chosen:
-            if name in benchmarks:
+            if name in benchmarks and not any(o.benchmark == name for o in skipped):
                 _fail(f"no optimal.sexp for model {model} under {rewards / name} "
                       f"with hyperparameters {', '.join(hypers) if hypers else 'any'}")
             continue
@@ -120,7 +147,7 @@ def collect(rewards: Path, model: str, benchmarks: tuple[str, ...],
             except DecisionFileError as exc:
                 _fail(str(exc))
         targets.append(Target(name, bench, rundirs, tuple(trees)))
-    return targets
+    return targets, skipped
 
 
 def _candidate_failure(c: Comparison) -> str:
@@ -156,12 +183,20 @@ def run_all_benchmarks(model: str, benchmarks: tuple[str, ...], rewards: Path, r
     """Measure each benchmark's optimal tree for MODEL (one per hyperparameters, under
     REWARDS/<bench>/MODEL/) against the heuristic build, in pairs on one worker CPU; write
     RESULTS/<bench>/MODEL/<hyperparameters>.csv and print the speedups, the best and median
-    per benchmark, and the hyperparameters of least total regret across benchmarks."""
+    per benchmark, and the hyperparameters to use in general: of least total regret across
+    benchmarks among those measured significantly faster than the heuristic somewhere and
+    slower nowhere, with the measurements that support them, or why there are none.  A
+    setting without an optimal.sexp (assign-rewards withheld it: a weak fit) is skipped."""
     try:
         config = load_config(config_path)
     except ConfigError as exc:
         _fail(str(exc))
-    targets = collect(rewards, model, benchmarks, hypers)
+    targets, skipped = collect(rewards, model, benchmarks, hypers)
+    for o in skipped:
+        click.echo(f"{PROG}: {o.benchmark}/{model}/{o.hyper}: skipped: {o.stopped}", err=True)
+    if not targets:
+        print_tables(skipped)
+        return
     sizes = {}
     for t in targets:
         try:
@@ -175,7 +210,7 @@ def run_all_benchmarks(model: str, benchmarks: tuple[str, ...], rewards: Path, r
     except CompilerNotFound as exc:
         _fail(str(exc))
     show_warnings()
-    outcomes: list[Outcome] = []
+    outcomes: list[Outcome] = list(skipped)
     errors = 0
 
     def error(message: str) -> None:
