@@ -23,6 +23,7 @@ COMMANDS = {
     "store-gc": "commands.store_gc:store_gc",
     "train-policy": "commands.train_policy:train_policy",
     "run-plugin-benchmark": "commands.run_plugin_benchmark:run_plugin_benchmark",
+    "measure-sites": "commands.measure_sites:measure_sites",
 }
 
 

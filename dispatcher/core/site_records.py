@@ -135,7 +135,7 @@ class WinnerEvent(_SitesEvent):
     decisions: list[SiteDecision]
 
 
-class TestEvent(_SitesEvent):
+class SubsetEvent(_SitesEvent):
     """One delta-debugging test: the heuristic's tree with the winner's decisions ``subset``
     (indices into the winner's decisions), against the heuristic build."""
 
@@ -170,7 +170,7 @@ class LabelEvent(_SitesEvent):
     outcome: Paired
 
 
-SitesEvent = Annotated[Union[SitesStartEvent, ReferenceEvent, WinnerEvent, TestEvent,
+SitesEvent = Annotated[Union[SitesStartEvent, ReferenceEvent, WinnerEvent, SubsetEvent,
                              MinimalEvent, LabelEvent, ResumeEvent, FinishEvent],
                        Field(discriminator="event")]
 _SITES_EVENT = TypeAdapter(SitesEvent)

@@ -46,7 +46,7 @@ from dispatcher.core.site_records import (
     Paired,
     ReferenceEvent,
     SiteDecision,
-    TestEvent,
+    SubsetEvent,
     WinnerEvent,
 )
 from dispatcher.core.stats import paired_speedup_ci
@@ -159,7 +159,7 @@ class SiteLabeller:
         if any(isinstance(e, (ReferenceEvent, FinishEvent)) for e in events):
             self.rundir.append(ResumeEvent(from_step=0))
         for e in events:  # the answers a resume reads back
-            if isinstance(e, TestEvent):
+            if isinstance(e, SubsetEvent):
                 self._answers[("test", "labels", _subset_key(e.subset))] = e.outcome
             elif isinstance(e, LabelEvent):
                 self._answers[("label", e.trial, _label_key(e))] = e.outcome
@@ -257,22 +257,25 @@ class SiteLabeller:
             return
         kept = [decisions[i] for i in minimal]
         self.status.phase = f"labelling {len(kept)} kept decisions"
-        self.status.planned = len(kept) * (3 if len(kept) > 1 else 2)
+        self.status.planned = self.status.labels + len(kept) * (3 if len(kept) > 1 else 2)
         winner_build = self._build(tree_with(self.heuristic, decisions))
         minimal_build = self._build(tree_with(self.heuristic, kept))
         for i in minimal:
             d = decisions[i]
-            others = [x for j, x in enumerate(decisions) if j != i]
             self._label(d, "alone", tree_with(self.heuristic, [d]), self.reference, i)
             if winner_build is not None:
-                self._label(reverted(d), "removed",
-                            tree_with(self.heuristic, others + [reverted(d)]
-                                      if d.heuristic is None else others),
-                            winner_build.artifact, i)
+                self._label(reverted(d), "removed", self._without(decisions, decisions, i),
+                            winner_build.artifact, i, changed=False)
             if len(kept) > 1 and minimal_build is not None:
-                rest = [x for x in kept if x != d]
-                self._label(reverted(d), "minimal", tree_with(self.heuristic, rest),
-                            minimal_build.artifact, i)
+                self._label(reverted(d), "minimal", self._without(decisions, kept, i),
+                            minimal_build.artifact, i, changed=False)
+
+    def _without(self, decisions: list[SiteDecision], within: list[SiteDecision],
+                 i: int) -> list[Override]:
+        """The overrides of ``within`` (the winner's decisions, or the minimal subset's)
+        without decision ``i``: its site is left to the heuristic."""
+        return tree_with(self.heuristic, [x for j, x in enumerate(decisions)
+                                          if j != i and x in within])
 
     def _test(self, decisions: list[SiteDecision], subset: tuple[int, ...]) -> Paired:
         """The heuristic's tree with ``subset`` of the winner's decisions, against the
@@ -288,7 +291,7 @@ class SiteLabeller:
         full = self._answers.get(("test", "labels", _subset_key(range(len(decisions)))))
         full_effect = log_effect(full) if full is not None else None
         passes = full_effect is not None and keeps_gain(outcome, full_effect[0], exp.keep)
-        self.rundir.append(TestEvent(subset=list(subset), outcome=outcome, passes=passes))
+        self.rundir.append(SubsetEvent(subset=list(subset), outcome=outcome, passes=passes))
         self._answers[key] = outcome
         self.status.tests += 1
         self.status.last = f"test of {len(subset)} decision(s): {describe(outcome)}"
@@ -312,9 +315,15 @@ class SiteLabeller:
         ranked = sorted(((site_heat(u, n.key, n.name, hot), i, u, r, n)
                          for i, (u, r, n) in enumerate(flippable(self.heuristic, None))),
                         key=lambda x: (-x[0], x[1]))
-        chosen = [x for x in ranked if x[0] > 0][:exp.sweep]
+        chosen, seen = [], set()
+        for x in ranked:  # a site decided in several rounds: its earliest flip of each kind
+            heat, _, unit, round_, node = x
+            what = (unit, node.key, node.decided)
+            if heat > 0 and what not in seen and len(chosen) < exp.sweep:
+                seen.add(what)
+                chosen.append(x)
         self.status.phase = f"sweep: {len(chosen)} hottest sites"
-        self.status.planned = len(chosen)
+        self.status.planned = self.status.labels + len(chosen)
         for heat, _, unit, round_, node in chosen:
             d = flipped(unit, round_, node.key, node.name, node.decided)
             self._label(d, "alone", tree_with(self.heuristic, [d]), self.reference, None,
@@ -326,7 +335,7 @@ class SiteLabeller:
         firsts = [e for e in self.rundir.events()
                   if isinstance(e, LabelEvent) and e.trial == "labels" and e.outcome.measured]
         self.status.phase = f"retest: {len(firsts)} labels"
-        self.status.planned = len(firsts)
+        self.status.planned = self.status.labels + len(firsts)
         decisions = next((e.decisions for e in self.rundir.events()
                           if isinstance(e, WinnerEvent)), [])
         for e in firsts:
@@ -340,37 +349,36 @@ class SiteLabeller:
                     continue
                 reference = built.artifact
             self._label(e.site, e.context, overrides, reference, e.decision, e.heat,
-                        trial="retest")
+                        trial="retest", changed=e.context == "alone")
 
     def _minimal(self) -> list[int]:
         return next((e.subset for e in self.rundir.events() if isinstance(e, MinimalEvent)), [])
 
     def _label_overrides(self, e: LabelEvent, decisions: list[SiteDecision]) -> list[Override]:
         """The tree a journaled label tested, again."""
-        if e.context == "alone":
+        if e.context == "alone" or e.decision is None:
             return tree_with(self.heuristic, [e.site])
-        i = e.decision
         within = decisions if e.context == "removed" else \
             [decisions[j] for j in self._minimal()]
-        rest = [x for j, x in enumerate(decisions) if x in within and j != i]
-        if e.context == "removed" and i is not None and decisions[i].heuristic is None:
-            rest.append(e.site)
-        return tree_with(self.heuristic, rest)
+        return self._without(decisions, within, e.decision)
 
     # -- labels
 
     def _label(self, site: SiteDecision, context: Context, overrides: list[Override],
                reference: Artifact, decision: int | None, heat: int | None = None,
-               trial: Literal["labels", "retest"] = "labels") -> None:
-        """Measure one label (or read it back) and journal it."""
+               trial: Literal["labels", "retest"] = "labels", changed: bool = True) -> None:
+        """Measure one label (or read it back) and journal it; ``changed``: the site's
+        override is what makes the tree differ from its reference (a flip; not a removal,
+        which leaves the site to the heuristic), checked to reach the code that runs."""
         probe = LabelEvent(site=site, context=context, decision=decision, heat=heat,
                            trial=trial, outcome=Paired(status="failed"))
         key = ("label", trial, _label_key(probe))
-        if key in self._answers:
+        if key in self._answers:  # journaled before a resume
+            self.status.labels += 1
             return
         self.check_stop()
-        changed = (Override(site.unit, site.round, site.key, site.action),)
-        outcome = self._measure_tree(overrides, changed, reference,
+        flip = (Override(site.unit, site.round, site.key, site.action),) if changed else ()
+        outcome = self._measure_tree(overrides, flip, reference,
                                      "labels" if trial == "labels" else "retest")
         self.rundir.append(probe.model_copy(update={"outcome": outcome}))
         self._answers[key] = outcome

@@ -10,7 +10,7 @@ from dispatcher.core.decisions import Override
 from dispatcher.core.records import ConfirmEvent, RecordError, read_experiment
 from dispatcher.core.rundir import EXPERIMENT, RundirError, read_journal
 from dispatcher.core.site_records import SiteDecision
-from dispatcher.core.tree import CALL, Located, Tree, flip, propose_action, to_overrides
+from dispatcher.core.tree import DONT_INLINE, Tree, flip
 
 
 @dataclass(frozen=True)
@@ -67,21 +67,21 @@ def winner_decisions(heuristic: Tree, winner: Tree) -> list[SiteDecision]:
 
 
 def tree_with(heuristic: Tree, decisions: Sequence[SiteDecision]) -> list[Override]:
-    """Overrides asking for the heuristic's tree with ``decisions`` taken: every other site
-    pinned as the heuristic decided it (so the decisions are measured on the heuristic's
-    tree, not on whatever the heuristic would decide around them); a decision at a site the
-    heuristic's tree lacks is one more pin (it matches once its enclosing body is inlined)."""
-    tree = heuristic
-    extra = []
+    """Overrides taking ``decisions`` and leaving every other site to the heuristic.
+
+    Only the decisions are pinned: pinning the rest of the heuristic's tree as well does not
+    give the heuristic's build back (the later rounds decide otherwise: kahan, lu and
+    float_functor each built another binary), so a flip measured that way would carry that
+    difference too.  A ``dont_inline`` decision is pinned in the unit's later rounds as well
+    (as ``to_overrides`` does), or a later round could inline the call after all."""
+    last = {unit: max(heuristic.rounds(unit)) for unit in heuristic.units()}
+    pins: dict[tuple[str, int, str], Override] = {}
     for d in decisions:
-        node = heuristic.find(d.unit, d.round, d.key)
-        if node is not None and node.kind == CALL:
-            tree = propose_action(tree, Located(d.unit, d.round, node), d.action)
-        else:
-            extra.append(Override(d.unit, d.round, d.key, d.action))
-    pins = {(o.unit, o.round, o.key): o for o in to_overrides(tree)}
-    for o in extra:
-        pins[(o.unit, o.round, o.key)] = o
+        pins[(d.unit, d.round, d.key)] = Override(d.unit, d.round, d.key, d.action)
+        if d.action == DONT_INLINE:
+            for later in range(d.round + 1, last.get(d.unit, d.round) + 1):
+                pins.setdefault((d.unit, later, d.key),
+                                Override(d.unit, later, d.key, DONT_INLINE))
     return sorted(pins.values())
 
 

@@ -1,0 +1,324 @@
+"""Labels (``measure-sites``): delta debugging, the winner's decisions, and the command end to
+end with the real compiler and agent: a kill in the middle, a resume, the table."""
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from dispatcher.core.decisions import Override
+from dispatcher.core.records import ConfirmEvent, StepEvent
+from dispatcher.core.rundir import KILL_HOOK_ENV, Rundir, SitesRundir, read_batch_log
+from dispatcher.core.site_records import (
+    LabelEvent,
+    MinimalEvent,
+    Paired,
+    ReferenceEvent,
+    SiteDecision,
+    SubsetEvent,
+    WinnerEvent,
+)
+from dispatcher.core.tree import Tree, from_dumps
+from dispatcher.labels.ddmin import ddmin, split
+from dispatcher.labels.procedure import keeps_gain, pooled
+from dispatcher.labels.winner import tree_with, winner_decisions
+from dispatcher.running.measurement import Comparison
+from tests.test_tree import ROWS_0, ROWS_1, dump
+
+REPO = Path(__file__).resolve().parent.parent
+FIRST_CPU = min(os.sched_getaffinity(0))
+
+# --------------------------------------------------------------------------- ddmin
+
+
+def test_split_covers_the_items_in_order():
+    for n_items, n in itertools.product(range(1, 9), range(1, 9)):
+        items = list(range(n_items))
+        parts = split(items, n)
+        assert [x for p in parts for x in p] == items
+        assert len(parts) == min(n, n_items)
+        assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+@pytest.mark.parametrize("needed", [{5}, {0, 7}, {2, 3, 6}, {1, 2, 3, 4, 5, 6}])
+def test_ddmin_finds_exactly_the_decisions_that_must_be_together(needed):
+    asked: list[tuple[int, ...]] = []
+
+    def test(subset):
+        asked.append(subset)
+        return needed <= set(subset)  # the gain needs all of them (an interaction)
+
+    reduced = ddmin(range(8), test, max_tests=100)
+    assert set(reduced.subset) == needed
+    assert reduced.stopped == "minimal"
+    assert len(asked) == len(set(asked)) == reduced.tests  # no subset asked twice
+
+
+def test_ddmin_keeps_one_of_two_alternatives():
+    reduced = ddmin(range(6), lambda s: 1 in s or 4 in s, max_tests=100)
+    assert len(reduced.subset) == 1 and reduced.subset[0] in (1, 4)
+
+
+def test_ddmin_stops_at_its_budget_with_the_smallest_passing_subset_so_far():
+    needed = {0, 3, 5, 6}
+    reduced = ddmin(range(16), lambda s: needed <= set(s), max_tests=3)
+    assert reduced.stopped == "budget" and reduced.tests == 3
+    assert needed <= set(reduced.subset) and len(reduced.subset) < 16
+
+
+def test_ddmin_asks_the_same_questions_in_the_same_order():
+    """What lets a resume replay the journal: the answers decide the questions."""
+    runs = []
+    for _ in range(2):
+        asked: list[tuple[int, ...]] = []
+        ddmin(range(10), lambda s: asked.append(s) or {2, 9} <= set(s), max_tests=50)
+        runs.append(asked)
+    assert runs[0] == runs[1]
+
+
+# --------------------------------------------------------------------------- outcomes
+
+
+def paired(speedup, low, high, pairs=8) -> Paired:
+    return Paired(status="measured", speedup=speedup, ci95=(low, high), pairs=pairs)
+
+
+def test_keeps_gain_needs_significance_and_the_share_of_the_log_speedup():
+    full = math.log(1.10)
+    assert keeps_gain(paired(1.095, 1.08, 1.11), full, 0.9)
+    assert not keeps_gain(paired(1.05, 1.03, 1.07), full, 0.9)  # half the gain
+    assert not keeps_gain(paired(1.12, 0.99, 1.25), full, 0.9)  # not significant
+    assert not keeps_gain(Paired(status="unresolved"), full, 0.9)
+
+
+def comparison(ref, cand, stopped="target", failed=0) -> Comparison:
+    return Comparison(worker="local/cpu0", reference_times=ref, candidate_times=cand,
+                      results=[], stopped=stopped, failed=failed, min_pairs=2)
+
+
+def test_pooled_parts_mix_no_unresolved_part_and_need_the_fewest_pairs():
+    a = comparison([1.0, 1.1, 1.0], [0.9, 1.0, 0.91])
+    b = comparison([1.0, 1.0], [1.0, 1.0])
+    lost = comparison([2.0], [0.5], stopped="unresolved")
+    out = pooled([a, b, lost], fewest=4, sha256="x")
+    assert out.status == "measured" and out.pairs == 5
+    assert out.ci95 is not None and out.ci95[0] <= out.speedup <= out.ci95[1]
+    assert pooled([a, lost], fewest=4, sha256="x").status == "unresolved"
+    assert pooled([a, comparison([1.0], [1.0], stopped="failed", failed=1)], fewest=2,
+                  sha256="x").status == "failed"
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+def heuristic_tree() -> Tree:
+    return from_dumps([dump("Main", 0, ROWS_0), dump("Main", 1, ROWS_1)])
+
+
+def test_winner_decisions_are_its_forced_choices_the_heuristic_did_not_make():
+    rows = [list(r) for r in ROWS_0]
+    flipped_key = rows[8][0]  # Main.g: dont_inline by the heuristic
+    rows[8][2:] = ["inline", "override"]
+    rows[0][3] = "override"  # pinned, but as the heuristic decided: not a choice
+    rows.append([flipped_key + "/I/C(Main.q@main.ml:9:2-3)", "Main.q", "dont_inline",
+                 "override"])  # a site only the winner has
+    rows.append([flipped_key + "/I/C(Main.r@main.ml:9:4-5)", "Main.r", "inline",
+                 "heuristic"])  # decided by the compiler in the new body: a consequence
+    winner = from_dumps([dump("Main", 0, [tuple(r) for r in rows]), dump("Main", 1, ROWS_1)])
+    got = winner_decisions(heuristic_tree(), winner)
+    assert [(d.key, d.action, d.heuristic) for d in got] == [
+        (flipped_key, "inline", "dont_inline"),
+        (flipped_key + "/I/C(Main.q@main.ml:9:2-3)", "dont_inline", None)]
+
+
+def test_tree_with_pins_only_the_decisions_and_carries_dont_inline_to_later_rounds():
+    h = heuristic_tree()
+    run = ROWS_0[0][0]
+    d = SiteDecision(unit="Main", round=0, key=run, callee="Main.run", action="dont_inline",
+                     heuristic="inline")
+    e = SiteDecision(unit="Main", round=0, key=ROWS_0[8][0], callee="Main.g", action="inline",
+                     heuristic="dont_inline")
+    assert tree_with(h, [d, e]) == sorted([Override("Main", 0, run, "dont_inline"),
+                                           Override("Main", 1, run, "dont_inline"),
+                                           Override("Main", 0, ROWS_0[8][0], "inline")])
+    assert tree_with(h, []) == []  # the heuristic's own build
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+def config(tmp_path: Path, store: Path) -> Path:
+    data = {"store": str(store), "local": {"cpus": [FIRST_CPU]},
+            "run": {"runs": 2, "timeout": 30, "size": "quick"},
+            "measure": {"max_pairs": 3, "canary_every": 0},
+            "search": {"baseline_runs": 3, "remeasure_every": 0, "max_flips": 2,
+                       "rundirs": str(tmp_path / "rundirs"),
+                       "batch_log": str(tmp_path / "batch.log")}}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def run(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600
+        ) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "commands", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+
+
+def crafted_winner(rundir: Path) -> str:
+    """Journal a confirmation of a candidate of the search that differs from the heuristic:
+    written by the test, so the attribution runs whatever the short search found.  The
+    procedure measures the winner's decisions itself and takes the path its own figures
+    say (no gain to attribute, or delta debugging)."""
+    rd = Rundir(rundir)
+    steps = list(rd.events_of(StepEvent))
+    chosen = next(c for s in steps for c in s.candidates if c.sha256 and c.decisions)
+    rd.append(ConfirmEvent(step=1, candidate=chosen.candidate, dir=chosen.dir, times=[1.0],
+                           reference_times=[1.1], speedup=1.1, ci95=(1.05, 1.15),
+                           significant=True))
+    return chosen.dir
+
+
+def test_measure_sites_attributes_a_winner_survives_a_kill_and_writes_the_table(
+        tmp_path, compiler):
+    cfg = config(tmp_path, tmp_path / "store")
+    (tmp_path / "tasks").write_text("kahan\n")
+    search = run("run_training_experiments", "--config", str(cfg), "--tasks",
+                 str(tmp_path / "tasks"), "--steps", "2", "--seed", "3", cwd=tmp_path)
+    assert search.returncode == 0, search.stderr
+    source = next((tmp_path / "rundirs").iterdir())
+    winner_dir = crafted_winner(source)
+
+    args = ["measure-sites", "--config", str(cfg), str(source), "--sweep", "2", "--retest",
+            "--max-tests", "6"]
+    killed = run(*args, cwd=tmp_path, env={KILL_HOOK_ENV: "label:2"})
+    assert killed.returncode == -9, killed.stderr
+    labels_rundir = next(p for p in (tmp_path / "rundirs").iterdir() if "-sites-" in p.name)
+    entry = read_batch_log(tmp_path / "batch.log")[-1]
+    assert entry.algorithm == "sites" and Path(entry.rundir) == labels_rundir.resolve()
+    before = SitesRundir(labels_rundir).events()
+    assert sum(isinstance(e, LabelEvent) for e in before) == 2
+
+    resumed = run("measure-sites", "--config", str(cfg), "--resume", str(labels_rundir),
+                  cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    events = SitesRundir(labels_rundir).events()
+    assert events[:len(before)] == before  # the journal was appended to, never rewritten
+    reference = next(e for e in events if isinstance(e, ReferenceEvent))
+    winner = next(e for e in events if isinstance(e, WinnerEvent))
+    assert winner.dir == winner_dir and winner.decisions
+    assert winner.decisions == winner_decisions(
+        Tree.from_dir(labels_rundir / "reference"), Tree.from_dir(source / winner_dir))
+    tests = [e for e in events if isinstance(e, SubsetEvent)]
+    assert tests[0].subset == list(range(len(winner.decisions)))  # the whole set first
+    assert len({tuple(t.subset) for t in tests}) == len(tests)  # no subset measured twice
+    minimal = [e for e in events if isinstance(e, MinimalEvent)]
+    assert len(minimal) == 1
+    labels = [e for e in events if isinstance(e, LabelEvent)]
+    keys = [(e.trial, e.context, e.site.unit, e.site.round, e.site.key, e.site.action)
+            for e in labels]
+    assert len(keys) == len(set(keys))  # the kill lost nothing and doubled nothing
+    if minimal[0].stopped == "no_gain":
+        assert not any(e.decision is not None for e in labels)
+    else:
+        assert tests[0].outcome.measured
+        kept = set(minimal[0].subset)
+        assert {e.decision for e in labels if e.decision is not None} == kept
+        assert all(e.site.action == winner.decisions[e.decision].action
+                   for e in labels if e.context == "alone" and e.decision is not None)
+    sweep = [e for e in labels if e.heat is not None and e.trial == "labels"]
+    assert 1 <= len(sweep) <= 2 and all(e.context == "alone" for e in sweep)
+    for e in labels:  # every outcome is a figure or a stated reason
+        o = e.outcome
+        if o.status == "measured":
+            assert o.ci95 is not None and o.ci95[0] <= o.speedup <= o.ci95[1]
+            assert o.sha256 != reference.sha256
+        else:
+            assert o.why
+    firsts = {k[1:] for k, e in zip(keys, labels) if k[0] == "labels" and e.outcome.measured}
+    assert firsts == {k[1:] for k in keys if k[0] == "retest"}
+
+    table = pd.read_parquet(tmp_path / "labels" / "kahan" / "sites.parquet")
+    assert len(table) == len(labels)
+    assert {"callee", "action", "context", "effect", "low", "high", "pairs",
+            "disturbed_share", "heuristic_action", "callee_size", "in_loop"} <= set(table)
+    measured = table[table["status"] == "measured"]
+    assert ((measured["low"] <= measured["effect"]) & (measured["effect"] <= measured["high"])
+            ).all()
+    assert not table[table["status"] != "measured"]["effect"].notna().any()
+    csv = pd.read_csv(tmp_path / "labels" / "kahan" / "sites.csv")
+    assert len(csv) == len(table)
+    assert (tmp_path / "labels" / "kahan" / "report.txt").read_text().startswith("winner:")
+
+
+def test_measure_sites_refuses_bad_input_in_one_line(tmp_path, compiler):
+    cfg = config(tmp_path, tmp_path / "store")
+    nothing = run("measure-sites", "--config", str(cfg), cwd=tmp_path, timeout=60)
+    assert nothing.returncode != 0 and "nothing to measure" in nothing.stderr
+    assert "Traceback" not in nothing.stderr
+    (tmp_path / "not-a-rundir").mkdir()
+    bad = run("measure-sites", "--config", str(cfg), str(tmp_path / "not-a-rundir"),
+              cwd=tmp_path, timeout=60)
+    assert bad.returncode != 0 and "not a rundir" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    (tmp_path / "tasks").write_text("no_such_benchmark\n")
+    unknown = run("measure-sites", "--config", str(cfg), "--tasks", str(tmp_path / "tasks"),
+                  cwd=tmp_path, timeout=60)
+    assert unknown.returncode != 0 and "no_such_benchmark" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
+    resumed = run("measure-sites", "--config", str(cfg), "--resume",
+                  str(tmp_path / "not-a-rundir"), "--sweep", "3", cwd=tmp_path, timeout=60)
+    assert resumed.returncode != 0 and "cannot be used with --resume" in resumed.stderr
+
+
+def test_a_flip_whose_code_is_decided_again_in_another_unit_is_not_reached(tmp_path, compiler):
+    """lu: ``Matrix.get`` inside ``Matrix.update``, flipped in unit Matrix, where
+    ``Matrix.update`` is inlined into Lu and its call decided again there: the flip's code
+    is not what runs.  The label says so and measures nothing (never "no effect")."""
+    import threading
+
+    from dispatcher.build.manifest import resolve_benchmark
+    from dispatcher.config import load_config
+    from dispatcher.core.site_records import SitesExperiment
+    from dispatcher.core.tree import flippable
+    from dispatcher.labels.procedure import SiteLabeller
+    from dispatcher.labels.winner import flipped
+    from dispatcher.session import Session
+
+    cfg = load_config(config(tmp_path, tmp_path / "store"))
+    bench = resolve_benchmark("lu")
+    session = Session(cfg)
+    try:
+        measurements = session.start_workers()
+        exp = SitesExperiment(task="lu", benchmark=str(bench.directory), size="quick", runs=2,
+                              max_pairs=2, half_width=0.01, timeout=30, perf=False, aslr=False,
+                              worker_class=session.worker_classes[0],
+                              compiler=session.builds.toolchain.identity)
+        rd = SitesRundir.create(tmp_path / "labels-lu", exp, {})
+        labeller = SiteLabeller(rd, bench, session.builds, measurements, threading.Event())
+        labeller._reference([])
+        h = labeller.heuristic
+        candidates = [(u, r, n) for u, r, n in flippable(h, 0)
+                      if u == "Matrix" and n.name == "Matrix.get" and n.action == "inline"
+                      and n.key.startswith("D(Matrix.update@")]
+        assert candidates, "lu's Matrix.update no longer inlines its call of Matrix.get"
+        for u, r, n in candidates:
+            d = flipped(u, r, n.key, n.name, n.decided)
+            labeller._label(d, "alone", tree_with(h, [d]), labeller.reference, None)
+        labels = [e for e in rd.events() if isinstance(e, LabelEvent)]
+        unreached = [e for e in labels if e.outcome.status == "not_reached"]
+        assert unreached, [e.outcome for e in labels]
+        for e in unreached:
+            assert e.outcome.runs == 0 and e.outcome.speedup is None
+            assert "decided again" in (e.outcome.why or "")
+        rd.close()
+    finally:
+        session.close()
