@@ -43,7 +43,8 @@ from dispatcher.core.records import (
     StepEvent,
     pooled_pairs,
 )
-from dispatcher.core.rundir import RundirError, read_batch_log, read_journal
+from dispatcher.core.rundir import RundirError, SitesRundir, read_batch_log, read_journal
+from dispatcher.core.site_records import SITES_KIND, LabelEvent, is_sites_rundir
 from dispatcher.core.stats import paired_speedup_ci, speedup_ci
 
 STALE_AFTER_S = 3600.0
@@ -189,6 +190,8 @@ def summarize(rundir: Path, entry: BatchEntry | None = None, now: float | None =
                       ci_low=None, ci_high=None, last_update=None, status="missing")
     if not rundir.is_dir():
         return summary
+    if is_sites_rundir(rundir):
+        return summarize_labels(rundir, summary, now, stale_after)
     try:
         events = read_journal(rundir / "journal.jsonl")
     except RundirError as exc:
@@ -214,6 +217,27 @@ def summarize(rundir: Path, entry: BatchEntry | None = None, now: float | None =
         else "running")
     summarize_speedup(summary, events, steps[-1].best if steps else None,
                       min_pairs=experiment.runs if experiment is not None else 0)
+    return summary
+
+
+def summarize_labels(rundir: Path, summary: Summary, now: float,
+                     stale_after: float = STALE_AFTER_S) -> Summary:
+    """A labels rundir's line (``measure-sites``): its labels journaled as its steps, and no
+    speedup (its figures are per decision: ``labels/<bench>/report.txt``)."""
+    summary.algorithm = SITES_KIND
+    try:
+        events = SitesRundir(rundir).events()
+    except RundirError as exc:
+        summary.status, summary.error = "corrupt", str(exc)
+        return summary
+    except OSError as exc:
+        summary.status = "unreadable"
+        summary.error = f"{rundir / 'journal.jsonl'}: {exc.strerror}"
+        return summary
+    summary.steps_done = sum(isinstance(e, LabelEvent) for e in events)
+    summary.steps_planned = None
+    summary.last_update = events[-1].time if events else summary.last_update
+    summary.status = status_of(events, now, stale_after) if events else "running"
     return summary
 
 

@@ -128,7 +128,16 @@ def measure_sites(rundirs, batch_log, tasks_file, sweep, config_path, size, runs
             if given:
                 raise click.ClickException(f"{', '.join(given)} cannot be used with --resume: "
                                            "a labels rundir continues with what it recorded")
-            opened = [SitesRundir.open(p) for p in resume]
+            opened = []
+            for p in resume:
+                rd = SitesRundir.open(p, lock=False)
+                if rd.finished_completed():
+                    click.echo(f"{p}: already finished; nothing to resume", err=True)
+                    continue
+                rd.take()
+                opened.append(rd)
+            if not opened:
+                return
             jobs: list[tuple[SitesRundir, Benchmark, Winner | None]] = [
                 (rd, load_benchmark(rd.experiment.benchmark), None) for rd in opened]
             session = Session(config)

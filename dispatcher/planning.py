@@ -25,6 +25,7 @@ from dispatcher.core.rundir import (
     check_batch_log,
     check_rundirs_dir,
 )
+from dispatcher.core.site_records import is_sites_rundir
 from dispatcher.search.chain import new_experiment
 
 
@@ -123,6 +124,8 @@ def open_resumes(paths: Sequence[Path]) -> Resumes:
         if p.resolve() in seen:
             raise PlanError(f"{p}: given to --resume twice")
         seen.add(p.resolve())
+        if is_sites_rundir(p):
+            raise PlanError(f"{p}: a labels rundir (measure-sites --resume continues it)")
     rundirs = [Rundir.open(p, lock=False) for p in paths]
     finished = [r for r in rundirs if r.finished_completed()]
     rundirs = [r for r in rundirs if r not in finished]

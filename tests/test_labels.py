@@ -78,7 +78,12 @@ def test_ddmin_asks_the_same_questions_in_the_same_order():
     runs = []
     for _ in range(2):
         asked: list[tuple[int, ...]] = []
-        ddmin(range(10), lambda s: asked.append(s) or {2, 9} <= set(s), max_tests=50)
+
+        def test(s, asked=asked):
+            asked.append(s)
+            return {2, 9} <= set(s)
+
+        ddmin(range(10), test, max_tests=50)
         runs.append(asked)
     assert runs[0] == runs[1]
 

@@ -248,7 +248,7 @@ class SiteLabeller:
                 self.reference, "confirm")
             share = None
             fe, ke = log_effect(fresh_full), log_effect(fresh_kept)
-            if fe is not None and ke is not None and fe[0] != 0.0:
+            if stopped != "no_gain" and fe is not None and ke is not None and fe[0] != 0.0:
                 share = ke[0] / fe[0]
             self.rundir.append(MinimalEvent(subset=list(minimal), tests=tests, stopped=stopped,
                                             full=fresh_full, kept=fresh_kept,
@@ -315,7 +315,8 @@ class SiteLabeller:
         ranked = sorted(((site_heat(u, n.key, n.name, hot), i, u, r, n)
                          for i, (u, r, n) in enumerate(flippable(self.heuristic, None))),
                         key=lambda x: (-x[0], x[1]))
-        chosen, seen = [], set()
+        chosen: list[tuple[int, int, str, int, Any]] = []
+        seen: set[tuple[str, str, str]] = set()
         for x in ranked:  # a site decided in several rounds: its earliest flip of each kind
             heat, _, unit, round_, node = x
             what = (unit, node.key, node.decided)

@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dispatcher.core.records import BaselineEvent, FinishEvent, StepEvent
-from dispatcher.core.rundir import JOURNAL, RundirError, read_batch_log, read_journal
+from dispatcher.core.rundir import (
+    JOURNAL,
+    RundirError,
+    SitesRundir,
+    read_batch_log,
+    read_journal,
+)
+from dispatcher.core.site_records import ReferenceEvent, is_sites_rundir
 from dispatcher.storage.store import Store, StoreError, disk_usage
 
 
@@ -58,6 +65,16 @@ def needs_of(rundirs: Iterable[Path]) -> Needs:
         if not journal.is_file():
             needs.notes.append(f"{rundir}: no journal (a rundir removed or never started); "
                                "skipped")
+            continue
+        if is_sites_rundir(rundir):  # a labels rundir: every tree compiles again at once
+            try:
+                events = SitesRundir(rundir).events()
+            except RundirError as exc:
+                needs.notes.append(str(exc))
+                continue
+            needs.rundirs += 1
+            needs.entries.update(e.artifact or "" for e in events
+                                 if isinstance(e, ReferenceEvent))
             continue
         try:
             events = read_journal(journal)
