@@ -70,6 +70,8 @@ def label_rows(rundir: Path) -> pd.DataFrame:
             "disturbed_share": o.disturbed / o.runs if o.runs else math.nan,
             "runs": o.runs, "cpu_s": o.cpu_s, "heat": e.heat, "decision": e.decision,
             "trial": e.trial, "why": o.why or "", "rundir": str(rundir)})
+    if not rows:
+        return pd.DataFrame(columns=ID_COLUMNS + OUTCOME_COLUMNS)
     return pd.DataFrame(rows)
 
 

@@ -280,6 +280,8 @@ def _write_tables(labellers: list[SiteLabeller], labels_dir: Path) -> None:
     from analysis.labels import LabelsError, label_rows, plot_effects, report, write_table
     for lab in labellers:
         name = lab.benchmark.name
+        if lab.status.phase == "starting":
+            continue  # not started: a later --resume writes its table
         try:
             table = label_rows(lab.rundir.path)
             directory = labels_dir / name
@@ -287,8 +289,8 @@ def _write_tables(labellers: list[SiteLabeller], labels_dir: Path) -> None:
             lines = report([lab.rundir.path], table)
             (directory / "report.txt").write_text("\n".join(lines) + "\n")
             plot = plot_effects(table, directory / "effects.png", f"{name}: labels")
-        except (LabelsError, OSError) as exc:
-            click.echo(f"{name}: no labels table ({exc})", err=True)
+        except (LabelsError, OSError, ValueError) as exc:  # a full disk, say: the rundir stays
+            click.echo(f"{name}: no labels table ({' '.join(str(exc).split())})", err=True)
             continue
         click.echo(f"{name}:", err=True)
         for line in lines:

@@ -27,7 +27,7 @@ import statistics
 import threading
 from concurrent import futures
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Optional, TypeVar
 
@@ -50,7 +50,7 @@ from dispatcher.core.site_records import (
     WinnerEvent,
 )
 from dispatcher.core.stats import paired_speedup_ci
-from dispatcher.core.tree import Tree, flippable
+from dispatcher.core.tree import Tree, flippable, split_key
 from dispatcher.labels.ddmin import ddmin
 from dispatcher.labels.winner import Winner, flipped, reverted, tree_with, winner_decisions
 from dispatcher.running.measurement import (
@@ -407,6 +407,12 @@ class SiteLabeller:
                           [:300])
         if changed:
             reach = override_reach(changed, compiled.artifact.dumps())
+            # Decided again in a body inlined into another unit: that copy is the code the
+            # other unit runs (lu: Matrix.update's call of Matrix.get, flipped in Matrix,
+            # decided again where Lu inlined Matrix.update).  A copy that is the other
+            # unit's own declaration (the flip was in an inlined copy) does not say so.
+            reach = replace(reach, elsewhere=tuple(
+                (o, d) for o, d in reach.elsewhere if inlined_copy(d.key)))
             if reach.unmatched or reach.elsewhere:
                 why = reach.line("the flip")
                 return Paired(status="not_reached", sha256=compiled.sha256,
@@ -479,6 +485,11 @@ def pooled(parts: list[Comparison], fewest: int, sha256: str) -> Paired:
     return Paired(status="measured", speedup=speedup,
                   ci95=None if low is None or high is None else (low, high),
                   pairs=len(candidate), **common)
+
+
+def inlined_copy(key: str) -> bool:
+    """Whether the call ``key`` lies in a body inlined or specialised at a call above it."""
+    return any(frame in ("I", "S") for frame in split_key(key))
 
 
 def _subset_key(subset: Any) -> str:
