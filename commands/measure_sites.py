@@ -37,10 +37,11 @@ from dispatcher.core.site_records import (
     SITES_FORMAT_VERSION,
     SITES_KIND,
     SitesExperiment,
+    WinnerChoice,
     is_sites_rundir,
 )
 from dispatcher.labels.procedure import LabelsStatus, SiteLabeller
-from dispatcher.labels.winner import Winner, confirmed_winner, search_compiler
+from dispatcher.labels.winner import confirmed_winner, search_compiler
 from dispatcher.planning import PlanError, rundir_name, task_benchmarks
 from dispatcher.session import Session
 from dispatcher.storage.store import StoreError
@@ -138,8 +139,7 @@ def measure_sites(rundirs, batch_log, tasks_file, sweep, config_path, size, runs
                 opened.append(rd)
             if not opened:
                 return
-            jobs: list[tuple[SitesRundir, Benchmark, Winner | None]] = [
-                (rd, load_benchmark(rd.experiment.benchmark), None) for rd in opened]
+            jobs = [(rd, load_benchmark(rd.experiment.benchmark)) for rd in opened]
             session = Session(config)
         else:
             sources = _search_rundirs(list(rundirs), batch_log)
@@ -162,8 +162,8 @@ def measure_sites(rundirs, batch_log, tasks_file, sweep, config_path, size, runs
     except BaseException:
         session.close()
         raise
-    labellers = [SiteLabeller(rd, bench, session.builds, measurements, stop, winner)
-                 for rd, bench, winner in jobs]
+    labellers = [SiteLabeller(rd, bench, session.builds, measurements, stop)
+                 for rd, bench in jobs]
 
     def interrupt(signum, frame):
         if stop.is_set():
@@ -227,12 +227,12 @@ def measure_sites(rundirs, batch_log, tasks_file, sweep, config_path, size, runs
 def _new_rundirs(config, session: Session, sources: list[Path], swept: list[Benchmark],
                  sweep: int | None, size: str | None, runs: int | None,
                  max_pairs: int | None, keep: float, max_tests: int,
-                 retest: bool) -> list[tuple[SitesRundir, Benchmark, Winner | None]]:
+                 retest: bool) -> list[tuple[SitesRundir, Benchmark]]:
     """A labels rundir per benchmark, made whole and listed in the batch log."""
     compiler = session.builds.toolchain.identity
     worker_class = session.worker_classes[0]
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    planned: list[tuple[Benchmark, list[Path], Winner | None, str]] = []
+    planned: list[tuple[Benchmark, list[Path], WinnerChoice | None, str]] = []
     for directory, group in _group(sources).items():
         for r in group:
             theirs = search_compiler(r)
@@ -259,7 +259,8 @@ def _new_rundirs(config, session: Session, sources: list[Path], swept: list[Benc
                                                         runs or config.run.runs),
             half_width=config.measure.half_width, timeout=config.run.timeout,
             perf=config.run.perf, aslr=config.run.aslr, worker_class=worker_class,
-            compiler=compiler, sources=[str(r.resolve()) for r in group], sweep=k, keep=keep,
+            compiler=compiler, sources=[str(r.resolve()) for r in group], winner=winner,
+            sweep=k, keep=keep,
             max_tests=max_tests, retest=retest)
         path = config.search.rundirs / rundir_name(bench, "sites", 0, stamp)
         exp = exp.model_copy(update={"rundir": str(path.resolve())})
@@ -271,7 +272,7 @@ def _new_rundirs(config, session: Session, sources: list[Path], swept: list[Benc
         except OSError as exc:
             raise RundirError(f"{config.search.batch_log}: cannot write "
                               f"({exc.strerror or exc})") from None
-        out.append((rd, bench, winner))
+        out.append((rd, bench))
     return out
 
 

@@ -204,16 +204,20 @@ def test_measure_sites_attributes_a_winner_survives_a_kill_and_writes_the_table(
 
     args = ["measure-sites", "--config", str(cfg), str(source), "--sweep", "2", "--retest",
             "--max-tests", "6"]
-    killed = run(*args, cwd=tmp_path, env={KILL_HOOK_ENV: "label:2"})
+    # Killed before the winner is journaled (what to attribute must survive in the rundir),
+    # then again after two labels, then resumed to the end.
+    killed = run(*args, cwd=tmp_path, env={KILL_HOOK_ENV: "reference:1"})
     assert killed.returncode == -9, killed.stderr
     labels_rundir = next(p for p in (tmp_path / "rundirs").iterdir() if "-sites-" in p.name)
     entry = read_batch_log(tmp_path / "batch.log")[-1]
     assert entry.algorithm == "sites" and Path(entry.rundir) == labels_rundir.resolve()
+    again = ["measure-sites", "--config", str(cfg), "--resume", str(labels_rundir)]
+    killed = run(*again, cwd=tmp_path, env={KILL_HOOK_ENV: "label:2"})
+    assert killed.returncode == -9, killed.stderr
     before = SitesRundir(labels_rundir).events()
     assert sum(isinstance(e, LabelEvent) for e in before) == 2
 
-    resumed = run("measure-sites", "--config", str(cfg), "--resume", str(labels_rundir),
-                  cwd=tmp_path)
+    resumed = run(*again, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     events = SitesRundir(labels_rundir).events()
     assert events[:len(before)] == before  # the journal was appended to, never rewritten

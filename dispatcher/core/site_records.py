@@ -26,6 +26,15 @@ Context = Literal["alone", "removed", "minimal"]
 Status = Literal["measured", "not_reached", "same_binary", "unresolved", "failed"]
 
 
+class WinnerChoice(Record):
+    """The tree to attribute: a search rundir's candidate dir and its confirmed speedup."""
+
+    rundir: str
+    dir: str
+    speedup: float
+    ci95: Optional[tuple[float, float]] = None
+
+
 class SitesExperiment(Record):
     """What ``measure-sites`` was asked for one benchmark: its settings, recorded so that a
     resume goes on with them whatever the config says by then."""
@@ -44,6 +53,7 @@ class SitesExperiment(Record):
     worker_class: str
     compiler: str  # sha256 of the ocamlopt that builds every tree
     sources: list[str] = Field(default_factory=list)  # the search rundirs it attributes
+    winner: Optional[WinnerChoice] = None  # their best confirmed tree (None: no such tree)
     sweep: int = 0  # hottest flippable sites of the heuristic build flipped alone
     keep: float = 0.9  # share of the winner's log speedup a subset must keep
     max_tests: int = 64  # delta-debugging tests at most

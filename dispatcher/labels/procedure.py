@@ -47,12 +47,13 @@ from dispatcher.core.site_records import (
     ReferenceEvent,
     SiteDecision,
     SubsetEvent,
+    WinnerChoice,
     WinnerEvent,
 )
 from dispatcher.core.stats import paired_speedup_ci
 from dispatcher.core.tree import Tree, flippable, split_key
 from dispatcher.labels.ddmin import ddmin
-from dispatcher.labels.winner import Winner, flipped, reverted, tree_with, winner_decisions
+from dispatcher.labels.winner import flipped, reverted, tree_with, winner_decisions
 from dispatcher.running.measurement import (
     Comparison,
     MeasurementService,
@@ -115,7 +116,6 @@ class SiteLabeller:
     builds: CompileService
     measurements: MeasurementService
     stop: threading.Event
-    winner: Winner | None = None  # the tree to attribute (new rundirs; a resume reads it)
     status: LabelsStatus = field(init=False)
     reference: Artifact = field(init=False)
     heuristic: Tree = field(init=False)
@@ -165,8 +165,9 @@ class SiteLabeller:
                 self._answers[("label", e.trial, _label_key(e))] = e.outcome
         self._reference(events)
         winner = next((e for e in events if isinstance(e, WinnerEvent)), None)
-        if winner is None and self.winner is not None:
-            winner = self._journal_winner(self.winner)
+        chosen = self.rundir.experiment.winner
+        if winner is None and chosen is not None:
+            winner = self._journal_winner(chosen)
         if winner is not None:
             self._attribute(winner, events)
         if self.rundir.experiment.sweep:
@@ -207,8 +208,8 @@ class SiteLabeller:
                                               artifact=compiled.artifact.key))
         self.heuristic = Tree.from_dir(d)
 
-    def _journal_winner(self, winner: Winner) -> WinnerEvent:
-        source = winner.rundir / winner.dir
+    def _journal_winner(self, winner: WinnerChoice) -> WinnerEvent:
+        source = Path(winner.rundir) / winner.dir
         d = self.rundir.path / WINNER_DIR
         if d.exists():
             shutil.rmtree(d)

@@ -3,30 +3,21 @@ best, where it differs from the heuristic's build."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from dispatcher.core.decisions import Override
 from dispatcher.core.records import ConfirmEvent, RecordError, read_experiment
 from dispatcher.core.rundir import EXPERIMENT, RundirError, read_journal
-from dispatcher.core.site_records import SiteDecision
+from dispatcher.core.site_records import SiteDecision, WinnerChoice
 from dispatcher.core.tree import DONT_INLINE, Tree, flip
 
 
-@dataclass(frozen=True)
-class Winner:
-    rundir: Path
-    dir: str
-    speedup: float
-    ci95: tuple[float, float] | None
-
-
-def confirmed_winner(rundirs: Iterable[Path]) -> Winner | None:
+def confirmed_winner(rundirs: Iterable[Path]) -> WinnerChoice | None:
     """The best tree the searches of ``rundirs`` confirmed faster than the heuristic: the
     highest confirmed speedup whose interval lies above 1 (None: none did).  A confirmation
     is fresh pairs of the search's best against the heuristic build (docs/measurement.md),
     not the maximum of the noisy estimates the search compared along the way."""
-    best: Winner | None = None
+    best: WinnerChoice | None = None
     for rundir in rundirs:
         try:
             events = read_journal(rundir / "journal.jsonl")
@@ -36,7 +27,8 @@ def confirmed_winner(rundirs: Iterable[Path]) -> Winner | None:
             if isinstance(e, ConfirmEvent) and e.significant and e.speedup is not None \
                     and e.speedup > 1.0 and e.ci95 is not None and e.ci95[0] > 1.0 \
                     and (best is None or e.speedup > best.speedup):
-                best = Winner(rundir, e.dir, e.speedup, e.ci95)
+                best = WinnerChoice(rundir=str(rundir.resolve()), dir=e.dir,
+                                    speedup=e.speedup, ci95=e.ci95)
     return best
 
 
