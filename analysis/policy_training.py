@@ -1,9 +1,13 @@
-"""Training an inlining policy: labels from reward assignment, features from the compiler.
+"""Training an inlining policy: labels from reward assignment or from measured sites,
+features from the compiler.
 
-A call site's label comes from its *net* reward (what inlining it adds, ``analysis.rewards``)
-and a threshold ``t`` on it, as the research tool labelled: ``inline`` when the net reward is
-above ``t``, ``dont_inline`` below ``-t``, ``default`` (does not matter: the heuristic decides)
-in between.  Its features are those the inliner saw at the site (the decision dump's
+A call site's label comes from one of two sources.  From rewards: its *net* reward (what
+inlining it adds, ``analysis.rewards``) and a threshold ``t`` on it, as the research tool
+labelled: ``inline`` when the net reward is above ``t``, ``dont_inline`` below ``-t``,
+``default`` (does not matter: the heuristic decides) in between.  From measured sites (the
+tables ``measure-sites`` writes): the rule of ``analysis.label_training``, each decision's
+effect measured directly with its interval.  Where both label a site, ``combine`` keeps the
+measured label.  Its features are those the inliner saw at the site (the decision dump's
 ``features``, ``dispatcher.core.decisions``), so the policy host can ask the same questions of a
 program the policy never saw.  A classifier (scikit-learn: logistic regression, gradient-boosted
 trees, a small MLP) is validated leave-one-benchmark-out (each benchmark held out in turn:
@@ -52,10 +56,11 @@ class TrainingSet:
         return list(self.features.columns)
 
 
-def training_set(rewards: Mapping[str, pd.DataFrame], features: Mapping[str, pd.DataFrame],
-                 threshold: float) -> TrainingSet:
+def reward_sites(rewards: Mapping[str, pd.DataFrame], features: Mapping[str, pd.DataFrame],
+                 threshold: float) -> pd.DataFrame:
     """Join each benchmark's rewards (``rewards.csv``: its call rows) with its features
-    (``unit``, ``round``, ``key`` and one column per feature) on the call's key."""
+    (``unit``, ``round``, ``key`` and one column per feature) on the call's key: one row per
+    call site with ``benchmark``, ``label`` and its features, not yet encoded."""
     parts = []
     for bench, table in sorted(rewards.items()):
         if bench not in features:
@@ -66,12 +71,45 @@ def training_set(rewards: Mapping[str, pd.DataFrame], features: Mapping[str, pd.
             continue
         joined["benchmark"] = bench
         joined["label"] = [label(float(n), threshold) for n in joined["net"]]
-        parts.append(joined)
+        parts.append(joined.drop(columns=["net"]))
     if not parts:
         raise TrainingError("no call site has both a reward and features")
-    data = pd.concat(parts, ignore_index=True)
-    feats = numeric_features(data.drop(columns=KEY + ["net", "benchmark", "label"]))
-    return TrainingSet(features=feats, labels=data["label"], benchmarks=data["benchmark"])
+    return pd.concat(parts, ignore_index=True)
+
+
+#: Columns of a site table that are not features (``round`` is both: a key, so not used).
+NOT_FEATURES = KEY + ["benchmark", "label", "source"]
+
+
+def encode(sites: pd.DataFrame) -> TrainingSet:
+    """The training set of a site table (``benchmark``, ``label``, ``unit``, ``round``,
+    ``key``, optionally ``source``, and one column per feature): every other column a feature,
+    encoded as the policy host encodes a site's (``numeric_features``)."""
+    sites = sites.reset_index(drop=True)
+    feats = numeric_features(sites.drop(columns=[c for c in NOT_FEATURES if c in sites]))
+    return TrainingSet(features=feats, labels=sites["label"], benchmarks=sites["benchmark"])
+
+
+def training_set(rewards: Mapping[str, pd.DataFrame], features: Mapping[str, pd.DataFrame],
+                 threshold: float) -> TrainingSet:
+    """The training set of the rewards' labels (``reward_sites``), features encoded."""
+    return encode(reward_sites(rewards, features, threshold))
+
+
+def combine(labelled: pd.DataFrame, rewarded: pd.DataFrame) -> pd.DataFrame:
+    """One site table of both sources (each a site table with ``benchmark``): where both label
+    a site (same benchmark, unit, round and key), the measured label is kept and the reward's
+    dropped.  A ``source`` column says which (``labels`` or ``rewards``)."""
+    site = ["benchmark"] + KEY
+    labelled = labelled.assign(source="labels")
+    rewarded = rewarded.assign(source="rewards")
+    taken = pd.MultiIndex.from_frame(labelled[site]) if len(labelled) else None
+    if taken is not None and len(rewarded):
+        rewarded = rewarded[~pd.MultiIndex.from_frame(rewarded[site]).isin(taken)]
+    parts = [p for p in (labelled, rewarded) if len(p)]
+    if not parts:
+        return labelled
+    return pd.concat(parts, ignore_index=True)
 
 
 def make_classifier(name: str, seed: int = 0) -> Any:
