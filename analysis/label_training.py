@@ -1,0 +1,235 @@
+"""Training labels from measured sites: the tables ``measure-sites`` writes
+(``labels/<bench>/sites.parquet``, the same rows in ``sites.csv``), one row per measured label.
+
+A row compares the tree with ``action`` at one site against its reference, in a ``context``:
+``alone`` (the flip alone on the heuristic's tree, reference the heuristic's build),
+``minimal`` (the decision removed from the minimal winning subset, reference that subset's
+build) or ``removed`` (removed from a search winner's tree, reference the winner).  ``effect``
+is the log speedup of the tested tree over its reference, log(reference time / tested time),
+with its 95% interval ``low``..``high``: above 0, ``action`` made the program faster.
+
+The labelling rule (docs/policies.md, "Labels from measured sites"):
+
+1. **A row.**  Only a ``measured`` row says anything: ``not_reached`` (the flip's code is not
+   what runs), ``same_binary``, ``unresolved`` and ``failed`` rows are dropped, and are never
+   evidence of "no effect".  A measured row gives a label when its interval excludes zero and
+   ``|effect|`` exceeds the threshold ``t`` (log-speedup units: 0.01 is about 1%): ``effect >
+   t`` with ``low > 0``: ``action``; ``effect < -t`` with ``high < 0``: the other action
+   (``inline`` <-> ``dont_inline``: the reference's choice beats ``action``), except for an
+   ``alone`` row at a site the heuristic *specialised*, where the reference's choice is the
+   heuristic's (specialise), which a policy keeps by answering ``default``.  Any other measured
+   row gives ``default`` (no effect worth deciding: the heuristic decides).
+2. **Replicates.**  The rows of one site with the same context and action (the ``labels``
+   trial and any ``retest``) are replicates of one comparison: it gives a label only where
+   every measured replicate gives that same label, else ``default``.  They are not pooled: a
+   label must be reproduced on its own, which is what a retest is for (with 95% intervals one
+   null comparison in twenty looks significant).
+3. **Contexts.**  A site's label comes from its most relevant context that has a measured
+   row: ``alone`` (what a policy deciding one site on the heuristic's tree does), then
+   ``minimal``, then ``removed`` (more of the other decisions changed with it).  Within it,
+   the labels its comparisons give (at most one per action) decide; two different labels
+   conflict, and the site is ``default``.
+4. **A site without any measured row** gets no label at all: it is left out of training.
+
+Features come from the table itself (the heuristic build's dump, one column per
+``Features`` field), typed as the dump types them, so that ``numeric_features`` encodes
+them exactly as it encodes a dump's (and as the policy host encodes an observation).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis.policy_training import KEY
+from dispatcher.core.decisions import Features
+
+TABLE_NAMES = ("sites.parquet", "sites.csv")  # the first found is read (same content)
+CONTEXTS = ("alone", "minimal", "removed")  # in order of precedence
+STATUSES = ("measured", "not_reached", "same_binary", "unresolved", "failed")
+TRIALS = ("labels", "retest")
+ACTIONS = ("inline", "dont_inline")
+HEURISTIC_ACTIONS = ("inline", "dont_inline", "specialise")
+OTHER = {"inline": "dont_inline", "dont_inline": "inline"}
+DEFAULT_LABEL_THRESHOLD = 0.01  # |log speedup|: about 1%
+
+#: The feature columns, named as ``Features.row()`` names them, and the kind of each.
+FEATURES = [f.name for f in fields(Features)]
+_KINDS = {f.name: str(f.type).split(" ")[0] for f in fields(Features)}
+#: What the labelling reads besides the features.
+COLUMNS = ["unit", "round", "key", "heuristic_action", "action", "context", "status",
+           "effect", "low", "high", "trial"]
+
+
+class LabelsError(ValueError):
+    """A labels table that cannot be read or does not hold what measure-sites writes; the
+    message is one line and names the file."""
+
+
+# -- the rule -----------------------------------------------------------------------------
+
+def row_label(row: Mapping[str, Any], threshold: float) -> str | None:
+    """The label one row of a labels table gives: ``None`` for a row that was not measured
+    (it says nothing), ``default`` for a measured row without an effect beyond ``threshold``
+    that its interval confirms, else ``inline`` or ``dont_inline`` (rule 1)."""
+    if row["status"] != "measured":
+        return None
+    effect, low, high = float(row["effect"]), float(row["low"]), float(row["high"])
+    if effect > threshold and low > 0:
+        return str(row["action"])
+    if effect < -threshold and high < 0:
+        if row["context"] == "alone" and row.get("heuristic_action") == "specialise":
+            return "default"
+        return OTHER[str(row["action"])]
+    return "default"
+
+
+def site_label(rows: Iterable[Mapping[str, Any]], threshold: float) -> str | None:
+    """The label of one site from all its rows (rules 2-4); ``None``: no row of it was
+    measured, so it has no label and is left out."""
+    measured = [r for r in rows if r["status"] == "measured"]
+    if not measured:
+        return None
+    context = next(c for c in CONTEXTS if any(r["context"] == c for r in measured))
+    verdicts = set()
+    for action in ACTIONS:
+        replicates = {row_label(r, threshold) for r in measured
+                      if r["context"] == context and r["action"] == action}
+        if replicates:
+            verdicts.add(replicates.pop() if len(replicates) == 1 else "default")
+    decided = verdicts - {"default"}
+    return decided.pop() if len(decided) == 1 else "default"
+
+
+def label_sites(table: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    """One row per site with a label (``unit``, ``round``, ``key``, ``label``, then its
+    features) from a checked labels table (``read_sites_table``), in the order of the sites'
+    first rows; sites without a measured row are left out."""
+    out = []
+    records = table.to_dict("records")
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((r["unit"], r["round"], r["key"]), []).append(r)
+    for (unit, rnd, key), rows in groups.items():
+        got = site_label(rows, threshold)
+        if got is None:
+            continue
+        features = {name: rows[0].get(name) for name in FEATURES if name not in KEY}
+        out.append({"unit": unit, "round": rnd, "key": key, "label": got, **features})
+    columns = KEY + ["label"] + [n for n in FEATURES if n not in KEY]
+    return pd.DataFrame(out, columns=columns)
+
+
+# -- the tables ---------------------------------------------------------------------------
+
+def table_path(labels_dir: Path, bench: str) -> Path | None:
+    """The labels table of ``bench`` under ``labels_dir`` (parquet first), None if none."""
+    for name in TABLE_NAMES:
+        if (labels_dir / bench / name).is_file():
+            return labels_dir / bench / name
+    return None
+
+
+def labelled_benchmarks(labels_dir: Path) -> list[str]:
+    """The benchmarks with a labels table under ``labels_dir``, by name."""
+    return sorted(p.name for p in labels_dir.iterdir()
+                  if p.is_dir() and table_path(labels_dir, p.name) is not None)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or \
+        value is pd.NA
+
+
+def _typed(value: Any, kind: str) -> Any:
+    """A feature's value as the dump gives it (int, bool, str or None); ValueError if it is
+    not one of its kind."""
+    if _missing(value):
+        return None
+    if kind == "bool":
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        if isinstance(value, (bool, int, float)) or hasattr(value, "item"):
+            number = float(value)
+            if number in (0.0, 1.0):
+                return bool(number)
+        raise ValueError(value)
+    if kind == "int":
+        if isinstance(value, bool):
+            raise ValueError(value)
+        number = float(value)  # ValueError for text that is not a number
+        if not number.is_integer():
+            raise ValueError(value)
+        return int(number)
+    if not isinstance(value, str):
+        raise ValueError(value)
+    return value
+
+
+def read_sites_table(path: Path) -> pd.DataFrame:
+    """A labels table, checked: the columns the labelling reads and every feature; known
+    statuses, contexts, actions and trials; numbers for a measured row's effect and
+    interval; each feature of its kind.  LabelsError (one line, naming the file) otherwise."""
+    expected = ("expected the table measure-sites writes: one row per measured label, with "
+                "unit, round, key, heuristic_action, action, context, status, effect, low, "
+                "high, trial and the site's features")
+    try:
+        if path.suffix == ".parquet":
+            table = pd.read_parquet(path)
+        else:
+            table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    except FileNotFoundError:
+        raise LabelsError(f"{path}: no such labels table ({expected})") from None
+    except Exception as exc:  # unreadable, not parquet, not CSV, empty
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise LabelsError(f"{path}: not a labels table ({reason}; {expected})") from None
+    missing = [c for c in COLUMNS + FEATURES if c not in table.columns]
+    if missing:
+        raise LabelsError(f"{path}: not a labels table: no column {', '.join(missing)} "
+                          f"({expected})")
+    table = table.reset_index(drop=True)
+    choices = {"status": STATUSES, "context": CONTEXTS, "action": ACTIONS, "trial": TRIALS,
+               "heuristic_action": HEURISTIC_ACTIONS}
+    for column, allowed in choices.items():
+        for i, value in enumerate(table[column]):
+            if value not in allowed:
+                raise LabelsError(f"{path}: row {i + 1}: {column} {value!r}: expected one of "
+                                  f"{', '.join(allowed)}")
+    for column in ("unit", "key"):
+        for i, value in enumerate(table[column]):
+            if not isinstance(value, str) or not value:
+                raise LabelsError(f"{path}: row {i + 1}: {column} {value!r}: expected text")
+    rounds = pd.to_numeric(table["round"], errors="coerce")
+    bad = rounds.isna() | (rounds % 1 != 0)
+    if bad.any():
+        i = int(bad.to_numpy().nonzero()[0][0])
+        raise LabelsError(f"{path}: row {i + 1}: round {table['round'][i]!r}: expected an "
+                          "integer")
+    table["round"] = rounds.astype(int)
+    for column in ("effect", "low", "high"):
+        numbers = pd.to_numeric(table[column], errors="coerce")
+        bad = (table["status"] == "measured") & ~numbers.map(
+            lambda v: isinstance(v, float) and math.isfinite(v))
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise LabelsError(f"{path}: row {i + 1}: status measured but {column} "
+                              f"{table[column][i]!r}: expected a finite number (log speedup)")
+        table[column] = numbers.astype(float)
+    for name in FEATURES:
+        if name in KEY:
+            continue
+        kind = "text" if _KINDS[name] == "str" else _KINDS[name]
+        typed = []
+        for i, value in enumerate(table[name]):
+            try:
+                typed.append(_typed(value, _KINDS[name]))
+            except (ValueError, TypeError, OverflowError):
+                raise LabelsError(f"{path}: row {i + 1}: feature {name} {value!r}: expected "
+                                  f"{'an' if kind == 'int' else 'a'} {kind} value or "
+                                  "nothing") from None
+        table[name] = pd.Series(typed, index=table.index, dtype=object)
+    return table
