@@ -1,12 +1,21 @@
-"""``train-policy``: an inlining policy from the rewards ``assign-rewards`` wrote and the
-features the compiler dumps, validated on benchmarks it did not see.
+"""``train-policy``: an inlining policy from the rewards ``assign-rewards`` wrote, or the
+labels ``measure-sites`` measured, or both, with the features the compiler dumps, validated on
+benchmarks it did not see.
 
-For each benchmark under the rewards directory (or each one named): its rewards for one model
-and hyperparameters (``--hyper``; ``best``: the setting with the best mean held-out R^2 in its
-``fits.csv``), and the features of its call sites, from the decision dumps of its heuristic
-build (compiled, or taken from the store).  ``analysis.policy_training`` labels, validates
-leave-one-benchmark-out and trains; the policy file (``dispatcher.build.policy_file``) goes
-to ``--out`` with the validation scores beside it (``<out>.scores.csv``).
+Rewards (the default, or ``--rewards DIR``): for each benchmark under the rewards directory (or
+each one named), its rewards for one model and hyperparameters (``--hyper``; ``best``: the
+setting with the best mean held-out R^2 in its ``fits.csv``), and the features of its call
+sites, from the decision dumps of its heuristic build (compiled, or taken from the store).
+
+Labels (``--labels [DIR]``, DIR ``labels`` when not given): for each benchmark with a table
+``DIR/<bench>/sites.parquet`` (or ``sites.csv``), or each one named, its measured sites labelled
+by ``analysis.label_training``'s rule (``--label-threshold``, in log-speedup units), features
+from the table itself: nothing is compiled.  With ``--rewards`` given too, both, a measured
+label winning where both label a site (``analysis.policy_training.combine``).
+
+``analysis.policy_training`` validates leave-one-benchmark-out and trains; the policy file
+(``dispatcher.build.policy_file``) goes to ``--out`` with the validation scores beside it
+(``<out>.scores.csv``).
 """
 from __future__ import annotations
 
@@ -18,14 +27,26 @@ from typing import Any, NoReturn
 import click
 import pandas as pd
 
+from analysis.label_training import (
+    DEFAULT_LABEL_THRESHOLD,
+    LabelsError,
+    label_sites,
+    labelled_benchmarks,
+    read_sites_table,
+    table_path,
+)
 from analysis.policy_training import (
     CLASSIFIERS,
+    KEY,
+    LABELS,
     TrainingError,
     choose,
+    combine,
+    encode,
     leave_one_benchmark_out,
+    reward_sites,
     summary,
     train,
-    training_set,
 )
 from analysis.sources import SourcesError, benchmark_of
 from commands.common import backend_errors_in_one_line, show_warnings
@@ -110,36 +131,179 @@ class _FiniteFloatRange(click.FloatRange):
         return number
 
 
+def read_labels(labels_dir: Path, names: list[str], threshold: float) -> pd.DataFrame:
+    """The labelled sites of each benchmark's labels table (``analysis.label_training``), one
+    line per benchmark on what its table gave."""
+    parts = []
+    for n in names:
+        path = table_path(labels_dir, n)
+        if path is None:
+            _fail(f"{labels_dir / n}: no labels table (expected sites.parquet or sites.csv, "
+                  "as measure-sites writes)")
+        try:
+            table = read_sites_table(path)
+        except LabelsError as exc:
+            _fail(str(exc))
+        sites = label_sites(table, threshold).assign(benchmark=n)
+        counts = sites["label"].value_counts()
+        measured = int((table["status"] == "measured").sum())
+        dropped = table.groupby(["unit", "round", "key"]).ngroups - len(sites)
+        click.echo(f"labels {n}: {len(table)} rows, {measured} measured; {len(sites)} sites "
+                   "labelled (" + ", ".join(f"{counts.get(k, 0)} {k}" for k in LABELS)
+                   + f"), {dropped} without a measured row left out")
+        parts.append(sites)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def report_validation(scores: pd.DataFrame, chosen: str, labels: pd.Series,
+                      benchmarks: list[str], labelled: list[str] | None) -> None:
+    """The held-out scores: the mean per classifier, the chosen one's per benchmark and
+    overall, and one line when the overall figure is not above chance or there is none.
+    ``labelled``: the benchmarks with measured labels (None: no labels given)."""
+    if labelled is not None and len(labelled) < 2:
+        names = f" ({', '.join(labelled)})" if labelled else ""
+        what = ("no leave-one-benchmark-out figure" if len(benchmarks) < 2 else
+                "no leave-one-benchmark-out figure for the measured labels alone")
+        click.echo(f"fewer than 2 benchmarks have measured labels{names}: {what}", err=True)
+    table = summary(scores)
+    if table.empty:
+        if labelled is None or len(labelled) >= 2:
+            click.echo("one benchmark: no validation on a benchmark left out", err=True)
+        return
+    click.echo("held out one benchmark at a time (mean over benchmarks):")
+    click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    mine = scores[scores["classifier"] == chosen]
+    click.echo(f"{chosen}, each benchmark held out:")
+    for r in mine.itertuples():
+        click.echo(f"  {r.held_out}: {r.sites} sites, balanced accuracy "
+                   f"{r.balanced_accuracy:.3f}, accuracy {r.accuracy:.3f}, opposite "
+                   f"{r.opposite:.3f}")
+    overall = float(mine["balanced_accuracy"].mean())
+    classes = int(labels.nunique())
+    chance = 1 / classes
+    click.echo(f"{chosen} overall: balanced accuracy {overall:.3f} over {len(mine)} "
+               f"benchmarks held out (chance {chance:.3f}: {classes} label(s) present)")
+    if overall <= chance:
+        click.echo(f"not above chance: {chosen}'s balanced accuracy on benchmarks left out, "
+                   f"{overall:.3f}, is not above {chance:.3f} (1/{classes} labels present)",
+                   err=True)
+
+
 @click.command()
 @click.argument("benchmarks", nargs=-1)
-@click.option("--rewards", "rewards_dir", type=click.Path(path_type=Path), default="rewards",
-              show_default=True, help="What assign-rewards wrote (--out).")
+@click.option("--labels", "labels_dir", type=click.Path(path_type=Path), is_flag=False,
+              flag_value="labels", default=None, metavar="[DIR]",
+              help="Train on the sites measure-sites measured: DIR/<bench>/sites.parquet "
+                   "(or sites.csv); --labels alone reads labels/.  Without --rewards, on "
+                   "these labels only.  [DIR default: labels]")
+@click.option("--rewards", "rewards_dir", type=click.Path(path_type=Path), default=None,
+              help="What assign-rewards wrote (--out).  [default: rewards, unless --labels "
+                   "is given; with --labels too: both, a measured label winning]")
 @click.option("--model", default="ridge", show_default=True,
               help="Whose rewards: a model assign-rewards fitted.")
 @click.option("--hyper", default="best", show_default=True,
               help="Hyperparameters (a directory name such as gamma0.8-alpha0.01-log), or "
                    "best: per benchmark, the best mean held-out R^2.")
 @click.option("--threshold", type=_FiniteFloatRange(0), default=DEFAULT_THRESHOLD,
-              show_default=True, help="|net reward| at or below this: does not matter.")
+              show_default=True, help="Rewards: |net reward| at or below this: does not "
+                                      "matter.")
+@click.option("--label-threshold", type=_FiniteFloatRange(0), default=DEFAULT_LABEL_THRESHOLD,
+              show_default=True, help="Labels: |effect| (log speedup) at or below this: does "
+                                      "not matter.")
 @click.option("--classifier", type=click.Choice(["all", *CLASSIFIERS]), default="all",
               show_default=True, help="all: validate each, keep the best.")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("policy.policy"),
               show_default=True, help="The policy file to write.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path))
 @backend_errors_in_one_line
-def train_policy(benchmarks, rewards_dir, model, hyper, threshold, classifier, out,
-                 config_path) -> None:
-    """Train an inlining policy on the rewards of BENCHMARKS (default: every one there)."""
-    if not rewards_dir.is_dir():
-        _fail(f"{rewards_dir}: no such rewards directory (assign-rewards --out writes one)")
-    known = sorted(p.name for p in rewards_dir.iterdir() if (p / "sources.json").is_file())
+def train_policy(benchmarks, labels_dir, rewards_dir, model, hyper, threshold, label_threshold,
+                 classifier, out, config_path) -> None:
+    """Train an inlining policy on the rewards or measured labels of BENCHMARKS (default:
+    every one there)."""
+    if labels_dir is None and rewards_dir is None:
+        rewards_dir = Path("rewards")
+    known_labels: list[str] = []
+    if labels_dir is not None:
+        if not labels_dir.is_dir():
+            _fail(f"{labels_dir}: no such labels directory (measure-sites writes one table "
+                  "per benchmark there)")
+        known_labels = labelled_benchmarks(labels_dir)
+    known_rewards: list[str] = []
+    if rewards_dir is not None:
+        if not rewards_dir.is_dir():
+            _fail(f"{rewards_dir}: no such rewards directory (assign-rewards --out writes "
+                  "one)")
+        known_rewards = sorted(p.name for p in rewards_dir.iterdir()
+                               if (p / "sources.json").is_file())
+    known = sorted(set(known_labels) | set(known_rewards))
     for b in benchmarks:
         if b not in known:
-            _fail(f"unknown benchmark {b}: no {rewards_dir / b}/sources.json (benchmarks "
-                  f"there: {', '.join(known) or 'none'})")
+            wheres = []
+            if labels_dir is not None:
+                wheres.append(f"{labels_dir / b}/sites.parquet or sites.csv")
+            if rewards_dir is not None:
+                wheres.append(f"{rewards_dir / b}/sources.json")
+            where = " or ".join(wheres)
+            _fail(f"unknown benchmark {b}: no {where} (benchmarks there: "
+                  f"{', '.join(known) or 'none'})")
     names = list(benchmarks) or known
     if not names:
+        if rewards_dir is None:
+            _fail(f"{labels_dir}: no benchmark's labels there (expected "
+                  "<bench>/sites.parquet or <bench>/sites.csv, as measure-sites writes)")
         _fail(f"{rewards_dir}: no benchmark's rewards there")
+    label_names = [n for n in names if n in known_labels]
+    reward_names = [n for n in names if n in known_rewards]
+    labelled = pd.DataFrame()
+    if labels_dir is not None:
+        labelled = read_labels(labels_dir, label_names, label_threshold)
+    rewarded = pd.DataFrame()
+    if reward_names:
+        assert rewards_dir is not None
+        rewarded = reward_table(rewards_dir, reward_names, model, hyper, threshold,
+                                config_path)
+    if labels_dir is None:
+        sites = rewarded
+    else:
+        sites = combine(labelled, rewarded)
+        if not len(sites):
+            _fail(f"{labels_dir}: no site has a label (no measured row in the tables of "
+                  f"{', '.join(label_names)})")
+        if len(labelled) and len(rewarded):
+            both = labelled.merge(rewarded, on=["benchmark", *KEY], suffixes=("", "_r"))
+            click.echo(f"labels and rewards: {len(both)} sites labelled by both (the measured "
+                       f"label kept; {int((both['label'] != both['label_r']).sum())} of them "
+                       "disagree)")
+    ts = encode(sites)
+    counts = ts.labels.value_counts()
+    trained_on = sorted(ts.benchmarks.unique())
+    click.echo(f"{len(ts.labels)} call sites from {len(trained_on)} benchmark(s): "
+               + ", ".join(f"{counts.get(k, 0)} {k}" for k in LABELS))
+    names_to_try = list(CLASSIFIERS) if classifier == "all" else [classifier]
+    scores = pd.concat([leave_one_benchmark_out(ts, c) for c in names_to_try],
+                       ignore_index=True)
+    chosen = choose(scores, names_to_try)
+    with_labels = None
+    if labels_dir is not None:
+        with_labels = sorted(set(labelled["benchmark"])) if len(labelled) else []
+    report_validation(scores, chosen, ts.labels, trained_on, with_labels)
+    policy = train(ts, chosen, threshold if labels_dir is None or reward_names
+                   else label_threshold)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        save_policy_file(policy, out)
+        if not scores.empty:
+            with atomic_output(out.with_name(out.name + ".scores.csv")) as tmp:
+                scores.to_csv(tmp, index=False)
+    except OSError as exc:
+        _fail(f"{out}: cannot write the policy ({exc.strerror or exc})")
+    click.echo(f"{chosen} trained on {', '.join(policy.benchmarks)}: {out}")
+
+
+def reward_table(rewards_dir: Path, names: list[str], model: str, hyper: str,
+                 threshold: float, config_path: Path | None) -> pd.DataFrame:
+    """The reward-labelled sites of ``names``, their features from the heuristic builds
+    (compiled, or taken from the store)."""
     rewards = {n: read_rewards(rewards_dir, n, model, hyper) for n in names}
     try:
         session = Session(load_config(config_path))
@@ -155,33 +319,9 @@ def train_policy(benchmarks, rewards_dir, model, hyper, threshold, classifier, o
                 _fail(str(exc))
             features[n] = site_features(session, bench)
     try:
-        ts = training_set(rewards, features, threshold)
+        return reward_sites(rewards, features, threshold)
     except TrainingError as exc:
         _fail(str(exc))
-    counts = ts.labels.value_counts()
-    click.echo(f"{len(ts.labels)} call sites from {len(names)} benchmark(s): "
-               + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("inline", "dont_inline",
-                                                              "default")))
-    names_to_try = list(CLASSIFIERS) if classifier == "all" else [classifier]
-    scores = pd.concat([leave_one_benchmark_out(ts, c) for c in names_to_try],
-                       ignore_index=True)
-    table = summary(scores)
-    if table.empty:
-        click.echo("one benchmark: no validation on a benchmark left out", err=True)
-    else:
-        click.echo("held out one benchmark at a time (mean over benchmarks):")
-        click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    chosen = choose(scores, names_to_try)
-    policy = train(ts, chosen, threshold)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        save_policy_file(policy, out)
-        if not scores.empty:
-            with atomic_output(out.with_name(out.name + ".scores.csv")) as tmp:
-                scores.to_csv(tmp, index=False)
-    except OSError as exc:
-        _fail(f"{out}: cannot write the policy ({exc.strerror or exc})")
-    click.echo(f"{chosen} trained on {', '.join(policy.benchmarks)}: {out}")
 
 
 def main() -> None:
