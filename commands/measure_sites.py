@@ -193,7 +193,8 @@ def measure_sites(rundirs, batch_log, tasks_file, sweep, config_path, size, runs
                 key = (s.phase, s.tests, s.labels, s.state)
                 if s.state == "running" and s.phase == "starting":
                     continue
-                if shown.get(i) != key or now - last.get(i, now) >= PLAIN_EVERY_S:
+                again = s.state == "running" and now - last.get(i, now) >= PLAIN_EVERY_S
+                if shown.get(i) != key or again:
                     shown[i], last[i] = key, now
                     click.echo(_line(s), err=True)
             if not alive:
