@@ -15,21 +15,25 @@ The labelling rule (docs/policies.md, "Labels from measured sites"):
    evidence of "no effect".  A measured row gives a label when its interval excludes zero and
    ``|effect|`` exceeds the threshold ``t`` (log-speedup units: 0.01 is about 1%): ``effect >
    t`` with ``low > 0``: ``action``; ``effect < -t`` with ``high < 0``: the other action
-   (``inline`` <-> ``dont_inline``: the reference's choice beats ``action``), except for an
-   ``alone`` row at a site the heuristic *specialised*, where the reference's choice is the
-   heuristic's (specialise), which a policy keeps by answering ``default``.  Any other measured
-   row gives ``default`` (no effect worth deciding: the heuristic decides).
+   (``inline`` <-> ``dont_inline``: the reference's choice beats ``action``).  Any other
+   measured row gives ``default`` (no effect worth deciding: the heuristic decides).  Where
+   the heuristic *specialised* (the policy's way to keep that is ``default``): an ``alone``
+   flip, slower, gives ``default``; a ``removed``/``minimal`` row tests ``specialise`` itself
+   (the site set back to the heuristic's): faster gives ``default``, slower says the winner's
+   action was better without saying which (it is not in the row): no label.
 2. **Replicates.**  The rows of one site with the same context and action (the ``labels``
    trial and any ``retest``) are replicates of one comparison: it gives a label only where
-   every measured replicate gives that same label, else ``default``.  They are not pooled: a
-   label must be reproduced on its own, which is what a retest is for (with 95% intervals one
-   null comparison in twenty looks significant).
-3. **Contexts.**  A site's label comes from its most relevant context that has a measured
-   row: ``alone`` (what a policy deciding one site on the heuristic's tree does), then
+   every replicate that says anything gives that same label, else ``default``.  They are not
+   pooled: a label must be reproduced on its own, which is what a retest is for (with 95%
+   intervals one null comparison in twenty looks significant).
+3. **Contexts.**  A site's label comes from its most relevant context that has a row saying
+   anything: ``alone`` (what a policy deciding one site on the heuristic's tree does), then
    ``minimal``, then ``removed`` (more of the other decisions changed with it).  Within it,
    the labels its comparisons give (at most one per action) decide; two different labels
    conflict, and the site is ``default``.
-4. **A site without any measured row** gets no label at all: it is left out of training.
+4. **Left out**: a site no row of which says anything (none measured) gets no label at all;
+   a site without features (not in the heuristic build's dump: only a winner's inlining made
+   it) cannot be encoded as the policy would see it, and is left out too.
 
 Features come from the table itself (the heuristic build's dump, one column per
 ``Features`` field), typed as the dump types them, so that ``numeric_features`` encodes
@@ -39,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +56,17 @@ TABLE_NAMES = ("sites.parquet", "sites.csv")  # the first found is read (same co
 CONTEXTS = ("alone", "minimal", "removed")  # in order of precedence
 STATUSES = ("measured", "not_reached", "same_binary", "unresolved", "failed")
 TRIALS = ("labels", "retest")
-ACTIONS = ("inline", "dont_inline")
-HEURISTIC_ACTIONS = ("inline", "dont_inline", "specialise")
+ACTIONS = ("inline", "dont_inline", "specialise")  # specialise: a removed row's, set back
 OTHER = {"inline": "dont_inline", "dont_inline": "inline"}
 DEFAULT_LABEL_THRESHOLD = 0.01  # |log speedup|: about 1%
 
 #: The feature columns, named as ``Features.row()`` names them, and the kind of each.
 FEATURES = [f.name for f in fields(Features)]
 _KINDS = {f.name: str(f.type).split(" ")[0] for f in fields(Features)}
+#: The features every decision of a version-2 dump has: a row without one of them has no
+#: features (its site is not in the heuristic build's dump).
+_ALWAYS = [f.name for f in fields(Features)
+           if f.default is MISSING and f.name not in ("threshold", *KEY)]
 #: What the labelling reads besides the features.
 COLUMNS = ["unit", "round", "key", "heuristic_action", "action", "context", "status",
            "effect", "low", "high", "trial"]
@@ -73,55 +80,72 @@ class LabelsError(ValueError):
 # -- the rule -----------------------------------------------------------------------------
 
 def row_label(row: Mapping[str, Any], threshold: float) -> str | None:
-    """The label one row of a labels table gives: ``None`` for a row that was not measured
-    (it says nothing), ``default`` for a measured row without an effect beyond ``threshold``
-    that its interval confirms, else ``inline`` or ``dont_inline`` (rule 1)."""
+    """The label one row of a labels table gives (rule 1): ``inline`` or ``dont_inline``,
+    ``default`` (measured, without an effect beyond ``threshold`` that its interval confirms,
+    or the heuristic's own choice shown best), or ``None``: the row says nothing a label can
+    say (not measured; or a ``specialise`` set back in a winner, slower, where which action the
+    winner took instead is not in the row)."""
     if row["status"] != "measured":
         return None
     effect, low, high = float(row["effect"]), float(row["low"]), float(row["high"])
-    if effect > threshold and low > 0:
-        return str(row["action"])
-    if effect < -threshold and high < 0:
-        if row["context"] == "alone" and row.get("heuristic_action") == "specialise":
-            return "default"
-        return OTHER[str(row["action"])]
+    action = str(row["action"])
+    heuristic = row.get("heuristic_action")
+    if effect > threshold and low > 0:  # action beats the reference's choice
+        if action in OTHER:
+            return action
+        return "default" if heuristic == "specialise" else None
+    if effect < -threshold and high < 0:  # the reference's choice beats action
+        if row["context"] == "alone" and heuristic == "specialise":
+            return "default"  # the reference specialised: the policy keeps it by default
+        return OTHER.get(action)
     return "default"
 
 
 def site_label(rows: Iterable[Mapping[str, Any]], threshold: float) -> str | None:
-    """The label of one site from all its rows (rules 2-4); ``None``: no row of it was
-    measured, so it has no label and is left out."""
-    measured = [r for r in rows if r["status"] == "measured"]
-    if not measured:
+    """The label of one site from all its rows (rules 2-4); ``None``: no row of it says
+    anything (none measured), so it has no label and is left out."""
+    told = [(r, got) for r in rows if (got := row_label(r, threshold)) is not None]
+    if not told:
         return None
-    context = next(c for c in CONTEXTS if any(r["context"] == c for r in measured))
+    context = next(c for c in CONTEXTS if any(r["context"] == c for r, _ in told))
     verdicts = set()
     for action in ACTIONS:
-        replicates = {row_label(r, threshold) for r in measured
-                      if r["context"] == context and r["action"] == action}
+        replicates = {got for r, got in told if r["context"] == context and
+                      r["action"] == action}
         if replicates:
             verdicts.add(replicates.pop() if len(replicates) == 1 else "default")
     decided = verdicts - {"default"}
     return decided.pop() if len(decided) == 1 else "default"
 
 
-def label_sites(table: pd.DataFrame, threshold: float) -> pd.DataFrame:
+def _has_features(row: Mapping[str, Any]) -> bool:
+    return all(not _missing(row.get(name)) for name in _ALWAYS)
+
+
+def label_sites(table: pd.DataFrame, threshold: float) -> tuple[pd.DataFrame, dict[str, int]]:
     """One row per site with a label (``unit``, ``round``, ``key``, ``label``, then its
     features) from a checked labels table (``read_sites_table``), in the order of the sites'
-    first rows; sites without a measured row are left out."""
+    first rows; and how many sites were left out: ``unmeasured`` (no row says anything: none
+    measured) and ``featureless`` (labelled, but not in the heuristic build's dump, so without
+    the features a policy would see: a site only a winner's inlining made)."""
     out = []
-    records = table.to_dict("records")
+    left_out = {"unmeasured": 0, "featureless": 0}
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for r in records:
+    for r in table.to_dict("records"):
         groups.setdefault((r["unit"], r["round"], r["key"]), []).append(r)
     for (unit, rnd, key), rows in groups.items():
         got = site_label(rows, threshold)
         if got is None:
+            left_out["unmeasured"] += 1
             continue
-        features = {name: rows[0].get(name) for name in FEATURES if name not in KEY}
+        featured = next((r for r in rows if _has_features(r)), None)
+        if featured is None:
+            left_out["featureless"] += 1
+            continue
+        features = {name: featured.get(name) for name in FEATURES if name not in KEY}
         out.append({"unit": unit, "round": rnd, "key": key, "label": got, **features})
     columns = KEY + ["label"] + [n for n in FEATURES if n not in KEY]
-    return pd.DataFrame(out, columns=columns)
+    return pd.DataFrame(out, columns=columns), left_out
 
 
 # -- the tables ---------------------------------------------------------------------------
@@ -187,18 +211,23 @@ def read_sites_table(path: Path) -> pd.DataFrame:
     except Exception as exc:  # unreadable, not parquet, not CSV, empty
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise LabelsError(f"{path}: not a labels table ({reason}; {expected})") from None
-    missing = [c for c in COLUMNS + FEATURES if c not in table.columns]
+    # an empty table (a labels rundir that measured nothing yet) may lack the features
+    missing = [c for c in COLUMNS + (FEATURES if len(table) else []) if c not in table.columns]
     if missing:
         raise LabelsError(f"{path}: not a labels table: no column {', '.join(missing)} "
                           f"({expected})")
     table = table.reset_index(drop=True)
     choices = {"status": STATUSES, "context": CONTEXTS, "action": ACTIONS, "trial": TRIALS,
-               "heuristic_action": HEURISTIC_ACTIONS}
+               "heuristic_action": ACTIONS}
     for column, allowed in choices.items():
         for i, value in enumerate(table[column]):
+            if column == "heuristic_action" and _missing(value):
+                continue  # a site the heuristic's tree lacks (only a winner inlined its way)
             if value not in allowed:
                 raise LabelsError(f"{path}: row {i + 1}: {column} {value!r}: expected one of "
                                   f"{', '.join(allowed)}")
+    table["heuristic_action"] = table["heuristic_action"].map(
+        lambda v: None if _missing(v) else v).astype(object)
     for column in ("unit", "key"):
         for i, value in enumerate(table[column]):
             if not isinstance(value, str) or not value:
@@ -220,7 +249,7 @@ def read_sites_table(path: Path) -> pd.DataFrame:
                               f"{table[column][i]!r}: expected a finite number (log speedup)")
         table[column] = numbers.astype(float)
     for name in FEATURES:
-        if name in KEY:
+        if name in KEY or name not in table.columns:
             continue
         kind = "text" if _KINDS[name] == "str" else _KINDS[name]
         typed = []

@@ -144,13 +144,16 @@ def read_labels(labels_dir: Path, names: list[str], threshold: float) -> pd.Data
             table = read_sites_table(path)
         except LabelsError as exc:
             _fail(str(exc))
-        sites = label_sites(table, threshold).assign(benchmark=n)
+        sites, left_out = label_sites(table, threshold)
+        sites = sites.assign(benchmark=n)
         counts = sites["label"].value_counts()
         measured = int((table["status"] == "measured").sum())
-        dropped = table.groupby(["unit", "round", "key"]).ngroups - len(sites)
+        featureless = (f", {left_out['featureless']} without features (not in the heuristic "
+                       "build) left out" if left_out["featureless"] else "")
         click.echo(f"labels {n}: {len(table)} rows, {measured} measured; {len(sites)} sites "
                    "labelled (" + ", ".join(f"{counts.get(k, 0)} {k}" for k in LABELS)
-                   + f"), {dropped} without a measured row left out")
+                   + f"), {left_out['unmeasured']} without a measured row left out"
+                   + featureless)
         parts.append(sites)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
@@ -267,8 +270,8 @@ def train_policy(benchmarks, labels_dir, rewards_dir, model, hyper, threshold, l
     else:
         sites = combine(labelled, rewarded)
         if not len(sites):
-            _fail(f"{labels_dir}: no site has a label (no measured row in the tables of "
-                  f"{', '.join(label_names)})")
+            _fail(f"{labels_dir}: no site has a label (in the tables of "
+                  f"{', '.join(label_names)}: no site with a measured row and features)")
         if len(labelled) and len(rewarded):
             both = labelled.merge(rewarded, on=["benchmark", *KEY], suffixes=("", "_r"))
             click.echo(f"labels and rewards: {len(both)} sites labelled by both (the measured "

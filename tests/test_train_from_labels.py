@@ -21,6 +21,7 @@ from analysis.label_training import (
     row_label,
     site_label,
 )
+from analysis.labels import ID_COLUMNS, OUTCOME_COLUMNS, write_table
 from analysis.policy_training import KEY, combine, encode, training_set
 from dispatcher.build.policy_file import read_policy_file
 from dispatcher.core.decisions import Decision, feature_rows, read_dump
@@ -112,6 +113,36 @@ def test_replicates_must_agree_and_conflicting_labels_are_default():
                       0.01) == "default"
 
 
+def test_a_site_the_heuristic_specialised():
+    """A removed row tests specialise itself (the site set back to the heuristic's):
+    faster, the heuristic's is best (default); slower, the winner's action was better, which
+    the row does not name: it says nothing."""
+    spec = {"heuristic_action": "specialise", "action": "specialise"}
+    assert row_label(row(context="removed", **spec, **FASTER), 0.01) == "default"
+    assert row_label(row(context="removed", **spec, **SLOWER), 0.01) is None
+    assert row_label(row(context="minimal", **spec, **NOTHING), 0.01) == "default"
+    assert site_label([row(context="removed", **spec, **SLOWER)], 0.01) is None
+    # it does not hide a context after it that says something
+    assert site_label([row(context="minimal", **spec, **SLOWER),
+                       row(context="removed", action="inline", **FASTER)], 0.01) == "inline"
+
+
+def test_sites_without_features_or_measurement_are_left_out():
+    """A site only a winner's inlining made has no heuristic action and no features in the
+    table: labelled or not, it cannot be asked as the policy would see it."""
+    features = {name: 1 for name in FEATURES}
+    table = pd.DataFrame([
+        {**row(**FASTER), **features},
+        {**row(status="not_reached", effect=NAN, low=NAN, high=NAN), **features,
+         "key": "unreached"},
+        {**row(context="removed", heuristic_action=None, **SLOWER),
+         **{name: None for name in FEATURES}, "round": 0, "key": "winner-only"},
+    ])
+    sites, left_out = label_sites(table, 0.01)
+    assert list(sites["key"]) == ["C(Main.f@m.ml:1:0-9)"] and list(sites["label"]) == ["inline"]
+    assert left_out == {"unmeasured": 1, "featureless": 1}
+
+
 # -- real features -------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -136,6 +167,10 @@ def planted(decision: Decision) -> str:
     return "inline" if size <= 20 else "dont_inline" if size > 60 else "default"
 
 
+MEASUREMENT = {"pairs": 10, "disturbed_share": 0.0, "runs": 20, "cpu_s": 4.0, "heat": None,
+               "decision": None, "trial": "labels", "why": "", "rundir": "labels/run"}
+
+
 def sites_table(bench: str, dump_list, *, unreached: int = 5) -> pd.DataFrame:
     """A labels table as measure-sites writes it: per site the flip alone on the heuristic's
     tree, measured with the planted label's effect; the last ``unreached`` sites not reached;
@@ -154,14 +189,14 @@ def sites_table(bench: str, dump_list, *, unreached: int = 5) -> pd.DataFrame:
                 "callee": d.callee, "location": "", "heuristic_action": d.action,
                 "heuristic_reason": d.reason, **d.features.row()}  # type: ignore[union-attr]
         rows.append({**base, "action": flip, "context": "alone", "status": status,
-                     **effect, "speedup": math.exp(effect["effect"]), "pairs": 10,
-                     "disturbed_share": 0.0, "trial": "labels", "rundir": "labels/run"})
+                     **effect, "speedup": math.exp(effect["effect"]), **MEASUREMENT})
         if i == 0:
             rows.append({**base, "action": d.action, "context": "removed",
                          "status": "measured", **SLOWER, "speedup": math.exp(-0.05),
-                         "pairs": 10, "disturbed_share": 0.0, "trial": "labels",
-                         "rundir": "labels/run"})
-    return pd.DataFrame(rows)
+                         **MEASUREMENT})
+    table = pd.DataFrame(rows)
+    assert set(ID_COLUMNS + OUTCOME_COLUMNS) <= set(table.columns)  # as measure-sites writes
+    return table
 
 
 def test_features_from_a_table_encode_as_the_dump_features_do(dumps, tmp_path):
@@ -173,8 +208,9 @@ def test_features_from_a_table_encode_as_the_dump_features_do(dumps, tmp_path):
     rows = pd.DataFrame(feature_rows(dumps["kahan"])).drop(columns=["callee", "action",
                                                                     "reason"])
     for path in (tmp_path / "sites.csv", tmp_path / "sites.parquet"):
-        sites = label_sites(read_sites_table(path), 0.01)
+        sites, left_out = label_sites(read_sites_table(path), 0.01)
         assert len(sites) == len(table) - 1  # the removed row is the first site's second
+        assert left_out == {"unmeasured": 0, "featureless": 0}
         from_labels = encode(sites.assign(benchmark="kahan"))
         rewards = sites[KEY].assign(kind="call", net=0.0)
         from_dump = training_set({"kahan": rewards}, {"kahan": rows}, 0.01)
@@ -191,9 +227,11 @@ def write_tables(root: Path, dumps) -> dict[str, dict[tuple, str]]:
                                    ("c", "bdd", ("parquet", "csv"))):
         table = sites_table(bench, dumps[source])
         (root / bench).mkdir(parents=True)
-        if "parquet" in formats:
+        if len(formats) == 2:
+            write_table(table, root / bench)  # measure-sites' own writer
+        elif "parquet" in formats:
             table.to_parquet(root / bench / "sites.parquet", index=False)
-        if "csv" in formats:
+        else:
             table.to_csv(root / bench / "sites.csv", index=False)
         measured = table[(table["status"] == "measured") & (table["context"] == "alone")]
         by_key = {(d.unit, d.round, d.key): d for dump in dumps[source]
@@ -334,8 +372,9 @@ def test_a_malformed_table_is_refused_in_one_line(dumps, tmp_path):
          "row 1: status 'great': expected one of measured, not_reached, same_binary, "
          "unresolved, failed"),
         (good.assign(context="elsewhere"), "row 1: context 'elsewhere': expected one of alone"),
-        (good.assign(action="specialise"), "row 1: action 'specialise': expected one of inline, "
-                                           "dont_inline"),
+        (good.assign(action="maybe"), "row 1: action 'maybe': expected one of inline, "
+                                      "dont_inline, specialise"),
+        (good.assign(heuristic_action="maybe"), "row 1: heuristic_action 'maybe': expected "),
         (good.assign(effect="fast"),
          "row 1: status measured but effect 'fast': expected a finite number (log speedup)"),
         (good.assign(in_loop="sometimes"),
@@ -375,3 +414,15 @@ def test_a_malformed_table_is_refused_in_one_line(dumps, tmp_path):
         assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
     # every feature column is needed, named as Features.row() names them
     assert "callee_size" in FEATURES and "round" in FEATURES
+
+
+def test_an_empty_table_as_measure_sites_writes_it_reads_and_labels_nothing(tmp_path):
+    write_table(pd.DataFrame(columns=ID_COLUMNS + OUTCOME_COLUMNS), tmp_path / "a")
+    for name in ("sites.parquet", "sites.csv"):
+        table = read_sites_table(tmp_path / "a" / name)
+        sites, left_out = label_sites(table, 0.01)
+        assert sites.empty and left_out == {"unmeasured": 0, "featureless": 0}
+    r = _cli("train-policy", "--labels", str(tmp_path), cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr == (
+        f"train-policy: {tmp_path}: no site has a label (in the tables of a: no site with a "
+        "measured row and features)\n"), r.stderr
