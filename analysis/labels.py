@@ -104,8 +104,11 @@ def report(rundirs: Sequence[Path], table: pd.DataFrame) -> list[str]:
         minimal = next((e for e in events if isinstance(e, MinimalEvent)), None)
         if winner is not None:
             ci = "" if winner.ci95 is None else f" [{winner.ci95[0]:.3f}, {winner.ci95[1]:.3f}]"
-            lines.append(f"winner: {winner.rundir}/{winner.dir}, confirmed {winner.speedup:.3f}x"
-                         f"{ci}; {len(winner.decisions)} decision(s) differ from the heuristic")
+            where = f"{winner.rundir}/{winner.dir}" if winner.dir else winner.rundir
+            figure = ("" if winner.speedup is None else
+                      f", confirmed {winner.speedup:.3f}x{ci}")
+            lines.append(f"winner: {where}{figure}; {len(winner.decisions)} decision(s) differ "
+                         "from the heuristic")
         if minimal is not None:
             kept = "; ".join(f"{winner.decisions[i].callee} {winner.decisions[i].action}"
                              for i in minimal.subset) if winner else ""

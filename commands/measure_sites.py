@@ -20,9 +20,15 @@ from pathlib import Path
 import click
 
 from commands.common import backend_errors_in_one_line, report_lost_workers, show_warnings
-from dispatcher.build.manifest import Benchmark, ManifestError, load_benchmark
+from dispatcher.build.manifest import (
+    Benchmark,
+    ManifestError,
+    load_benchmark,
+    resolve_benchmark,
+)
 from dispatcher.build.toolchain import CompilerNotFound
 from dispatcher.config import MAX_RUNS, ConfigError, load_config
+from dispatcher.core.decisions import read_overrides
 from dispatcher.core.records import BatchEntry, RecordError, read_experiment
 from dispatcher.core.rundir import (
     EXPERIMENT,
@@ -95,6 +101,9 @@ def _group(rundirs: list[Path]) -> dict[Path, list[Path]]:
               help="Attribute the winners of every search this batch log lists.")
 @click.option("--tasks", "tasks_file", type=click.Path(path_type=Path),
               help="Benchmarks (one per line) to sweep without a search of theirs.")
+@click.option("--tree", "trees", multiple=True, metavar="BENCH=FILE",
+              help="Attribute the tree an overrides file asks for (an optimal.sexp, a "
+                   "decision file of your own) instead of a search's winner (repeatable).")
 @click.option("--sweep", type=click.IntRange(0, 10_000),
               help=f"Flip the K hottest sites of each benchmark alone (default: {DEFAULT_SWEEP} "
                    "for a benchmark without a confirmed winner, 0 otherwise).")
@@ -116,14 +125,15 @@ def _group(rundirs: list[Path]) -> dict[Path, list[Path]]:
 @click.option("--resume", "resume", multiple=True, type=click.Path(path_type=Path),
               help="Continue this labels rundir where it stopped (repeatable).")
 @backend_errors_in_one_line
-def measure_sites(rundirs, batch_log, tasks_file, sweep, config_path, size, runs, max_pairs,
-                  keep, max_tests, retest, labels_dir, resume) -> None:
+def measure_sites(rundirs, batch_log, tasks_file, trees, sweep, config_path, size, runs,
+                  max_pairs, keep, max_tests, retest, labels_dir, resume) -> None:
     """Measure each inlining decision's effect: attribute search winners, sweep hot sites."""
     try:
         config = load_config(config_path)
         if resume:
             given = [o for o, v in (("RUNDIR", rundirs), ("--batch-log", batch_log),
-                                    ("--tasks", tasks_file), ("--sweep", sweep is not None),
+                                    ("--tasks", tasks_file), ("--tree", trees),
+                                    ("--sweep", sweep is not None),
                                     ("--size", size), ("--runs", runs),
                                     ("--max-pairs", max_pairs), ("--retest", retest)) if v]
             if given:
@@ -144,14 +154,15 @@ def measure_sites(rundirs, batch_log, tasks_file, sweep, config_path, size, runs
         else:
             sources = _search_rundirs(list(rundirs), batch_log)
             swept = task_benchmarks(tasks_file) if tasks_file else []
-            if not sources and not swept:
+            files = [_tree_option(t) for t in trees]
+            if not sources and not swept and not files:
                 raise click.ClickException("nothing to measure: give search rundirs, "
-                                           "--batch-log or --tasks")
+                                           "--batch-log, --tree or --tasks")
             check_batch_log(config.search.batch_log)
             check_rundirs_dir(config.search.rundirs)
             session = Session(config)
-            jobs = _new_rundirs(config, session, sources, swept, sweep, size, runs, max_pairs,
-                                keep, max_tests, retest)
+            jobs = _new_rundirs(config, session, sources, swept, files, sweep, size, runs,
+                                max_pairs, keep, max_tests, retest)
     except (ConfigError, ManifestError, CompilerNotFound, RundirError, StoreError,
             PlanError) as exc:
         raise click.ClickException(str(exc)) from None
@@ -193,8 +204,8 @@ def measure_sites(rundirs, batch_log, tasks_file, sweep, config_path, size, runs
                 key = (s.phase, s.tests, s.labels, s.state)
                 if s.state == "running" and s.phase == "starting":
                     continue
-                again = s.state == "running" and now - last.get(i, now) >= PLAIN_EVERY_S
-                if shown.get(i) != key or again:
+                repeat = s.state == "running" and now - last.get(i, now) >= PLAIN_EVERY_S
+                if shown.get(i) != key or repeat:
                     shown[i], last[i] = key, now
                     click.echo(_line(s), err=True)
             if not alive:
@@ -225,9 +236,26 @@ def measure_sites(rundirs, batch_log, tasks_file, sweep, config_path, size, runs
         sys.exit(1)
 
 
+def _tree_option(value: str) -> tuple[Benchmark, Path]:
+    """``BENCH=FILE``: the benchmark (a bundled name or a directory) and an overrides file,
+    read now so a malformed one is refused before anything starts."""
+    bench, sep, file = value.partition("=")
+    if not sep or not bench or not file:
+        raise click.ClickException(f"--tree {value}: expected BENCH=FILE (a benchmark and an "
+                                   "overrides file)")
+    path = Path(file)
+    try:
+        read_overrides(path)
+    except OSError as exc:
+        raise click.ClickException(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise click.ClickException(" ".join(str(exc).split())) from None
+    return resolve_benchmark(bench), path.resolve()
+
+
 def _new_rundirs(config, session: Session, sources: list[Path], swept: list[Benchmark],
-                 sweep: int | None, size: str | None, runs: int | None,
-                 max_pairs: int | None, keep: float, max_tests: int,
+                 files: list[tuple[Benchmark, Path]], sweep: int | None, size: str | None,
+                 runs: int | None, max_pairs: int | None, keep: float, max_tests: int,
                  retest: bool) -> list[tuple[SitesRundir, Benchmark]]:
     """A labels rundir per benchmark, made whole and listed in the batch log."""
     compiler = session.builds.toolchain.identity
@@ -244,10 +272,13 @@ def _new_rundirs(config, session: Session, sources: list[Path], swept: list[Benc
         bench = load_benchmark(directory)
         first = read_experiment(group[0] / EXPERIMENT)
         planned.append((bench, group, confirmed_winner(group), size or first.size))
+    for bench, file in files:
+        planned.append((bench, [], WinnerChoice(overrides=str(file)), size or config.run.size))
     for bench in swept:
         if not any(b.directory.resolve() == bench.directory.resolve() for b, *_ in planned):
             planned.append((bench, [], None, size or config.run.size))
     out = []
+    made: dict[Path, int] = {}
     for bench, group, winner, bench_size in planned:
         bench.size(bench_size)  # an unknown size: ManifestError, before any rundir exists
         k = sweep if sweep is not None else (0 if winner is not None else DEFAULT_SWEEP)
@@ -263,7 +294,8 @@ def _new_rundirs(config, session: Session, sources: list[Path], swept: list[Benc
             compiler=compiler, sources=[str(r.resolve()) for r in group], winner=winner,
             sweep=k, keep=keep,
             max_tests=max_tests, retest=retest)
-        path = config.search.rundirs / rundir_name(bench, "sites", 0, stamp)
+        k = made[bench.directory.resolve()] = made.get(bench.directory.resolve(), -1) + 1
+        path = config.search.rundirs / rundir_name(bench, "sites", k, stamp)
         exp = exp.model_copy(update={"rundir": str(path.resolve())})
         rd = SitesRundir.create(path, exp, config.raw)
         try:

@@ -44,6 +44,7 @@ from analysis.policy_training import (
     combine,
     encode,
     leave_one_benchmark_out,
+    pooled_balanced_accuracy,
     reward_sites,
     summary,
     train,
@@ -173,7 +174,8 @@ def report_validation(scores: pd.DataFrame, chosen: str, labels: pd.Series,
         if labelled is None or len(labelled) >= 2:
             click.echo("one benchmark: no validation on a benchmark left out", err=True)
         return
-    click.echo("held out one benchmark at a time (mean over benchmarks):")
+    click.echo("held out one benchmark at a time (balanced accuracy over the pooled "
+               "held-out sites, the others a mean over benchmarks):")
     click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     mine = scores[scores["classifier"] == chosen]
     click.echo(f"{chosen}, each benchmark held out:")
@@ -181,11 +183,12 @@ def report_validation(scores: pd.DataFrame, chosen: str, labels: pd.Series,
         click.echo(f"  {r.held_out}: {r.sites} sites, balanced accuracy "
                    f"{r.balanced_accuracy:.3f}, accuracy {r.accuracy:.3f}, opposite "
                    f"{r.opposite:.3f}")
-    overall = float(mine["balanced_accuracy"].mean())
+    overall = pooled_balanced_accuracy(mine)
     classes = int(labels.nunique())
     chance = 1 / classes
-    click.echo(f"{chosen} overall: balanced accuracy {overall:.3f} over {len(mine)} "
-               f"benchmarks held out (chance {chance:.3f}: {classes} label(s) present)")
+    click.echo(f"{chosen} overall: balanced accuracy {overall:.3f} over the {int(mine.sites.sum())}"
+               f" sites of {len(mine)} benchmarks held out, pooled (chance {chance:.3f}: "
+               f"{classes} label(s) present)")
     if overall <= chance:
         click.echo(f"not above chance: {chosen}'s balanced accuracy on benchmarks left out, "
                    f"{overall:.3f}, is not above {chance:.3f} (1/{classes} labels present)",
@@ -297,7 +300,8 @@ def train_policy(benchmarks, labels_dir, rewards_dir, model, hyper, threshold, l
         save_policy_file(policy, out)
         if not scores.empty:
             with atomic_output(out.with_name(out.name + ".scores.csv")) as tmp:
-                scores.to_csv(tmp, index=False)
+                scores.drop(columns=["truth", "predicted"], errors="ignore").to_csv(
+                    tmp, index=False)
     except OSError as exc:
         _fail(f"{out}: cannot write the policy ({exc.strerror or exc})")
     click.echo(f"{chosen} trained on {', '.join(policy.benchmarks)}: {out}")

@@ -258,7 +258,8 @@ def test_train_policy_from_labels_answers_as_labelled(dumps, tmp_path):
     assert "boosted, each benchmark held out:" in lines
     assert sum(x.startswith(("  a: ", "  b: ", "  c: ")) for x in lines) == 3
     assert any(x.startswith("boosted overall: balanced accuracy ") and
-               "over 3 benchmarks held out (chance 0.333: 3 label(s) present)" in x
+               f"over the {total} sites of 3 benchmarks held out, pooled (chance 0.333: "
+               "3 label(s) present)" in x
                for x in lines), r.stdout
     assert lines[-1] == f"boosted trained on a, b, c: {policy}"
     trained = read_policy_file(policy)
@@ -298,8 +299,9 @@ def test_too_few_benchmarks_or_no_better_than_chance_is_said(dumps, tmp_path):
     two = _cli("train-policy", "--labels", str(tmp_path / "two"), "--classifier", "logistic",
                "--out", str(tmp_path / "two.policy"), cwd=tmp_path)
     assert two.returncode == 0, two.stderr
-    assert "logistic overall: balanced accuracy 0.000 over 2 benchmarks held out " \
-        "(chance 0.500: 2 label(s) present)" in two.stdout
+    assert "logistic overall: balanced accuracy 0.000 over the " in two.stdout
+    assert "sites of 2 benchmarks held out, pooled (chance 0.500: 2 label(s) present)" \
+        in two.stdout
     assert two.stderr.splitlines() == [
         "not above chance: logistic's balanced accuracy on benchmarks left out, 0.000, is not "
         "above 0.500 (1/2 labels present)"]

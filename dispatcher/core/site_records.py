@@ -27,12 +27,15 @@ Status = Literal["measured", "not_reached", "same_binary", "unresolved", "failed
 
 
 class WinnerChoice(Record):
-    """The tree to attribute: a search rundir's candidate dir and its confirmed speedup."""
+    """The tree to attribute: a search rundir's candidate dir and its confirmed speedup, or
+    an overrides file the user named (``overrides``; no speedup yet: the procedure measures
+    the tree it asks for first)."""
 
-    rundir: str
-    dir: str
-    speedup: float
+    rundir: str = ""
+    dir: str = ""
+    speedup: Optional[float] = None
     ci95: Optional[tuple[float, float]] = None
+    overrides: Optional[str] = None
 
 
 class SitesExperiment(Record):
@@ -138,9 +141,9 @@ class WinnerEvent(_SitesEvent):
     (``decisions``, numbered by their place in this list in every later event)."""
 
     event: Literal["winner"] = "winner"
-    rundir: str
-    dir: str  # its candidate dir in that rundir
-    speedup: float  # as the search confirmed it
+    rundir: str  # the search rundir (or the overrides file the user named)
+    dir: str  # its candidate dir in that rundir ("" for a file)
+    speedup: Optional[float] = None  # as the search confirmed it (None: a file)
     ci95: Optional[tuple[float, float]] = None
     decisions: list[SiteDecision]
 

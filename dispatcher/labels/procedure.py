@@ -33,7 +33,7 @@ from typing import Any, Literal, Optional, TypeVar
 
 from dispatcher.build.manifest import Benchmark
 from dispatcher.build.service import CompileError, CompileJob, CompileResult, CompileService
-from dispatcher.core.decisions import Override, override_reach
+from dispatcher.core.decisions import Override, override_reach, read_overrides
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import FinishEvent, ResumeEvent
 from dispatcher.core.rundir import SitesRundir
@@ -209,13 +209,23 @@ class SiteLabeller:
         self.heuristic = Tree.from_dir(d)
 
     def _journal_winner(self, winner: WinnerChoice) -> WinnerEvent:
-        source = Path(winner.rundir) / winner.dir
         d = self.rundir.path / WINNER_DIR
         if d.exists():
             shutil.rmtree(d)
-        shutil.copytree(source, d, ignore=shutil.ignore_patterns("measurements.json"))
-        event = WinnerEvent(rundir=str(winner.rundir), dir=winner.dir, speedup=winner.speedup,
-                            ci95=winner.ci95,
+        if winner.overrides is not None:  # a file: the tree the compiler builds from it
+            try:
+                overrides = tuple(read_overrides(winner.overrides))
+            except (OSError, ValueError) as exc:
+                raise RuntimeError(f"{winner.overrides}: cannot read the tree to attribute "
+                                   f"({' '.join(str(exc).split())[:200]})") from None
+            compiled = self.wait(self.builds.submit(CompileJob(self.benchmark, overrides)))
+            d.mkdir()
+            compiled.artifact.export(d)
+        else:
+            shutil.copytree(Path(winner.rundir) / winner.dir, d,
+                            ignore=shutil.ignore_patterns("measurements.json"))
+        event = WinnerEvent(rundir=winner.overrides or winner.rundir, dir=winner.dir,
+                            speedup=winner.speedup, ci95=winner.ci95,
                             decisions=winner_decisions(self.heuristic, Tree.from_dir(d)))
         self.rundir.append(event)
         return event

@@ -26,7 +26,7 @@ def confirmed_winner(rundirs: Iterable[Path]) -> WinnerChoice | None:
         for e in events:
             if isinstance(e, ConfirmEvent) and e.significant and e.speedup is not None \
                     and e.speedup > 1.0 and e.ci95 is not None and e.ci95[0] > 1.0 \
-                    and (best is None or e.speedup > best.speedup):
+                    and (best is None or e.speedup > (best.speedup or 0.0)):
                 best = WinnerChoice(rundir=str(rundir.resolve()), dir=e.dir,
                                     speedup=e.speedup, ci95=e.ci95)
     return best
