@@ -265,16 +265,17 @@ def test_train_policy_from_labels_answers_as_labelled(dumps, tmp_path):
     trained = read_policy_file(policy)
     assert trained.benchmarks == ["a", "b", "c"] and trained.threshold == 0.01
     assert "round" not in trained.columns and "callee_size" in trained.columns
-    # its answers, asked as the policy host asks (a decision's features), follow the labels
+    # its answers, asked as the policy host asks (a decision's features), follow the labels;
+    # one site in twenty of each benchmark (a prediction per site costs a classifier call)
     agree = n = 0
     for bench, source in (("a", "kahan"), ("b", "hamming"), ("c", "bdd")):
-        for dump in dumps[source]:
-            for d in dump.decisions:
-                key = (d.unit, d.round, d.key)
-                if key in wanted[bench]:
-                    n += 1
-                    agree += trained.advise(d.features.row()) == wanted[bench][key]  # type: ignore[union-attr]
-    assert n == total and agree >= 0.95 * n, (agree, n)
+        asked = [d for dump in dumps[source] for d in dump.decisions
+                 if (d.unit, d.round, d.key) in wanted[bench]]
+        for d in asked[::20]:
+            n += 1
+            agree += trained.advise(d.features.row()) == \
+                wanted[bench][(d.unit, d.round, d.key)]  # type: ignore[union-attr]
+    assert n >= total // 20 and agree >= 0.95 * n, (agree, n)
     scores = pd.read_csv(policy.with_name("p.policy.scores.csv"))
     assert sorted(scores["held_out"]) == ["a", "b", "c"]
 
@@ -353,13 +354,11 @@ def test_train_policy_on_labels_and_rewards(dumps, tmp_path):
         "them disagree)" in r.stdout
     assert read_policy_file(policy).benchmarks == ["hamming", "kahan"]
     trained = read_policy_file(policy)
-    agree = 0
-    for dump in dumps["kahan"]:
-        for d in dump.decisions:
-            key = (d.unit, d.round, d.key)
-            if key in wanted["a"]:
-                agree += trained.advise(d.features.row()) == wanted["a"][key]  # type: ignore[union-attr]
-    assert agree >= 0.9 * n, (agree, n)
+    asked = [d for dump in dumps["kahan"] for d in dump.decisions
+             if (d.unit, d.round, d.key) in wanted["a"]][::5]  # a classifier call each
+    agree = sum(trained.advise(d.features.row()) == wanted["a"][(d.unit, d.round, d.key)]  # type: ignore[union-attr]
+                for d in asked)
+    assert agree >= 0.9 * len(asked), (agree, len(asked))
 
 
 # -- bad tables ----------------------------------------------------------------------------
