@@ -371,3 +371,29 @@ def test_delta_debugging_finds_the_planted_decision_among_idle_ones(tmp_path, co
     assert set(table["context"]) == {"alone", "removed"}
     report = (tmp_path / "labels" / "grid" / "report.txt").read_text()
     assert f"winner: {tree}; 4 decision(s)" in report, report
+
+
+GOLDEN = REPO / "tests" / "golden" / "labels-v1"
+
+
+def test_golden_labels_rundir_reads_round_trips_and_tabulates():
+    """A labels rundir written by format version 1 (measure-sites attributing the planted
+    program's search winner at full size): its records read, write out as they were read,
+    and give the table and report they gave."""
+    import json as json_module
+
+    from analysis.labels import label_rows, report
+    rd = SitesRundir(GOLDEN)
+    assert rd.experiment.task == "grid" and rd.experiment.version == 1
+    lines = [json_module.loads(x) for x in (GOLDEN / "journal.jsonl").read_text().splitlines()]
+    events = rd.events()
+    assert [e.to_json() for e in events] == lines
+    minimal = next(e for e in events if isinstance(e, MinimalEvent))
+    assert minimal.stopped == "minimal" and len(minimal.subset) == 1
+    table = label_rows(GOLDEN)
+    assert len(table) == sum(isinstance(e, LabelEvent) for e in events) == 4
+    assert list(table["trial"]) == ["labels", "labels", "retest", "retest"]
+    assert (table["callee_size"].notna()).all()  # features from reference/
+    text = report([GOLDEN], table)
+    assert text[0].startswith("winner: ") and "69 decision(s)" in text[0]
+    assert text[1].startswith("minimal subset: 1 decision(s) after 9 test(s), stopped: minimal")

@@ -83,9 +83,14 @@ class Record(BaseModel):
 
     def to_json(self) -> dict[str, Any]:
         fields = type(self).model_fields
-        return self.model_dump(mode="json", exclude={
+        data = self.model_dump(mode="json", exclude={
             f for f in self.later_fields
             if getattr(self, f) == fields[f].get_default(call_default_factory=True)})
+        for name in data:  # a record inside a record leaves out its own later fields too
+            value = getattr(self, name)
+            if isinstance(value, Record) and value.later_fields:
+                data[name] = value.to_json()
+        return data
 
     @classmethod
     def from_json(cls, data: Any, where: str = "record"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import Field, TypeAdapter, ValidationError
 
@@ -36,6 +36,7 @@ class WinnerChoice(Record):
     speedup: Optional[float] = None
     ci95: Optional[tuple[float, float]] = None
     overrides: Optional[str] = None
+    later_fields: ClassVar[frozenset[str]] = frozenset({"overrides"})
 
 
 class SitesExperiment(Record):
