@@ -20,6 +20,7 @@ label winning where both label a site (``analysis.policy_training.combine``).
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -228,6 +229,14 @@ def train_policy(benchmarks, labels_dir, rewards_dir, model, hyper, threshold, l
     every one there)."""
     if labels_dir is None and rewards_dir is None:
         rewards_dir = Path("rewards")
+    # Where the policy goes, checked before any training: a wrong --out fails at once, in
+    # one line, not after the folds (and their lines) have run.
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _fail(f"{out}: cannot write the policy ({exc.strerror or exc})")
+    if not os.access(out.parent, os.W_OK):
+        _fail(f"{out}: cannot write the policy (its directory is not writable)")
     known_labels: list[str] = []
     if labels_dir is not None:
         if not labels_dir.is_dir():
