@@ -25,7 +25,15 @@ from typing import Any
 
 import pandas as pd
 
-from dispatcher.build.policy_file import ConstantModel, TrainedPolicy, numeric_features
+from dispatcher.build.policy_file import (
+    DEFAULT_MARGIN,
+    Column,
+    ConstantModel,
+    ExportError,
+    TrainedPolicy,
+    export_model,
+    numeric_features,
+)
 
 LABELS = ("inline", "dont_inline", "default")
 CLASSIFIERS = ("logistic", "boosted", "mlp")
@@ -129,10 +137,6 @@ def make_classifier(name: str, seed: int = 0) -> Any:
     raise TrainingError(f"classifier {name!r}: expected one of {', '.join(CLASSIFIERS)}")
 
 
-# Policy files written before the model classes moved to dispatcher name this one here.
-_Constant = ConstantModel
-
-
 def _fit(name: str, X: pd.DataFrame, y: pd.Series, seed: int) -> Any:
     if y.nunique() < 2:
         return ConstantModel(str(y.iloc[0]))
@@ -185,10 +189,37 @@ def pooled_balanced_accuracy(scores: pd.DataFrame) -> float:
     return _balanced_accuracy(pd.Series(truth), pd.Series(pred)) if truth else math.nan
 
 
-def train(ts: TrainingSet, name: str, threshold: float, seed: int = 0) -> TrainedPolicy:
-    return TrainedPolicy(classifier=name, model=_fit(name, ts.features, ts.labels, seed),
-                         columns=ts.columns, threshold=threshold,
-                         benchmarks=sorted(ts.benchmarks.unique()))
+def table_sha256(ts: TrainingSet) -> str:
+    """The identity of a training set: the sha256 of its table (benchmark, label and the
+    encoded features of every site, in order) as CSV."""
+    import hashlib
+    table = pd.concat([ts.benchmarks.rename("benchmark").reset_index(drop=True),
+                       ts.labels.rename("label").reset_index(drop=True),
+                       ts.features.reset_index(drop=True)], axis=1)
+    return hashlib.sha256(table.to_csv(index=False, lineterminator="\n").encode()).hexdigest()
+
+
+def train(ts: TrainingSet, name: str, threshold: float, seed: int = 0,
+          margin: float = DEFAULT_MARGIN, ranges: bool = True) -> TrainedPolicy:
+    """The policy of classifier ``name`` fitted to every site of ``ts``, exported as plain
+    data (``dispatcher.build.policy_file``) with each column's training range and the guard
+    rails ``margin`` and ``ranges``."""
+    model = _fit(name, ts.features, ts.labels, seed)
+    try:
+        classes, exported = export_model(model)
+    except ExportError as exc:
+        raise TrainingError(f"{name}: {exc}") from None
+    columns = [Column(c, float(ts.features[c].min()), float(ts.features[c].max()))
+               for c in ts.columns]
+    return TrainedPolicy(classifier=name, classes=classes, model=exported, columns=columns,
+                         threshold=threshold, benchmarks=sorted(ts.benchmarks.unique()),
+                         table_sha256=table_sha256(ts), sites=len(ts.labels), margin=margin,
+                         ranges=ranges)
+
+
+def fit_model(ts: TrainingSet, name: str, seed: int = 0) -> Any:
+    """The scikit-learn model ``train`` exports (for checking the export against it)."""
+    return _fit(name, ts.features, ts.labels, seed)
 
 
 def summary(scores: pd.DataFrame) -> pd.DataFrame:

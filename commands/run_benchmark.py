@@ -87,8 +87,7 @@ def cached_results(session: Session, job: RunJob) -> list[RunResult]:
               help="Answer each of the compiler's decisions through its policy channel: "
                    "heuristic, never-inline, or an overrides file such as an optimal.sexp "
                    "(its decisions; the heuristic's elsewhere), or a .policy file train-policy "
-                   "wrote.  A .policy file is a pickle: use only files you made yourself (one "
-                   "naming anything but a model's classes is refused unread).  Overrides in "
+                   "wrote (plain data: the compiler evaluates it itself).  Overrides in "
                    "DECISIONS win.")
 @backend_errors_in_one_line
 def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,

@@ -128,8 +128,7 @@ def run_plugin_benchmark(policy: str, benchmarks: tuple[str, ...], name: str | N
     RESULTS/<bench>/plugins/plugin_<name>.csv and print the speedups.
 
     POLICY is heuristic, never-inline, an overrides file (.sexp) or a .policy file
-    train-policy wrote.  A .policy file is a pickle: use only files you made yourself (one
-    naming anything but a model's classes is refused unread)."""
+    train-policy wrote (plain data, which the compiler evaluates itself: docs/policies.md)."""
     try:
         spec = parse_policy(policy)
         config = load_config(config_path)

@@ -14,8 +14,8 @@ from the table itself: nothing is compiled.  With ``--rewards`` given too, both,
 label winning where both label a site (``analysis.policy_training.combine``).
 
 ``analysis.policy_training`` validates leave-one-benchmark-out and trains; the policy file
-(``dispatcher.build.policy_file``) goes to ``--out`` with the validation scores beside it
-(``<out>.scores.csv``).
+(``dispatcher.build.policy_file``: plain data, with the guard rails ``--margin`` and
+``--ranges``) goes to ``--out`` with the validation scores beside it (``<out>.scores.csv``).
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ from analysis.policy_training import (
 from analysis.sources import SourcesError, benchmark_of
 from commands.common import backend_errors_in_one_line, show_warnings
 from dispatcher.build.manifest import Benchmark, ManifestError
-from dispatcher.build.policy_file import save_policy_file
+from dispatcher.build.policy_file import DEFAULT_MARGIN, save_policy_file
 from dispatcher.build.service import CompileError, CompileJob
 from dispatcher.build.toolchain import CompilerNotFound
 from dispatcher.config import ConfigError, load_config
@@ -217,6 +217,14 @@ def report_validation(scores: pd.DataFrame, chosen: str, labels: pd.Series,
 @click.option("--label-threshold", type=_FiniteFloatRange(0), default=DEFAULT_LABEL_THRESHOLD,
               show_default=True, help="Labels: |effect| (log speedup) at or below this: does "
                                       "not matter.")
+@click.option("--margin", type=_FiniteFloatRange(0, 1), default=DEFAULT_MARGIN,
+              show_default=True,
+              help="Guard rail: the policy overrules the heuristic only where the model's "
+                   "probability of its answer exceeds that of the heuristic's action by at "
+                   "least this (0: always).")
+@click.option("--ranges/--no-ranges", default=True, show_default=True,
+              help="Guard rail: a site with a feature outside its training range gets "
+                   "default.")
 @click.option("--classifier", type=click.Choice(["all", *CLASSIFIERS]), default="all",
               show_default=True, help="all: validate each, keep the best.")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("policy.policy"),
@@ -224,7 +232,7 @@ def report_validation(scores: pd.DataFrame, chosen: str, labels: pd.Series,
 @click.option("--config", "config_path", type=click.Path(path_type=Path))
 @backend_errors_in_one_line
 def train_policy(benchmarks, labels_dir, rewards_dir, model, hyper, threshold, label_threshold,
-                 classifier, out, config_path) -> None:
+                 margin, ranges, classifier, out, config_path) -> None:
     """Train an inlining policy on the rewards or measured labels of BENCHMARKS (default:
     every one there)."""
     if labels_dir is None and rewards_dir is None:
@@ -302,8 +310,11 @@ def train_policy(benchmarks, labels_dir, rewards_dir, model, hyper, threshold, l
     if labels_dir is not None:
         with_labels = sorted(set(labelled["benchmark"])) if len(labelled) else []
     report_validation(scores, chosen, ts.labels, trained_on, with_labels)
-    policy = train(ts, chosen, threshold if labels_dir is None or reward_names
-                   else label_threshold)
+    try:
+        policy = train(ts, chosen, threshold if labels_dir is None or reward_names
+                       else label_threshold, margin=margin, ranges=ranges)
+    except TrainingError as exc:
+        _fail(str(exc))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         save_policy_file(policy, out)

@@ -62,18 +62,90 @@ def test_a_saved_policy_answers_as_trained(tmp_path):
     save_policy_file(policy, tmp_path / "p.policy")
     back = read_policy_file(tmp_path / "p.policy")
     assert back.columns == policy.columns and back.benchmarks == ["a", "b", "c"]
-    assert back.advise({"size": 5, "noise": 0.3, "is_stub": False,
-                        "attribute": "always"}) == "inline"
-    assert back.advise({"size": 5, "noise": 0.3, "is_stub": False,
-                        "attribute": "never seen"}) == "inline"
-    assert back.advise({"size": 50, "noise": 0.3, "is_stub": True}) == "dont_inline"
-    assert back.advise({"size": 5}) == "inline"  # an absent feature is -1, as in training
+    assert back.predict({"size": 5, "noise": 0.3, "is_stub": False,
+                         "attribute": "always"}) == "inline"
+    assert back.predict({"size": 5, "noise": 0.3, "is_stub": False,
+                         "attribute": "never seen"}) == "inline"
+    assert back.predict({"size": 50, "noise": 0.3, "is_stub": True}) == "dont_inline"
+    assert back.predict({"size": 5}) == "inline"  # an absent feature is -1, as in training
+    # the guard rails: a text value never seen, or a number outside its training range
+    # (is_stub absent: -1), is out of range and gets default
+    site = {"size": 5, "noise": 0.3, "is_stub": False, "attribute": "always"}
+    assert back.advise(site, "dont_inline") == "inline"
+    assert back.advise({**site, "attribute": "never seen"}, "dont_inline") == "default"
+    assert back.advise({"size": 5}, "dont_inline") == "default"
+    assert back.advise({**site, "size": 500}, "dont_inline") == "default"
+    assert back.advise(site, "dont_inline", "attribute") == "default"
+
+
+def test_the_margin_guard_rail(tmp_path):
+    """The model's answer overrules the heuristic's action only where its probability beats
+    that of the heuristic's action's class by the margin; the same answer, or default, is
+    always taken."""
+    from dispatcher.build.policy_file import answer, encode_row
+    ts = training_set(*planted(), threshold=0.01)
+    loose = train(ts, "logistic", 0.01, margin=0.0)
+    # a site near the boundary, where the model is not sure of its answer
+    for size in range(1, 60):
+        site = {"size": size, "noise": 0.0, "is_stub": False, "attribute": "default"}
+        a, probs = answer(loose.classes, loose.model_scores(encode_row(loose.column_names,
+                                                                       site)))
+        p = dict(zip(loose.classes, probs))
+        other = "inline" if a == "dont_inline" else "dont_inline"
+        if a != "default" and 0.05 < p[a] - p[other] < 0.95:
+            break
+    else:
+        pytest.fail("no site with an uncertain answer")
+    gap = p[a] - p[other]
+    assert loose.advise(site, other) == a  # margin 0: the model's answer
+    tight = train(ts, "logistic", 0.01, margin=gap + 1e-9)
+    assert tight.advise(site, other) == "default"  # not enough above the heuristic's class
+    assert tight.advise(site, a) == a  # the heuristic's own action: no deviation
+    just = train(ts, "logistic", 0.01, margin=gap - 1e-9)
+    assert just.advise(site, other) == a
+    # specialise's class is default
+    assert train(ts, "logistic", 0.01, margin=p[a] - p["default"] + 1e-9).advise(
+        site, "specialise") == "default"
+
+
+def test_the_file_is_data_and_reads_back_exactly(tmp_path):
+    """Every model kind writes and reads back to the same parameters; the text names the
+    format, version, columns with ranges, guards and training data."""
+    from analysis.policy_training import table_sha256
+    ts = training_set(*planted(), threshold=0.01)
+    for name in CLASSIFIERS:
+        policy = train(ts, name, 0.01, margin=0.3, ranges=False)
+        path = tmp_path / f"{name}.policy"
+        save_policy_file(policy, path)
+        text = path.read_text()
+        assert text.splitlines()[1] == "(inlining_policy"
+        assert f"(table_sha256 \"{table_sha256(ts)}\")" in text and "(sites 360)" in text
+        assert "(guards (margin 0.3) (ranges false))" in text
+        assert '(column "attribute=always" 0.0 1.0)' in text
+        back = read_policy_file(path)
+        assert back == policy, name
 
 
 def test_bad_policy_files_and_data_are_one_line(tmp_path):
-    (tmp_path / "x.policy").write_text("not a pickle")
-    with pytest.raises(PolicyFileError, match=r"x.policy: not a policy file"):
+    (tmp_path / "x.policy").write_text("not a policy")
+    with pytest.raises(PolicyFileError, match=r"x.policy:1: not a policy file"):
         read_policy_file(tmp_path / "x.policy")
+    good = tmp_path / "good.policy"
+    save_policy_file(train(training_set(*planted(), threshold=0.01), "boosted", 0.01), good)
+    text = good.read_text()
+    for broken, message in (
+            (text.replace("(version 1)", "(version 7)"), "policy format version 7"),
+            (text.replace("(leaf ", "(leaf x", 1), "leaf: expected a finite number"),
+            (text.replace("(margin 0.2)", "(margin nan)"), "margin: expected a finite"),
+            (text[:-3], "unclosed '('"),
+            (text.replace("(classes ", "(classes maybe "), "classes: expected distinct"),
+            (text.replace("(split 0 ", "(split 99 ", 1), "split feature: expected an "
+                                                          "integer from 0 to 4")):
+        (tmp_path / "b.policy").write_text(broken)
+        with pytest.raises(PolicyFileError) as err:
+            read_policy_file(tmp_path / "b.policy")
+        assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+        assert str(err.value).startswith(f"{tmp_path / 'b.policy'}:")
     with pytest.raises(PolicyFileError, match=r"nope.policy: no such policy file"):
         read_policy_file(tmp_path / "nope.policy")
     rewards, features = planted(benches=("a",))
@@ -87,14 +159,11 @@ def test_bad_policy_files_and_data_are_one_line(tmp_path):
 def test_a_policy_file_is_read_once_and_answers_through_its_spec(tmp_path, monkeypatch):
     """From ``run-plugin-benchmark POLICY`` to the compiler a .policy file is read once, when
     it is named: the spec carries what it held (hashed from the same bytes) to the policy
-    object each compile makes.  A policy file with a one-label model written before the
-    format moved to dispatcher (naming analysis.policy_training._Constant) still reads."""
+    object each compile makes.
+    """
     import hashlib
 
-    import joblib
-
     import dispatcher.build.policies as policies
-    from dispatcher.build.policy_file import ConstantModel
     path = tmp_path / "p.policy"
     save_policy_file(train(training_set(*planted(), threshold=0.01), "logistic", 0.01), path)
     reads = []
@@ -111,21 +180,39 @@ def test_a_policy_file_is_read_once_and_answers_through_its_spec(tmp_path, monke
 
     class Site:  # what decide reads of an observation
         heuristic_reason = "heuristic"
+        heuristic_action = "dont_inline"
 
         class features:
             @staticmethod
             def row():
                 return {"size": 5, "noise": 0.3, "is_stub": False, "attribute": "always"}
     assert first.decide(Site()) is policies.Advice.INLINE  # type: ignore[arg-type]
-    old = tmp_path / "old.policy"  # protocol 2 names a class in one text line
-    joblib.dump({"format": "inlining-policy", "version": 1, "classifier": "logistic",
-                 "model": ConstantModel("inline"), "columns": ["size"], "threshold": 0.01,
-                 "benchmarks": ["a"]}, old, protocol=2)
-    new_name = b"dispatcher.build.policy_file\nConstantModel\n"
-    assert new_name in old.read_bytes()
-    old.write_bytes(old.read_bytes().replace(new_name,
-                                             b"analysis.policy_training\n_Constant\n"))
-    assert read_policy_file(old).advise({"size": 3}) == "inline"
+
+
+def test_an_old_pickled_policy_is_refused_unread(tmp_path):
+    """A .policy file of an older version (a joblib pickle) is refused in one line, never
+    unpickled: nothing in it runs."""
+    import pickle
+
+    import dispatcher.build.policies as policies
+    marker = tmp_path / "ran"
+    old = tmp_path / "old.policy"
+    old.write_bytes(pickle.dumps({"format": "inlining-policy", "version": 1,
+                                  "model": _Touch(marker)}, protocol=2))
+    with pytest.raises(policies.PolicyError) as err:
+        policies.parse_policy(str(old))
+    assert str(err.value) == (f"policy {old}: a pickled policy from an older version; "
+                              "retrain it with train-policy")
+    assert not marker.exists()
+
+
+class _Touch:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        import os
+        return (os.system, (f"touch {self.path}",))
 
 
 def test_balanced_accuracy_of_a_held_out_benchmark_warns_nothing():

@@ -273,7 +273,7 @@ def test_train_policy_from_labels_answers_as_labelled(dumps, tmp_path):
                  if (d.unit, d.round, d.key) in wanted[bench]]
         for d in asked[::20]:
             n += 1
-            agree += trained.advise(d.features.row()) == \
+            agree += trained.predict(d.features.row()) == \
                 wanted[bench][(d.unit, d.round, d.key)]  # type: ignore[union-attr]
     assert n >= total // 20 and agree >= 0.95 * n, (agree, n)
     scores = pd.read_csv(policy.with_name("p.policy.scores.csv"))
@@ -356,7 +356,7 @@ def test_train_policy_on_labels_and_rewards(dumps, tmp_path):
     trained = read_policy_file(policy)
     asked = [d for dump in dumps["kahan"] for d in dump.decisions
              if (d.unit, d.round, d.key) in wanted["a"]][::5]  # a classifier call each
-    agree = sum(trained.advise(d.features.row()) == wanted["a"][(d.unit, d.round, d.key)]  # type: ignore[union-attr]
+    agree = sum(trained.predict(d.features.row()) == wanted["a"][(d.unit, d.round, d.key)]  # type: ignore[union-attr]
                 for d in asked)
     assert agree >= 0.9 * len(asked), (agree, len(asked))
 

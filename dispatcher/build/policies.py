@@ -207,9 +207,10 @@ class PolicySpec:
     source: str = ""  # where it came from (a file), for messages
     overrides: tuple[Override, ...] = ()  # kind "decisions"
     digest: str = ""  # kind "learned": the sha256 of its policy file
-    # kind "learned": what the file held when it was read and hashed (no part of the
-    # identity: the digest is)
+    # kind "learned": what the file held when it was read and hashed, and its bytes (no part
+    # of the identity: the digest is); the compiler is given exactly these bytes
     trained: TrainedPolicy | None = field(default=None, compare=False, repr=False)
+    data: bytes = field(default=b"", compare=False, repr=False)
 
     def identity(self) -> str:
         """What determines the policy's answers (not where it was read from)."""
@@ -225,9 +226,11 @@ class PolicySpec:
 
 
 class LearnedPolicy:
-    """A classifier ``train-policy`` trained: its answer for the site's features.  A site the
-    heuristic did not decide freely (an attribute forced it, or a guard prevented it) is
-    answered ``default``, as the policy was trained on sites whose decision could change."""
+    """A policy file ``train-policy`` wrote, evaluated in Python (``TrainedPolicy.advise``:
+    the model and its guard rails, as the compiler evaluates the same file with
+    ``-inlining-policy``).  A site the heuristic did not decide freely (an attribute forced
+    it, or a guard prevented it) is answered ``default``, as the policy was trained on sites
+    whose decision could change."""
 
     def __init__(self, spec: PolicySpec):
         if spec.trained is None:
@@ -236,9 +239,9 @@ class LearnedPolicy:
         self.trained = spec.trained
 
     def decide(self, observation: Observation) -> Advice:
-        if observation.heuristic_reason != "heuristic":
-            return Advice.DEFAULT
-        return Advice(self.trained.advise(observation.features.row()))
+        return Advice(self.trained.advise(observation.features.row(),
+                                          observation.heuristic_action,
+                                          observation.heuristic_reason))
 
 
 #: Policy kinds: name -> a loader from a spec to a policy object.
@@ -268,10 +271,10 @@ def parse_policy(text: str) -> PolicySpec:
         source = str(Path(text).resolve())
         try:  # a file that is not a policy is refused before anything compiles
             trained = decode_policy_file(data, source)
-        except PolicyFileError as exc:
-            raise PolicyError(f"policy {source}: {exc}") from None
+        except PolicyFileError as exc:  # it names the file (and the line)
+            raise PolicyError(f"policy {exc}") from None
         return PolicySpec("learned", source=source, digest=hashlib.sha256(data).hexdigest(),
-                          trained=trained)
+                          trained=trained, data=data)
     if _PATH_LIKE.search(text) or Path(text).exists():
         try:
             overrides = tuple(read_overrides(text))
