@@ -52,6 +52,16 @@ class PolicyChannel:
     timeout: float | None = None  # seconds the compiler waits for an answer (None: its 60)
 
 
+@dataclass(frozen=True)
+class PolicyFile:
+    """A policy file for ``build_benchmark``, evaluated by the compiler itself
+    (``-inlining-policy``): ``path`` goes to every ``.ml`` compile; ``identity`` (the file's
+    content hash) to each unit's cache key in its place."""
+
+    path: Path
+    identity: str
+
+
 class UnitCache(Protocol):
     """Where ``build_benchmark`` gets compiled units from instead of compiling them again."""
 
@@ -164,7 +174,7 @@ def build_benchmark(
     dump_decisions: bool = False,
     timeout: float = 300,
     unit_cache: UnitCache | None = None,
-    policy: PolicyChannel | None = None,
+    policy: PolicyChannel | PolicyFile | None = None,
 ) -> BuildResult:
     """Copy the sources into ``outdir`` and compile them there into ``outdir/<name>.exe``.
 
@@ -176,8 +186,8 @@ def build_benchmark(
     (``Series``) to files: each ``.ml`` gets its own unit's file, a unit not in the mapping
     none (the compiler only applies a file's entries for the unit it compiles, so this builds
     the same as one file holding them all).  ``policy`` adds ``-inlining-policy-channel`` (and
-    its timeout) to every ``.ml`` compile: a host must be serving it.  ``timeout`` bounds the
-    whole build.
+    its timeout) to every ``.ml`` compile: a host must be serving it; or, a ``PolicyFile``,
+    ``-inlining-policy FILE``.  ``timeout`` bounds the whole build.
 
     With ``unit_cache``, each unit's compile is looked up there first, under its inputs: the
     command (flags, the content of its overrides file), its source, the names of all sources,
@@ -250,7 +260,10 @@ def build_benchmark(
         own = per_unit.get(unit.module) if unit.is_impl else None
         channel: list[str] = []
         keyed_channel: list[str] = []  # the same, with the policy named by its identity
-        if policy is not None:
+        if isinstance(policy, PolicyFile):
+            channel = ["-inlining-policy", str(Path(os.path.abspath(policy.path)))]
+            keyed_channel = ["-inlining-policy", "policy:" + policy.identity]
+        elif policy is not None:
             channel = ["-inlining-policy-channel", str(policy.base)]
             keyed_channel = ["-inlining-policy-channel", "policy:" + policy.identity]
             if policy.timeout is not None:

@@ -12,10 +12,12 @@ compiles that unit, and the later ones only if its .cmi/.cmx changed; the link a
 The binary and dumps are byte-identical to a whole build (tested).  Two compiles needing the
 same unit at once compile it once.
 
-A job may name a policy (``CompileJob.policy``, ``dispatcher.build.policies``): the compile
-then starts a policy host (``dispatcher.build.policy_host``) that answers the compiler on its
-policy channel.  The policy's identity joins the cache keys of that job and its units; a job
-without one has the key it always had.
+A job may name a policy (``CompileJob.policy``, ``dispatcher.build.policies``): a policy file
+``train-policy`` wrote is given to the compiler, which evaluates it itself
+(``-inlining-policy``); any other policy is served by a policy host
+(``dispatcher.build.policy_host``) answering the compiler on its policy channel.  The policy's
+identity (for a file, the sha256 of its content) joins the cache keys of that job and its
+units; a job without one has the key it always had.
 
 Entries the compiler would pass over silently are refused (``OverridesMismatch``): one for a
 unit the benchmark does not have, before compiling, and one for a round the compiler did not
@@ -28,6 +30,7 @@ import errno
 import logging
 import os
 import shutil
+import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,7 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from dispatcher.build.driver import BuildError, BuildResult, PolicyChannel, build_benchmark
+from dispatcher.build.driver import (
+    BuildError,
+    BuildResult,
+    PolicyChannel,
+    PolicyFile,
+    build_benchmark,
+)
 from dispatcher.build.manifest import Benchmark
 from dispatcher.build.policies import PolicyError, PolicySpec, policy_of_spec
 from dispatcher.build.policy_host import PolicyHost
@@ -357,13 +366,23 @@ class CompileService:
                 log.warning("%s: built on the master instead: %s", job.benchmark.name, exc)
                 shutil.rmtree(build, ignore_errors=True)
 
-        def run(policy: PolicyChannel | None = None) -> BuildResult:
+        def run(policy: PolicyChannel | PolicyFile | None = None) -> BuildResult:
             return build_benchmark(job.benchmark, build, self.toolchain.ocamlopt,
                                    flags=job.effective_flags, overrides=overrides,
                                    dump_decisions=True, unit_cache=self.units, policy=policy)
 
         if job.policy is None:
             return run(), "master"
+        if job.policy.kind == "learned":
+            # The compiler evaluates the file itself: exactly the bytes that were hashed,
+            # copied beside nothing else (the file named may have changed since)
+            where = Path(tempfile.mkdtemp(prefix="inlining-policy-"))
+            try:
+                copy = where / "policy.policy"
+                copy.write_bytes(job.policy.data)
+                return run(PolicyFile(copy, job.policy.identity())), "master"
+            finally:
+                shutil.rmtree(where, ignore_errors=True)
         try:
             policy = policy_of_spec(job.policy)
         except PolicyError as exc:
