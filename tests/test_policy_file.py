@@ -234,3 +234,32 @@ def test_a_policy_file_through_ocamlparam(compiler, policies, tmp_path):
     assert proc.returncode == 0, proc.stderr
     decisions = read_dump(tmp_path / "main.0.decisions.sexp").decisions
     assert decisions and all(d.advice is not None for d in decisions)
+
+
+def test_the_compile_service_gives_a_policy_file_to_the_compiler(compiler, policies, tmp_path):
+    """A ``.policy`` named as a compile's policy is evaluated by the compiler (no host): the
+    build is the one ``-inlining-policy`` makes, keyed by the file's content, so the same file
+    again is a cache hit and a different file (another margin) is another build."""
+    from dispatcher.build.policies import parse_policy
+    from dispatcher.build.service import CompileJob, CompileService
+    from dispatcher.storage.store import Store
+    bench = resolve_benchmark("sieve")
+    direct = _build(compiler, "sieve", tmp_path / "direct",
+                    PolicyFile(policies["boosted"], "x"))
+    service = CompileService(Store(tmp_path / "store"), compiler)
+    try:
+        spec = parse_policy(str(policies["boosted"]))
+        built = service.compile(CompileJob(bench, policy=spec))
+        output = built.artifact.compiler_output
+        assert not built.cached and "-inlining-policy " in output \
+            and "-inlining-policy-channel" not in output
+        assert built.artifact.binary.read_bytes() == direct["binary"]
+        assert {n: t.encode() for n, t in built.artifact.decision_texts().items()} == \
+            {n: t for n, t in direct.items() if n != "binary"}
+        assert service.compile(CompileJob(bench, policy=parse_policy(
+            str(policies["boosted"])))).cached
+        bare = service.compile(CompileJob(bench, policy=parse_policy(
+            str(policies["boosted-bare"]))))
+        assert not bare.cached and bare.artifact.key != built.artifact.key
+    finally:
+        service.close()
