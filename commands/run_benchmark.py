@@ -84,7 +84,7 @@ def cached_results(session: Session, job: RunJob) -> list[RunResult]:
               help="With DECISIONS or --policy: also compare it with the heuristic build in "
                    "pairs on one worker CPU, and print the speedup with its 95% interval.")
 @click.option("--policy", "policy_name", metavar="POLICY",
-              help="Answer each of the compiler's decisions through its policy channel: "
+              help="Answer each of the compiler's decisions with a policy: "
                    "heuristic, never-inline, or an overrides file such as an optimal.sexp "
                    "(its decisions; the heuristic's elsewhere), or a .policy file train-policy "
                    "wrote (plain data: the compiler evaluates it itself).  Overrides in "

@@ -1,6 +1,7 @@
 """``run-plugin-benchmark POLICY [BENCH|training|test|all ...]``: compile benchmarks with an
-inlining policy answering the compiler (its policy channel) and measure each against the
-heuristic build.
+inlining policy answering the compiler (a policy file evaluated by the compiler itself,
+``-inlining-policy``; any other policy through its policy channel) and measure each against
+the heuristic build.
 
 POLICY is ``heuristic``, ``never-inline``, an overrides file (``optimal.sexp``) or a policy
 file ``train-policy`` wrote (``dispatcher.build.policies.parse_policy``).  Each benchmark is
