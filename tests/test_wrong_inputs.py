@@ -67,7 +67,8 @@ def test_help_says_a_policy_file_is_data():
         text = " ".join(cli(command, "--help").stdout.split())
         assert "pickle" not in text and "plain data" in text, text
     readme = " ".join((REPO / "README.md").read_text().lower().split())
-    assert "pickle" not in readme
+    assert "a `.policy` file is a pickle" not in readme and "a `.policy` file is plain data" \
+        in readme
 
 
 # -- TRACEBACK: Ctrl-C while the imports run
