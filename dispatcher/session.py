@@ -35,9 +35,11 @@ class Session:
         self.spec: BackendSpec = backend_spec(config.backend)
         self.store = Store(config.store)
         try:
-            self.builds = compile_service(self.store, locate_compiler(),
-                                            jobs=compile_jobs or config.compile_jobs,
-                                            cpus=self.master_cpus)
+            toolchain = (self.spec.toolchain(config.backend_settings)
+                         if self.spec.toolchain is not None else locate_compiler())
+            self.builds = compile_service(self.store, toolchain,
+                                          jobs=compile_jobs or config.compile_jobs,
+                                          cpus=self.master_cpus)
         except BaseException:
             self.store.close()
             raise

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from dispatcher.build.toolchain import Compiler
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.core.validation import Reader
@@ -91,6 +92,8 @@ class BackendSpec:
     or None when the backend takes none of them.
     ``start(settings, context)``: the running backend; BackendUnavailable (one line) if it
     cannot start.
+    ``toolchain(settings)``: the compiler of a backend that brings its own (the simulated
+    one's stands in for the patched compiler); None: the patched compiler.
     """
 
     name: str
@@ -98,11 +101,13 @@ class BackendSpec:
     worker_classes: Callable[[Any], list[str]]
     master_cpus: Callable[[Any], frozenset[int] | None]
     start: Callable[[Any, BackendContext], Backend]
+    toolchain: Callable[[Any], Compiler] | None = None
 
 
-MODULES: Mapping[str, str] = MappingProxyType({
+MODULES: Mapping[str, str] = MappingProxyType({  # fixed: a new backend is a new line here
     "local": "dispatcher.running.local", "ssh": "dispatcher.running.ssh",
-    "ray": "dispatcher.running.ray.cluster"})  # fixed: a new backend is a new line here
+    "ray": "dispatcher.running.ray.cluster",
+    "simulated": "dispatcher.running.simulated.backend"})
 
 
 def backend_spec(name: str) -> BackendSpec:

@@ -1,0 +1,304 @@
+"""The simulated backend: worker slots that sleep model time, and a builder that compiles a
+real decision tree without a compiler (config section ``simulated:``; docs/simulation.md).
+
+A slot runs no process and takes no CPU lock: it draws each run's record from the performance
+model (``model``) and sleeps the run's modelled wall time times ``time_scale`` (0.01: a 2 s
+run sleeps 20 ms), one job at a time per slot, so hundreds of slots fit on 2 CPUs.  Its
+records are shaped as the real agent's: wall, user and sys time, CPU share, output check.
+The builder (``Backend.remote_builder``, the compile service's seam) applies a candidate's
+overrides to its program's real tree (``programs``), writes the dumps the real compiler
+would have written and a small "binary" whose content says what it is, and sleeps the
+modelled compile time times ``time_scale``.  The "compiler" is a file whose content is the
+model's identity, so a store never mixes simulated candidates of two models with each other
+or with real ones.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dispatcher.build.driver import BuildError, BuildResult
+from dispatcher.build.manifest import Benchmark
+from dispatcher.build.toolchain import Compiler
+from dispatcher.core.decisions import read_overrides
+from dispatcher.core.files import read_utf8, write_text_atomic
+from dispatcher.core.jobs import RunJob
+from dispatcher.core.records import RunResult, SampleProfile
+from dispatcher.core.validation import MAX_PARALLEL, KeyPathError, Reader, load_strict
+from dispatcher.running.agent_client import AgentError, WorkerLost
+from dispatcher.running.backend import BackendContext, BackendSpec
+from dispatcher.running.simulated.model import Model, draw_run, parse_model
+from dispatcher.running.simulated.programs import (
+    Program,
+    SimulationError,
+    compile_tree,
+    dump_texts,
+    load_program,
+)
+
+CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) \
+    / "inlining-orchestrator" / "simulated"
+MAX_SLOTS = 100_000
+BINARY_FORMAT = "inlining-orchestrator simulated binary 1"
+
+
+@dataclass(frozen=True)
+class SimulatedConfig:
+    slots: int = 16
+    worker_class: str = "simulated"
+    time_scale: float = 0.01  # real seconds slept per modelled second
+    compile_jobs: int = 4  # simulated builds at once
+    model: Model = field(default_factory=Model)
+    cache_dir: Path = CACHE_DIR  # dumps made for benchmarks of one's own; the "compiler"
+
+
+@dataclass(frozen=True)
+class SimulatedBinary:
+    """What a simulated binary's file says: its program, the identity of its decisions and
+    the mean modelled time of its runs."""
+
+    program: str
+    decisions: str
+    run_s: float
+
+    def text(self) -> str:
+        return json.dumps({"format": BINARY_FORMAT, "program": self.program,
+                           "decisions": self.decisions, "run_s": self.run_s},
+                          sort_keys=True) + "\n"
+
+    @classmethod
+    def read(cls, path: Path) -> SimulatedBinary:
+        data = json.loads(path.read_text())
+        if data.get("format") != BINARY_FORMAT:
+            raise ValueError(f"{path}: not a simulated binary")
+        return cls(data["program"], data["decisions"], float(data["run_s"]))
+
+
+class World:
+    """What the slots and the builder of one simulated backend share: the model, the programs
+    (read once each) and the binaries seen (by sha256, as an agent's cache)."""
+
+    def __init__(self, config: SimulatedConfig):
+        self.config = config
+        self.model = config.model
+        self._lock = threading.Lock()
+        self._programs: dict[Path, Program] = {}
+        self._binaries: dict[str, SimulatedBinary] = {}
+
+    def program(self, bench: Benchmark) -> Program:
+        where = bench.directory.resolve()
+        with self._lock:
+            found = self._programs.get(where)
+        if found is None:
+            found = load_program(bench, self.config.cache_dir / "dumps")
+            with self._lock:
+                found = self._programs.setdefault(where, found)
+        return found
+
+    def binary(self, job: RunJob) -> SimulatedBinary:
+        """The binary a job runs (read from the master's store the first time; an agent
+        checks and caches binaries the same way); AgentError if it is not a simulated one."""
+        with self._lock:
+            found = self._binaries.get(job.sha256)
+        if found is None:
+            try:
+                found = SimulatedBinary.read(job.binary)
+            except (OSError, ValueError, KeyError) as exc:
+                raise AgentError(f"simulated: {job.binary}: cannot run it ({exc})",
+                                 code="not_in_cache") from None
+            with self._lock:
+                self._binaries[job.sha256] = found
+        return found
+
+    def sleep(self, model_s: float) -> None:
+        if model_s > 0:
+            time.sleep(model_s * self.config.time_scale)
+
+
+class SimulatedSlot:
+    """One simulated worker CPU.  ``depth`` 2 as the real slots (the second job waits on the
+    slot, as in an agent's queue); one job runs at a time."""
+
+    depth = 2
+
+    def __init__(self, index: int, world: World, worker_class: str):
+        self.cpu = index
+        self.name = f"sim/cpu{index}"
+        self.worker_class = worker_class
+        self._world = world
+        self._lock = threading.Lock()
+        self._closed = False
+        self._jobs: dict[str, int] = {}  # jobs of each binary run here so far
+
+    def _rng(self, sha256: str) -> random.Random:
+        """The draws of this slot's next job of binary ``sha256``: the same, whichever order
+        the slot's runner threads take their jobs in (a comparison on a slot replays)."""
+        n = self._jobs.get(sha256, 0)
+        self._jobs[sha256] = n + 1
+        return random.Random(f"{self._world.model.seed}/{self.name}/{sha256}/{n}")
+
+    def run(self, job: RunJob) -> RunResult:
+        world, noise = self._world, self._world.model.noise
+        binary = world.binary(job)
+        program = world.model.program(binary.program)
+        with self._lock:
+            if self._closed:
+                raise WorkerLost(f"{self.name}: closed")
+            rng = self._rng(job.sha256)
+            if rng.random() < noise.lost:
+                world.sleep(binary.run_s * job.runs * rng.random())
+                raise WorkerLost(f"{self.name}: simulated loss of the worker")
+            records = []
+            for _ in range(job.runs):
+                rec = draw_run(rng, binary.run_s, program, noise, self.cpu, job.aslr,
+                               job.expected_output is not None)
+                if job.profile_period_ns:
+                    rec = rec.model_copy(update={"profile": SampleProfile(
+                        period_ns=job.profile_period_ns,
+                        error="simulated worker: no samples")})
+                records.append(rec)
+            world.sleep(noise.job_overhead_s + sum(r.wall_s for r in records))
+        return RunResult(sha256=job.sha256, args=job.args, worker=self.name,
+                         worker_class=self.worker_class, cpu=self.cpu,
+                         records=tuple(records))
+
+    def probe(self) -> None:
+        """A simulated worker always answers again (a loss is never for good)."""
+        if self._closed:
+            raise WorkerLost(f"{self.name}: closed")
+
+    def close(self) -> None:
+        self._closed = True
+
+
+class SimulatedBuilder:
+    """The compile service's builder (``dispatcher.build.service.Builder``): a candidate's
+    overrides applied to its program's real tree, its dumps and binary written."""
+
+    name = "simulated"
+
+    def __init__(self, world: World, jobs: int):
+        self._world = world
+        self.jobs = jobs
+
+    def build(self, bench: Benchmark, outdir: Path, ocamlopt: Path, flags: tuple[str, ...],
+              overrides: dict[str, Path], dump_decisions: bool) -> BuildResult:
+        try:
+            program = self._world.program(bench)
+        except SimulationError as exc:  # a build of it fails, here as on the master
+            raise BuildError(str(exc), "") from None
+        pins = [o for path in overrides.values() for o in read_overrides(path)]
+        compiled = compile_tree(program, pins)
+        identity = compiled.identity()
+        model = self._world.model.program(bench.name)
+        binary = SimulatedBinary(bench.name, identity, model.mean_run_s(compiled.taken(),
+                                                                        identity))
+        outdir.mkdir(parents=True, exist_ok=True)
+        files = []
+        for fname, text in dump_texts(program, compiled).items():
+            (outdir / fname).write_text(text)
+            files.append(outdir / fname)
+        path = outdir / bench.binary_name()
+        path.write_text(binary.text())
+        self._world.sleep(model.compile_s)
+        units = sum(u.is_impl for u in bench.units())
+        return BuildResult(binary=path, decision_files=sorted(files),
+                           compiler_output=(f"# simulated build of {bench.name}: "
+                                            f"{len(pins)} overrides, decisions {identity[:16]}, "
+                                            f"{binary.run_s:.6f} s per run\n"),
+                           units_compiled=units)
+
+
+class SimulatedBackend:
+    def __init__(self, config: SimulatedConfig):
+        self.world = World(config)
+        self.slots = [SimulatedSlot(i, self.world, config.worker_class)
+                      for i in range(config.slots)]
+        self.builder = SimulatedBuilder(self.world, config.compile_jobs)
+
+    def remote_builder(self) -> SimulatedBuilder:
+        """Every compile is simulated."""
+        return self.builder
+
+    def close(self) -> None:
+        for slot in self.slots:
+            slot.close()
+
+
+def simulated_compiler(config: SimulatedConfig) -> Compiler:
+    """The "compiler" of the simulation: a file naming the model, whose sha256 is the
+    compiler identity in every compile key (``cache_dir``/compiler-<model>/bin/ocamlopt.opt)."""
+    identity = config.model.identity()
+    compiler = Compiler(config.cache_dir / f"compiler-{identity[:16]}")
+    text = f"inlining-orchestrator simulated compiler, model {identity}\n"
+    if not compiler.ocamlopt.is_file() or read_utf8(compiler.ocamlopt) != text:
+        compiler.bin_dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(compiler.ocamlopt, text)
+    return compiler
+
+
+# --------------------------------------------------------------------------- configuration
+
+KEYS = ("slots", "worker_class", "time_scale", "compile_jobs", "model", "cache_dir")
+
+
+def _model_file(value: str, r: Reader) -> Model:
+    """A model in its own YAML (or JSON) file; its errors name the config's key and the
+    file's."""
+    path = r.local_path(value, "simulated.model", "a model file or a mapping")
+    try:
+        data = load_strict(read_utf8(path))
+    except KeyPathError as exc:
+        raise r.error("simulated.model", f"{path}: {exc.key}: {exc.message}") from None
+    except Exception as exc:  # unreadable, not YAML: one line either way
+        raise r.error("simulated.model", f"{path}: {' '.join(str(exc).split())}") from None
+    inner = Reader(path, lambda file, key, message: r.error("simulated.model",
+                                                           f"{file}: {key}: {message}"))
+    return parse_model(data, inner, name="")
+
+
+def parse_config(section: dict, r: Reader) -> SimulatedConfig:
+    """The ``simulated:`` section."""
+    unknown = sorted(set(section) - set(KEYS))
+    if unknown:
+        raise r.fail(f"simulated.{unknown[0]}", f"one of {', '.join(KEYS)}")
+    slots = r.positive_int(section, "slots", "simulated.slots", SimulatedConfig.slots,
+                           most=MAX_SLOTS)
+    worker_class = section.get("worker_class", SimulatedConfig.worker_class)
+    if not isinstance(worker_class, str) or not worker_class:
+        raise r.fail("simulated.worker_class", "a non-empty string", worker_class)
+    time_scale = r.positive_number(section, "time_scale", "simulated.time_scale",
+                                   SimulatedConfig.time_scale, most=1.0,
+                                   what="real seconds per modelled second")
+    jobs = r.positive_int(section, "compile_jobs", "simulated.compile_jobs",
+                          SimulatedConfig.compile_jobs, most=MAX_PARALLEL)
+    raw = section.get("model")
+    if isinstance(raw, str):
+        model = _model_file(raw, r)
+    elif raw is None or isinstance(raw, dict):
+        model = parse_model(raw, r, name="simulated.model")
+    else:
+        raise r.fail_kind("simulated.model", "a model file or a mapping", raw)
+    cache_raw = section.get("cache_dir")
+    cache = CACHE_DIR if cache_raw is None else r.local_path(cache_raw, "simulated.cache_dir",
+                                                             "a directory path")
+    return SimulatedConfig(slots=slots, worker_class=worker_class, time_scale=time_scale,
+                           compile_jobs=jobs, model=model, cache_dir=cache)
+
+
+def start(config: SimulatedConfig, context: BackendContext) -> SimulatedBackend:
+    return SimulatedBackend(config)
+
+
+BACKEND = BackendSpec(name="simulated", parse=parse_config,
+                      worker_classes=lambda c: [c.worker_class],
+                      master_cpus=lambda c: None, start=start, toolchain=simulated_compiler)
+
+
+__all__ = ["BACKEND", "SimulatedBackend", "SimulatedBinary", "SimulatedBuilder",
+           "SimulatedConfig", "SimulatedSlot", "World", "simulated_compiler"]

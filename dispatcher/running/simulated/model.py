@@ -1,0 +1,234 @@
+"""The simulation's performance model: what a simulated binary's runs take, as data.
+
+A program's modelled run time is its heuristic build's (``run_s``) times ``exp(-sum of the
+log speedups of the effects that hold)`` in the candidate's real tree (the decisions the
+simulated compiler took), times an optional per-binary layout factor (``layout_sd``: a
+lognormal drawn from the binary's identity, so every distinct binary differs a little, the
+same each time it is run).  An effect holds when its decision was taken (the site is in the
+tree with that action) and so were all the decisions it ``requires``: an interaction, such as
+a call whose inlining only pays once its caller's closure is inlined too.  Each run then draws
+multiplicative lognormal noise of coefficient of variation ``noise.cv`` (mean 1); a run is
+disturbed with probability ``noise.disturbed`` (its CPU share falls to ``disturbed_share``,
+below the measurement floor, and its wall time stretches accordingly, so the master's CPU-share
+judge throws it away and a comparison runs another round); a job loses its slot with
+probability ``noise.lost`` (``WorkerLost``: the scheduler runs it again elsewhere).
+
+Pure: no clocks, no threads.  The randomness comes from the ``random.Random`` the caller
+hands in (the backend seeds one per slot from ``seed``).  docs/simulation.md.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from dispatcher.core.decisions import ACTIONS
+from dispatcher.core.records import RunRecord
+from dispatcher.core.validation import MAX_SECONDS, MAX_SEED, Reader, finite_number
+
+MAX_LOG_SPEEDUP = 5.0  # e^5: a planted effect beyond 150x is a typo
+
+
+@dataclass(frozen=True, order=True)
+class Condition:
+    """A decision taken: the site (unit, round, key) decided ``action`` in the real tree."""
+
+    unit: str
+    round: int
+    key: str
+    action: str
+
+
+@dataclass(frozen=True)
+class Effect:
+    """``log_speedup`` (log of time without over time with: above 0 is faster) while ``when``
+    holds and every one of ``requires`` does too."""
+
+    when: Condition
+    log_speedup: float
+    requires: tuple[Condition, ...] = ()
+
+    def holds(self, taken: Mapping[tuple[str, int, str], str]) -> bool:
+        """Whether the effect applies to a tree whose decisions are ``taken``
+        ((unit, round, key) -> action)."""
+        return all(taken.get((c.unit, c.round, c.key)) == c.action
+                   for c in (self.when, *self.requires))
+
+
+@dataclass(frozen=True)
+class ProgramModel:
+    """One program's modelled times (seconds of model time) and planted effects."""
+
+    run_s: float = 1.0  # one run of the heuristic build
+    compile_s: float = 1.0  # one whole build
+    cpu_share: float = 0.98  # a quiet run's CPU time over its wall time
+    layout_sd: float = 0.0  # sd of the per-binary log factor (0: none)
+    effects: tuple[Effect, ...] = ()
+
+    def log_speedup(self, taken: Mapping[tuple[str, int, str], str]) -> float:
+        """The summed log speedup of the effects that hold in ``taken``."""
+        return sum(e.log_speedup for e in self.effects if e.holds(taken))
+
+    def mean_run_s(self, taken: Mapping[tuple[str, int, str], str], identity: str) -> float:
+        """The mean modelled run time of the binary of decisions ``taken`` (``identity``: its
+        hash, which draws its layout factor)."""
+        layout = 0.0
+        if self.layout_sd > 0:
+            layout = random.Random(identity).gauss(0.0, self.layout_sd)
+        return self.run_s * math.exp(layout - self.log_speedup(taken))
+
+
+@dataclass(frozen=True)
+class Noise:
+    """What varies from run to run and job to job."""
+
+    cv: float = 0.01  # coefficient of variation of a run's wall time (lognormal, mean 1)
+    disturbed: float = 0.0  # probability that a run is disturbed
+    disturbed_share: float = 0.5  # the CPU share of a disturbed run (below the floor)
+    lost: float = 0.0  # probability that a job loses its slot (WorkerLost)
+    job_overhead_s: float = 0.005  # model seconds a job takes beyond its runs (agent, I/O)
+
+
+@dataclass(frozen=True)
+class Model:
+    """The whole model: per program (by benchmark name), a default for the others, the noise,
+    and the seed of every draw."""
+
+    programs: Mapping[str, ProgramModel] = field(
+        default_factory=lambda: MappingProxyType({}))
+    default: ProgramModel = ProgramModel()
+    noise: Noise = Noise()
+    seed: int = 0
+
+    def program(self, name: str) -> ProgramModel:
+        return self.programs.get(name, self.default)
+
+    def identity(self) -> str:
+        """sha256 of the model's canonical JSON: simulated binaries of two models never
+        share a cache key (it joins the simulated compiler's identity)."""
+        data = {"programs": {k: asdict(v) for k, v in sorted(self.programs.items())},
+                "default": asdict(self.default), "noise": asdict(self.noise),
+                "seed": self.seed}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def lognormal_factor(rng: random.Random, cv: float) -> float:
+    """A multiplicative noise factor of mean 1 and coefficient of variation ``cv``."""
+    if cv <= 0:
+        return 1.0
+    sigma = math.sqrt(math.log1p(cv * cv))
+    return rng.lognormvariate(-sigma * sigma / 2, sigma)
+
+
+def draw_run(rng: random.Random, mean_s: float, program: ProgramModel, noise: Noise,
+             cpu: int, aslr: bool, check_output: bool) -> RunRecord:
+    """One run's record, shaped as the real agent's (wall, user and sys time, CPU share,
+    output check), of a binary whose mean modelled time is ``mean_s``."""
+    wall = mean_s * lognormal_factor(rng, noise.cv)
+    share = min(program.cpu_share * (1 + rng.gauss(0.0, 0.002)), 0.999)
+    if rng.random() < noise.disturbed:
+        # Something else had the CPU: the binary's CPU time is what it was, its wall stretches.
+        cpu_time = wall * share
+        share = noise.disturbed_share
+        wall = cpu_time / share
+    cpu_time = wall * share
+    return RunRecord(wall_ns=int(wall * 1e9), user_s=cpu_time * 0.97, sys_s=cpu_time * 0.03,
+                     maxrss_kb=4096, exit_status=0, output_ok=True if check_output else None,
+                     cpu_share=share, cpu_share_source="rusage", nivcsw=0,
+                     cpus_allowed=str(cpu), aslr=aslr, strays=0)
+
+
+# --------------------------------------------------------------------------- as data
+
+
+def _number(r: Reader, data: dict, key: str, name: str, default: float, low: float,
+            high: float, low_open: bool = False, what: str = "a number") -> float:
+    v = data.get(key, default)
+    ok = finite_number(v) and (low < v if low_open else low <= v) and v <= high
+    if not ok:
+        bound = f"{'above' if low_open else 'from'} {low:g} to {high:g}"
+        raise r.fail(name, f"{what} {bound}", v)
+    return float(v)
+
+
+def _condition(r: Reader, data: Any, name: str) -> Condition:
+    d = r.mapping(data, name, ("unit", "round", "key", "action"),
+                  ("unit", "round", "key", "action"))
+    round_ = d["round"]
+    if not isinstance(round_, int) or isinstance(round_, bool) or round_ < 0:
+        raise r.fail(f"{name}.round", "a round number from 0", round_)
+    if d["action"] not in ACTIONS:
+        raise r.fail(f"{name}.action", " or ".join(ACTIONS), d["action"])
+    return Condition(r.string(d["unit"], f"{name}.unit"), round_,
+                     r.string(d["key"], f"{name}.key"), d["action"])
+
+
+def _effect(r: Reader, data: Any, name: str) -> Effect:
+    d = r.mapping(data, name, ("unit", "round", "key", "action", "log_speedup", "requires"),
+                  ("unit", "round", "key", "action", "log_speedup"))
+    when = _condition(r, {k: d[k] for k in ("unit", "round", "key", "action")}, name)
+    log_speedup = _number(r, d, "log_speedup", f"{name}.log_speedup", 0.0, -MAX_LOG_SPEEDUP,
+                          MAX_LOG_SPEEDUP, what="a log speedup")
+    requires = d.get("requires", [])
+    if not isinstance(requires, list):
+        raise r.fail_kind(f"{name}.requires", "a list of decisions", requires)
+    return Effect(when, log_speedup,
+                  tuple(_condition(r, c, f"{name}.requires[{i}]") for i, c in enumerate(requires)))
+
+
+PROGRAM_KEYS = ("run_s", "compile_s", "cpu_share", "layout_sd", "effects")
+
+
+def _program(r: Reader, data: Any, name: str, base: ProgramModel) -> ProgramModel:
+    d = r.mapping({} if data is None else data, name, PROGRAM_KEYS, ())
+    effects = d.get("effects", [])
+    if not isinstance(effects, list):
+        raise r.fail_kind(f"{name}.effects", "a list of effects", effects)
+    return ProgramModel(
+        run_s=_number(r, d, "run_s", f"{name}.run_s", base.run_s, 0, MAX_SECONDS, True,
+                      "seconds"),
+        compile_s=_number(r, d, "compile_s", f"{name}.compile_s", base.compile_s, 0,
+                          MAX_SECONDS, what="seconds"),
+        cpu_share=_number(r, d, "cpu_share", f"{name}.cpu_share", base.cpu_share, 0, 1, True,
+                          "a CPU share"),
+        layout_sd=_number(r, d, "layout_sd", f"{name}.layout_sd", base.layout_sd, 0, 1),
+        effects=tuple(_effect(r, e, f"{name}.effects[{i}]") for i, e in enumerate(effects)))
+
+
+def parse_model(data: Any, r: Reader, name: str = "model") -> Model:
+    """A model from its mapping (YAML or JSON); ``r`` makes the one-line errors, each key
+    named under ``name``."""
+    d = r.mapping({} if data is None else data, name,
+                  ("seed", "noise", "default", "programs"), ())
+    prefix = f"{name}." if name else ""
+    seed = d.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or abs(seed) > MAX_SEED:
+        raise r.fail(f"{prefix}seed", f"an integer from -{MAX_SEED} to {MAX_SEED}", seed)
+    n = r.mapping({} if d.get("noise") is None else d["noise"], f"{prefix}noise",
+                  ("cv", "disturbed", "disturbed_share", "lost", "job_overhead_s"), ())
+    base = Noise()
+    noise = Noise(
+        cv=_number(r, n, "cv", f"{prefix}noise.cv", base.cv, 0, 1,
+                   what="a coefficient of variation"),
+        disturbed=_number(r, n, "disturbed", f"{prefix}noise.disturbed", base.disturbed, 0,
+                          0.9, what="a probability"),
+        disturbed_share=_number(r, n, "disturbed_share", f"{prefix}noise.disturbed_share",
+                                base.disturbed_share, 0, 1, True, "a CPU share"),
+        lost=_number(r, n, "lost", f"{prefix}noise.lost", base.lost, 0, 0.5,
+                     what="a probability"),
+        job_overhead_s=_number(r, n, "job_overhead_s", f"{prefix}noise.job_overhead_s",
+                               base.job_overhead_s, 0, 60, what="seconds"))
+    default = _program(r, d.get("default"), f"{prefix}default", ProgramModel())
+    programs_raw = {} if d.get("programs") is None else d["programs"]
+    if not isinstance(programs_raw, dict):
+        raise r.fail_kind(f"{prefix}programs", "a mapping of benchmark names", programs_raw)
+    programs = {}
+    for bench, spec in programs_raw.items():
+        r.string(bench, f"{prefix}programs")
+        programs[bench] = _program(r, spec, f"{prefix}programs.{bench}", default)
+    return Model(programs=MappingProxyType(programs), default=default, noise=noise, seed=seed)
