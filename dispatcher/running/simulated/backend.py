@@ -89,6 +89,18 @@ class World:
         self._lock = threading.Lock()
         self._programs: dict[Path, Program] = {}
         self._binaries: dict[str, SimulatedBinary] = {}
+        # What the simulation itself costs the process (benches subtract it from the master's
+        # CPU: real workers and compilers spend it elsewhere), and its builds.
+        self.cpu_s = 0.0  # CPU seconds of the simulated slots' and builder's own work
+        self.builds = 0
+        self.build_s = 0.0  # wall seconds of the builds, their sleeps included
+
+    def spent(self, cpu_s: float, build_s: float | None = None) -> None:
+        with self._lock:
+            self.cpu_s += cpu_s
+            if build_s is not None:
+                self.builds += 1
+                self.build_s += build_s
 
     def program(self, bench: Benchmark) -> Program:
         where = bench.directory.resolve()
@@ -143,6 +155,7 @@ class SimulatedSlot:
         return random.Random(f"{self._world.model.seed}/{self.name}/{sha256}/{n}")
 
     def run(self, job: RunJob) -> RunResult:
+        cpu0 = time.thread_time()
         world, noise = self._world, self._world.model.noise
         binary = world.binary(job)
         program = world.model.program(binary.program)
@@ -162,10 +175,12 @@ class SimulatedSlot:
                         period_ns=job.profile_period_ns,
                         error="simulated worker: no samples")})
                 records.append(rec)
+            result = RunResult(sha256=job.sha256, args=job.args, worker=self.name,
+                               worker_class=self.worker_class, cpu=self.cpu,
+                               records=tuple(records))
+            world.spent(time.thread_time() - cpu0)
             world.sleep(noise.job_overhead_s + sum(r.wall_s for r in records))
-        return RunResult(sha256=job.sha256, args=job.args, worker=self.name,
-                         worker_class=self.worker_class, cpu=self.cpu,
-                         records=tuple(records))
+        return result
 
     def probe(self) -> None:
         """A simulated worker always answers again (a loss is never for good)."""
@@ -188,6 +203,7 @@ class SimulatedBuilder:
 
     def build(self, bench: Benchmark, outdir: Path, ocamlopt: Path, flags: tuple[str, ...],
               overrides: dict[str, Path], dump_decisions: bool) -> BuildResult:
+        t0, cpu0 = time.monotonic(), time.thread_time()
         try:
             program = self._world.program(bench)
         except SimulationError as exc:  # a build of it fails, here as on the master
@@ -205,7 +221,9 @@ class SimulatedBuilder:
             files.append(outdir / fname)
         path = outdir / bench.binary_name()
         path.write_text(binary.text())
+        cpu = time.thread_time() - cpu0
         self._world.sleep(model.compile_s)
+        self._world.spent(cpu, time.monotonic() - t0)
         units = sum(u.is_impl for u in bench.units())
         return BuildResult(binary=path, decision_files=sorted(files),
                            compiler_output=(f"# simulated build of {bench.name}: "

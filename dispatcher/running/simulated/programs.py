@@ -28,6 +28,7 @@ import hashlib
 import io
 import json
 import os
+import random
 import re
 import shutil
 import tarfile
@@ -45,10 +46,13 @@ from dispatcher.core.tree import (
     Node,
     RoundTree,
     Tree,
+    flip,
+    flippable,
     from_dumps,
     guard_class,
     honourable,
 )
+from dispatcher.running.simulated.model import Condition, Effect
 
 DUMPS_DIR = Path(__file__).resolve().parent / "dumps"
 SOURCE_FILE = "source.json"  # in a bundle: what the dumps were made from
@@ -340,3 +344,20 @@ def dump_texts(program: Program, compiled: Compiled) -> dict[str, str]:
             f"(matched {entries - len(unmatched)}) (unmatched {len(unmatched)})\n"
             f"  (unmatched_keys ({keys})))\n (decisions\n{body}\n ))\n")
     return out
+
+
+def plant_effects(program: Program, count: int, log_speedup: float,
+                  seed: int = 0) -> tuple[Effect, ...]:
+    """``count`` planted effects on ``program`` for a bench: each a flip of a round-0 leaf
+    (one the compiler honours) gaining ``log_speedup``; every third one gains only when the
+    one before it is flipped too (an interaction).  Seeded: the same sites for the same
+    seed."""
+    rng = random.Random(f"plant/{program.name}/{seed}")
+    leaves = [x for x in flippable(program.tree, 0) if not x.node.prevented]
+    chosen = rng.sample(leaves, min(count, len(leaves)))
+    effects: list[Effect] = []
+    for i, (unit, round_, node) in enumerate(chosen):
+        when = Condition(unit, round_, node.key, flip(node.decided))
+        requires = (effects[-1].when,) if i % 3 == 2 else ()
+        effects.append(Effect(when, log_speedup, requires))
+    return tuple(effects)
