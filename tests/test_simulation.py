@@ -299,3 +299,14 @@ def test_a_model_file_error_names_the_file_and_its_key(tmp_path):
     message = str(err.value)
     assert "\n" not in message
     assert f"simulated.model: {model}: noise.cv: expected" in message, message
+
+
+def test_the_example_config_plants_an_effect_on_a_real_site():
+    cfg = load_config(Path(__file__).resolve().parent.parent / "configs"
+                      / "example-simulated.yaml")
+    model = cfg.backend_settings.model
+    program = read_bundle(DUMPS_DIR / "kahan.tar.gz")
+    for effect in model.program("kahan").effects:
+        c = effect.when
+        node = program.tree.find(c.unit, c.round, c.key)
+        assert node is not None and node.action != c.action  # a flip the search can find
