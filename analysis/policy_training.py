@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from dispatcher.build.policy_file import (
+    DEFAULT_GROWTH_BUDGET,
     DEFAULT_MARGIN,
     Column,
     ConstantModel,
@@ -200,10 +201,11 @@ def table_sha256(ts: TrainingSet) -> str:
 
 
 def train(ts: TrainingSet, name: str, threshold: float, seed: int = 0,
-          margin: float = DEFAULT_MARGIN, ranges: bool = True) -> TrainedPolicy:
+          margin: float = DEFAULT_MARGIN, ranges: bool = True,
+          growth_budget: int | None = DEFAULT_GROWTH_BUDGET) -> TrainedPolicy:
     """The policy of classifier ``name`` fitted to every site of ``ts``, exported as plain
     data (``dispatcher.build.policy_file``) with each column's training range and the guard
-    rails ``margin`` and ``ranges``."""
+    rails ``margin``, ``ranges`` and ``growth_budget`` (None: none)."""
     model = _fit(name, ts.features, ts.labels, seed)
     try:
         classes, exported = export_model(model)
@@ -214,7 +216,7 @@ def train(ts: TrainingSet, name: str, threshold: float, seed: int = 0,
     return TrainedPolicy(classifier=name, classes=classes, model=exported, columns=columns,
                          threshold=threshold, benchmarks=sorted(ts.benchmarks.unique()),
                          table_sha256=table_sha256(ts), sites=len(ts.labels), margin=margin,
-                         ranges=ranges)
+                         ranges=ranges, growth_budget=growth_budget)
 
 
 def fit_model(ts: TrainingSet, name: str, seed: int = 0) -> Any:

@@ -14,8 +14,9 @@ from the table itself: nothing is compiled.  With ``--rewards`` given too, both,
 label winning where both label a site (``analysis.policy_training.combine``).
 
 ``analysis.policy_training`` validates leave-one-benchmark-out and trains; the policy file
-(``dispatcher.build.policy_file``: plain data, with the guard rails ``--margin`` and
-``--ranges``) goes to ``--out`` with the validation scores beside it (``<out>.scores.csv``).
+(``dispatcher.build.policy_file``: plain data, with the guard rails ``--margin``,
+``--ranges`` and ``--growth-budget``) goes to ``--out`` with the validation scores beside it
+(``<out>.scores.csv``).
 """
 from __future__ import annotations
 
@@ -53,7 +54,12 @@ from analysis.policy_training import (
 from analysis.sources import SourcesError, benchmark_of
 from commands.common import backend_errors_in_one_line, show_warnings
 from dispatcher.build.manifest import Benchmark, ManifestError
-from dispatcher.build.policy_file import DEFAULT_MARGIN, save_policy_file
+from dispatcher.build.policy_file import (
+    DEFAULT_GROWTH_BUDGET,
+    DEFAULT_MARGIN,
+    MAX_GROWTH_BUDGET,
+    save_policy_file,
+)
 from dispatcher.build.service import CompileError, CompileJob
 from dispatcher.build.toolchain import CompilerNotFound
 from dispatcher.config import ConfigError, load_config
@@ -131,6 +137,30 @@ class _FiniteFloatRange(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return number
+
+
+class _GrowthBudget(click.ParamType):
+    """A growth budget: an integer from 1 to MAX_GROWTH_BUDGET, or 0 or ``none`` (no
+    budget: None)."""
+
+    name = "growth budget"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if value is None or isinstance(value, int):
+            number = value
+        elif str(value).strip().lower() == "none":
+            return None
+        else:
+            try:
+                number = int(str(value).strip())
+            except ValueError:
+                self.fail(f"{value!r}: expected an integer (callee_size units), 0 or none.",
+                          param, ctx)
+        if number is not None and not 0 <= number <= MAX_GROWTH_BUDGET:
+            self.fail(f"{value!r}: expected an integer from 0 to {MAX_GROWTH_BUDGET} (0: "
+                      "none).", param, ctx)
+        return number or None
 
 
 def read_labels(labels_dir: Path, names: list[str], threshold: float) -> pd.DataFrame:
@@ -225,6 +255,11 @@ def report_validation(scores: pd.DataFrame, chosen: str, labels: pd.Series,
 @click.option("--ranges/--no-ranges", default=True, show_default=True,
               help="Guard rail: a site with a feature outside its training range gets "
                    "default.")
+@click.option("--growth-budget", type=_GrowthBudget(), default=DEFAULT_GROWTH_BUDGET,
+              show_default=True,
+              help="Guard rail: the most the policy's inline answers where the heuristic "
+                   "did not inline may add to one function in one round, in callee_size "
+                   "units (beyond it: default); 0 or none: no budget.")
 @click.option("--classifier", type=click.Choice(["all", *CLASSIFIERS]), default="all",
               show_default=True, help="all: validate each, keep the best.")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("policy.policy"),
@@ -232,7 +267,7 @@ def report_validation(scores: pd.DataFrame, chosen: str, labels: pd.Series,
 @click.option("--config", "config_path", type=click.Path(path_type=Path))
 @backend_errors_in_one_line
 def train_policy(benchmarks, labels_dir, rewards_dir, model, hyper, threshold, label_threshold,
-                 margin, ranges, classifier, out, config_path) -> None:
+                 margin, ranges, growth_budget, classifier, out, config_path) -> None:
     """Train an inlining policy on the rewards or measured labels of BENCHMARKS (default:
     every one there)."""
     if labels_dir is None and rewards_dir is None:
@@ -312,7 +347,8 @@ def train_policy(benchmarks, labels_dir, rewards_dir, model, hyper, threshold, l
     report_validation(scores, chosen, ts.labels, trained_on, with_labels)
     try:
         policy = train(ts, chosen, threshold if labels_dir is None or reward_names
-                       else label_threshold, margin=margin, ranges=ranges)
+                       else label_threshold, margin=margin, ranges=ranges,
+                       growth_budget=growth_budget)
     except TrainingError as exc:
         _fail(str(exc))
     try:

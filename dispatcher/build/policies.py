@@ -27,7 +27,12 @@ from typing import Protocol
 
 import sexpdata
 
-from dispatcher.build.policy_file import PolicyFileError, TrainedPolicy, decode_policy_file
+from dispatcher.build.policy_file import (
+    PolicyEvaluation,
+    PolicyFileError,
+    TrainedPolicy,
+    decode_policy_file,
+)
 from dispatcher.core.decisions import (
     STRING_BODY,
     DecisionFileError,
@@ -230,18 +235,24 @@ class LearnedPolicy:
     the model and its guard rails, as the compiler evaluates the same file with
     ``-inlining-policy``).  A site the heuristic did not decide freely (an attribute forced
     it, or a guard prevented it) is answered ``default``, as the policy was trained on sites
-    whose decision could change."""
+    whose decision could change.  The growth budget is spent per unit, round and function
+    as the observations come, in the compiler's order; a session's first observation (seq
+    0: one session per compilation unit) starts its unit afresh, as the compiler does."""
 
     def __init__(self, spec: PolicySpec):
         if spec.trained is None:
             raise PolicyError(f"policy {spec.source}: a learned policy is named by "
                               "parse_policy, which reads its file")
         self.trained = spec.trained
+        self.evaluation = PolicyEvaluation(spec.trained)
 
     def decide(self, observation: Observation) -> Advice:
-        return Advice(self.trained.advise(observation.features.row(),
-                                          observation.heuristic_action,
-                                          observation.heuristic_reason))
+        if observation.seq == 0:
+            self.evaluation.start_unit(observation.unit)
+        return Advice(self.evaluation.advise(
+            observation.unit, observation.round, observation.key,
+            observation.features.row(), observation.heuristic_action,
+            observation.heuristic_reason))
 
 
 #: Policy kinds: name -> a loader from a spec to a policy object.

@@ -34,6 +34,9 @@ POLICY_FORMAT = "inlining_policy"
 POLICY_VERSION = 1
 LABELS = ("inline", "dont_inline", "default")
 DEFAULT_MARGIN = 0.2
+# What the policy's inline answers that depart from the heuristic may add to one function in
+# one round, in callee_size units (docs/policies.md, "Guard rails"): a few mid-sized callees.
+DEFAULT_GROWTH_BUDGET = 100
 ACTIVATIONS = ("identity", "logistic", "tanh", "relu")
 
 
@@ -276,6 +279,7 @@ class TrainedPolicy:
     sites: int = 0
     margin: float = DEFAULT_MARGIN
     ranges: bool = True
+    growth_budget: int | None = DEFAULT_GROWTH_BUDGET  # None: no budget
     _text_values: dict[str, set[str]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -330,6 +334,57 @@ class TrainedPolicy:
         return a if probs[self.classes.index(a)] - p_own >= self.margin else "default"
 
 
+def function_of_key(key: str) -> str:
+    """The function a call site's key is in: the key up to the end of its last ``D(...)``
+    frame (a frame starts the key or follows a ``/``; it ends at the first ``)/`` after its
+    start), or "" (the unit's top level) when the key has none.  The compiler's evaluator
+    cuts the key by the same rule."""
+    at = key.rfind("/D(")
+    start = at + 1 if at >= 0 else (0 if key.startswith("D(") else -1)
+    if start < 0:
+        return ""
+    end = key.find(")/", start)
+    return key if end < 0 else key[:end + 1]
+
+
+class PolicyEvaluation:
+    """A policy answering one compile's decisions in the compiler's order, with the growth
+    budget's state: what its ``inline`` answers that depart from the heuristic have added so
+    far to each (unit, round, function).  A new unit starts afresh (``start_unit``, or a unit
+    other than the last one asked about), as the compiler's evaluator starts each unit."""
+
+    def __init__(self, policy: TrainedPolicy):
+        self.policy = policy
+        self.unit: str | None = None
+        self.spent: dict[tuple[int, str], int] = {}
+
+    def start_unit(self, unit: str) -> None:
+        self.unit = unit
+        self.spent = {}
+
+    def advise(self, unit: str, round: int, key: str, features: Mapping[str, Any],
+               heuristic_action: str = "default", heuristic_reason: str = "heuristic"
+               ) -> str:
+        """``TrainedPolicy.advise``, then the growth budget: an ``inline`` answer where the
+        heuristic did not inline adds the site's ``callee_size`` to its function's spending
+        in this round, and is answered ``default`` instead (adding nothing) where that would
+        take the spending above the budget."""
+        if unit != self.unit:
+            self.start_unit(unit)
+        a = self.policy.advise(features, heuristic_action, heuristic_reason)
+        budget = self.policy.growth_budget
+        if a != "inline" or heuristic_action == "inline" or budget is None:
+            return a
+        size = features.get("callee_size")
+        grows = size if isinstance(size, int) and not isinstance(size, bool) else 0
+        where = (round, function_of_key(key))
+        spent = self.spent.get(where, 0)
+        if spent + grows > budget:
+            return "default"
+        self.spent[where] = spent + grows
+        return a
+
+
 def _class_of(action: str) -> str:
     """The label whose answer keeps the heuristic's action: itself, or ``default`` for
     ``specialise`` (no advice says specialise)."""
@@ -350,6 +405,7 @@ def _floats(a: Any) -> list[float]:
 
 
 _LARGEST = 1.7976931348623157e308
+MAX_GROWTH_BUDGET = 10**9 - 1  # both readers take up to nine digits
 
 
 def export_model(model: Any) -> tuple[list[str], Model]:
@@ -449,6 +505,15 @@ def _model_text(model: Model) -> list[str]:
     return out
 
 
+def _budget_text(budget: int | None) -> str:
+    if budget is None:
+        return "none"
+    if not isinstance(budget, int) or not 1 <= budget <= MAX_GROWTH_BUDGET:
+        raise ExportError(f"growth budget {budget!r}: expected an integer from 1 to "
+                          f"{MAX_GROWTH_BUDGET}, or None")
+    return str(budget)
+
+
 def policy_text(policy: TrainedPolicy) -> str:
     """The file's text (docs/policies.md, "The policy file")."""
     lines = [
@@ -461,7 +526,8 @@ def policy_text(policy: TrainedPolicy) -> str:
         f"(sites {policy.sites}) (table_sha256 {_str(policy.table_sha256)}))",
         f" (threshold {_num(policy.threshold)})",
         f" (guards (margin {_num(policy.margin)}) "
-        f"(ranges {'true' if policy.ranges else 'false'}))",
+        f"(ranges {'true' if policy.ranges else 'false'}) "
+        f"(growth_budget {_budget_text(policy.growth_budget)}))",
         f" (classes {' '.join(policy.classes)})",
         " (columns",
     ]
@@ -735,11 +801,20 @@ def _decode(text: str) -> TrainedPolicy:
     sites = r.index(r.one(training["sites"], "sites"), "sites", 10**9)
     digest = str(r.one(training["table_sha256"], "table_sha256"))
     threshold = r.num(r.one(s["threshold"], "threshold"), "threshold")
-    guards = r.sections(_List(s["guards"], top.line), "guards", ("margin", "ranges"))
+    guards = r.sections(_List(s["guards"], top.line), "guards",
+                        ("margin", "ranges", "growth_budget"))
     margin = r.num(r.one(guards["margin"], "margin"), "margin")
     ranges = r.one(guards["ranges"], "ranges")
     if ranges not in ("true", "false") or isinstance(ranges, _Quoted):
         raise r.fail(f"ranges: expected true or false, got {_describe(ranges)}")
+    budget_text = r.one(guards["growth_budget"], "growth_budget")
+    growth_budget = None
+    if budget_text != "none" or isinstance(budget_text, _Quoted):
+        if not (isinstance(budget_text, str) and not isinstance(budget_text, _Quoted)
+                and re.fullmatch(r"[1-9][0-9]{0,8}", budget_text)):
+            raise r.fail(f"growth_budget: expected none or an integer from 1 to "
+                         f"{MAX_GROWTH_BUDGET}, got {_describe(budget_text)}")
+        growth_budget = int(budget_text)
     classes = [str(c) for c in s["classes"]]
     if not classes or any(c not in LABELS for c in classes) or len(set(classes)) != len(classes):
         raise r.fail(f"classes: expected distinct labels among {', '.join(LABELS)}")
@@ -758,7 +833,7 @@ def _decode(text: str) -> TrainedPolicy:
     return TrainedPolicy(classifier=str(classifier), classes=classes, model=model,
                          columns=columns, threshold=threshold, benchmarks=benchmarks,
                          table_sha256=digest, sites=sites, margin=margin,
-                         ranges=ranges == "true")
+                         ranges=ranges == "true", growth_budget=growth_budget)
 
 
 def read_policy_file(path: Path) -> TrainedPolicy:
