@@ -23,11 +23,27 @@ from analysis.policy_training import KEY, encode, fit_model, train
 from dispatcher.build.driver import PolicyChannel, PolicyFile, build_benchmark
 from dispatcher.build.manifest import resolve_benchmark
 from dispatcher.build.policies import LearnedPolicy, PolicySpec
-from dispatcher.build.policy_file import answer, read_policy_file, save_policy_file
+from dispatcher.build.policy_file import (
+    Column,
+    Constant,
+    Node,
+    PolicyEvaluation,
+    PolicyFileError,
+    TrainedPolicy,
+    Tree,
+    Trees,
+    answer,
+    decode_policy_file,
+    function_of_key,
+    policy_text,
+    read_policy_file,
+    save_policy_file,
+)
 from dispatcher.build.policy_host import PolicyHost
 from dispatcher.core.decisions import read_dump
 
 TRAINING = ("kahan", "hamming", "bdd", "lens")
+SMALL_BUDGET = 30  # callee_size units: binds where a function gets a second departure
 OTHERS = ("sieve", "nqueens", "richards")  # never seen in training
 
 
@@ -112,7 +128,10 @@ def policies(sites, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("policies")
     out = {}
     for name, kwargs in (("boosted", {}), ("logistic", {}), ("mlp", {}),
-                         ("boosted-bare", {"margin": 0.0, "ranges": False})):
+                         ("boosted-bare", {"margin": 0.0, "ranges": False,
+                                           "growth_budget": None}),
+                         ("boosted-unbudgeted", {"growth_budget": None}),
+                         ("boosted-budget", {"growth_budget": SMALL_BUDGET})):
         path = tmp / f"{name}.policy"
         save_policy_file(train(sites, name.split("-")[0], 0.0, **kwargs), path)
         out[name] = path
@@ -130,7 +149,8 @@ def _build(compiler, bench: str, outdir: Path, policy) -> dict[str, bytes]:
     return files
 
 
-@pytest.mark.parametrize("which", ["boosted", "logistic", "mlp", "boosted-bare", "constant"])
+@pytest.mark.parametrize("which", ["boosted", "logistic", "mlp", "boosted-bare", "constant",
+                                   "boosted-budget"])
 def test_the_compiler_answers_as_the_python_host(compiler, policies, which, tmp_path):
     """For the same file, the compiler's own evaluation and the Python host's answer every
     decision alike: identical dumps (each decision's advice and the heuristic's action) and
@@ -156,6 +176,8 @@ def test_the_compiler_answers_as_the_python_host(compiler, policies, which, tmp_
                     if d.advice is not None:
                         advice[(d.advice, d.heuristic == d.advice, d.reason)] += 1
     print(which, dict(advice))
+    if which == "boosted-budget":
+        _check_the_budget_binds(spec.trained, tmp_path)
     asked = sum(advice.values())
     assert asked > 200
     if which == "constant":  # inline everywhere the heuristic decided freely
@@ -165,6 +187,31 @@ def test_the_compiler_answers_as_the_python_host(compiler, policies, which, tmp_
     # both answers occur, and both change the heuristic's decision somewhere
     assert advice[("inline", False, "policy")] > 0
     assert advice[("dont_inline", False, "policy")] > 0
+
+
+def _check_the_budget_binds(policy: TrainedPolicy, tmp_path: Path) -> None:
+    """In the compiler's dumps: what the inline answers that depart from the heuristic add to
+    each (unit, round, function) stays within the budget, and somewhere the budget turned
+    such an answer into default (the model's own answer, guard rails but the budget applied,
+    is inline at a site whose advice is default)."""
+    assert policy.growth_budget == SMALL_BUDGET
+    spent: Counter = Counter()
+    bound = 0
+    for path in sorted(tmp_path.glob("*/file/*.decisions.sexp")):
+        for d in read_dump(path).decisions:
+            if d.advice is None or d.features is None or d.heuristic == "inline":
+                continue
+            row = d.features.row()
+            if d.advice == "inline":
+                spent[(path.parent.parent.name, path.name, function_of_key(d.key))] += \
+                    row["callee_size"]
+            elif d.advice == "default" and d.reason == "heuristic" \
+                    and policy.advise(row, d.heuristic, "heuristic") == "inline":
+                bound += 1
+    print(f"budget {SMALL_BUDGET}: {bound} inline answers made default; most spent "
+          f"{max(spent.values(), default=0)}")
+    assert spent and max(spent.values()) <= SMALL_BUDGET
+    assert bound > 0
 
 
 def test_the_guard_rails_keep_the_heuristic_more_often(compiler, policies, tmp_path):
@@ -263,3 +310,130 @@ def test_the_compile_service_gives_a_policy_file_to_the_compiler(compiler, polic
         assert not bare.cached and bare.artifact.key != built.artifact.key
     finally:
         service.close()
+
+
+def test_the_function_a_key_is_in():
+    """The growth budget's function: the key up to its last D(...) frame, or the top level."""
+    f = "D(Lu.decompose@lu.ml:6:14-759)"
+    assert function_of_key(f"{f}/C(Matrix.copy@lu.ml:8:10-23)") == f
+    assert function_of_key(f"{f}/C(Matrix.update@lu.ml:26:8-67)/I/C(Lu.anon_fn[lu.ml:26,"
+                           "28--67]@matrix.ml:8:31-46)#1") == f
+    inner = f"{f}/D(Lu.anon_fn[lu.ml:26,28--67]@lu.ml:26:28-67)"
+    assert function_of_key(f"{inner}/C(Matrix.get@lu.ml:26:49-65)") == inner
+    assert function_of_key("D(A.f@src/a.ml:1:0-9)/C(B.g@src/a.ml:2:0-5)") \
+        == "D(A.f@src/a.ml:1:0-9)"
+    assert function_of_key("C(Stdlib.print_int@main.ml:3:9-20)") == ""
+
+
+def _inline_everywhere(budget):
+    return TrainedPolicy(classifier="constant", classes=["inline"], model=Constant("inline"),
+                         columns=[], threshold=0.0, benchmarks=["x"], growth_budget=budget)
+
+
+def test_the_growth_budget_in_python():
+    """Inline answers where the heuristic did not inline spend callee_size from their
+    function's budget in their round and unit; beyond it, default; the heuristic's own
+    inline spends nothing; another function, round or unit has its own budget."""
+    e = PolicyEvaluation(_inline_everywhere(30))
+    f, g = "D(A.f@a.ml:1:0-99)", "D(A.g@a.ml:5:0-99)"
+
+    def ask(key, size, heuristic="dont_inline", unit="A", round=0):
+        return e.advise(unit, round, key, {"callee_size": size}, heuristic, "heuristic")
+
+    assert ask(f"{f}/C(B.h@a.ml:2:0-5)", 12) == "inline"
+    assert ask(f"{f}/C(B.h@a.ml:2:0-5)/I/C(B.k@b.ml:1:0-5)", 12) == "inline"  # 24 spent
+    assert ask(f"{f}/C(B.h@a.ml:3:0-5)", 20, "inline") == "inline"  # the heuristic's own
+    assert ask(f"{f}/C(B.h@a.ml:4:0-5)", 12) == "default"  # 36 > 30
+    assert ask(f"{f}/C(B.h@a.ml:4:0-5)", 6, "specialise") == "inline"  # 30: still within
+    assert ask(f"{f}/C(B.h@a.ml:4:0-5)", 1) == "default"
+    assert ask(f"{g}/C(B.h@a.ml:6:0-5)", 30) == "inline"  # another function
+    assert ask(f"{g}/C(B.h@a.ml:6:0-5)", 31, round=1) == "default"  # above the budget alone
+    assert ask(f"{g}/C(B.h@a.ml:6:0-5)", 30, round=1) == "inline"  # another round
+    assert ask("C(B.h@a.ml:9:0-5)", 30) == "inline"  # the top level
+    assert ask("C(B.h@a.ml:9:0-5)", 1) == "default"
+    assert ask(f"{f}/C(B.h@a.ml:4:0-5)", 12, unit="B") == "inline"  # another unit: afresh
+    assert ask(f"{f}/C(B.h@a.ml:4:0-5)", 12, unit="A") == "inline"  # and A again, afresh
+    e.start_unit("A")
+    assert ask(f"{f}/C(B.h@a.ml:4:0-5)", 30) == "inline"
+    unlimited = PolicyEvaluation(_inline_everywhere(None))
+    assert all(unlimited.advise("A", 0, f"{f}/C(B.h@a.ml:2:0-5)", {"callee_size": 500},
+                                "dont_inline", "heuristic") == "inline" for _ in range(5))
+
+
+def test_the_host_starts_each_session_afresh():
+    """The policy host's LearnedPolicy: a session's first observation (seq 0) starts the
+    budget afresh, even for the same unit compiled again."""
+    from dispatcher.build.policies import Advice, Observation
+    from dispatcher.core.decisions import parse_features_text
+    policy = LearnedPolicy(PolicySpec("learned", trained=_inline_everywhere(30)))
+
+    def observe(seq):
+        return policy.decide(Observation(
+            seq=seq, unit="A", round=0, key="D(A.f@a.ml:1:0-9)/C(B.g@a.ml:2:0-5)",
+            callee="B.g", heuristic_action="dont_inline", heuristic_reason="heuristic",
+            heuristic_guard=None, heuristic_detail="above_threshold",
+            features=parse_features_text(
+                " (round 0) (depth 0) (args 1) (known_args 0) (callee_size 20) (toplevel false)"
+                " (branch_depth 0) (recursive false) (self_call false) (in_loop false)"
+                " (in_recursive_function false) (via_stub false) (inline_attribute default)"
+                " (inlined_attribute default) (specialise_attribute default)"
+                " (specialised_attribute default)", "test")))
+
+    assert [observe(0), observe(1)] == [Advice.INLINE, Advice.DEFAULT]
+    assert observe(0) == Advice.INLINE
+
+
+def test_the_growth_budget_in_the_file(tmp_path):
+    """Written and read back (an integer or none); anything else is one line."""
+    for budget in (30, None):
+        save_policy_file(_inline_everywhere(budget), tmp_path / "p.policy")
+        assert read_policy_file(tmp_path / "p.policy").growth_budget == budget
+    text = policy_text(_inline_everywhere(30))
+    assert "(growth_budget 30)" in text
+    for bad in ("0", "-3", "1.5", '"30"', "1000000000"):
+        with pytest.raises(PolicyFileError) as err:
+            decode_policy_file(text.replace("(growth_budget 30)", f"(growth_budget {bad})")
+                               .encode(), "p.policy")
+        assert "growth_budget: expected none or an integer from 1 to 999999999" \
+            in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(PolicyFileError, match="guards: missing \\(growth_budget"):
+        decode_policy_file(text.replace(" (growth_budget 30)", "").encode(), "p.policy")
+
+
+# -- lu as a lesson (docs/policies.md, "lu: one answer that costs everything") ----------------
+
+UPDATE_KEY = "D(Lu.decompose@lu.ml:6:14-759)/C(Matrix.update@lu.ml:26:8-67)"
+
+
+def _dont_inline_at_update(hot: float, low: float = 0.0, high: float = 1000.0):
+    """A tree over callee_size that answers dont_inline with log-odds ``hot`` at a callee of
+    Matrix.update's size (24) and is indifferent elsewhere (a tie: dont_inline at
+    probability 0.5, which the margin turns into default where the heuristic inlines)."""
+    tree = Tree(0, [Node(0, 23.5, 1, 2), Node(-1, value=0.0), Node(0, 24.5, 3, 4),
+                    Node(-1, value=hot), Node(-1, value=0.0)])
+    return TrainedPolicy(classifier="boosted", classes=["dont_inline", "inline"],
+                         model=Trees([0.0], [tree]), columns=[Column("callee_size", low, high)],
+                         threshold=0.0, benchmarks=["x"])
+
+
+def test_the_guard_rails_at_lus_hot_site(compiler, tmp_path):
+    """A policy answering dont_inline at lu's Matrix.update call in Lu.decompose (where the
+    heuristic inlines it in round 1, which makes the closure a known function, inlined with
+    unboxed floats): compiled in the compiler, the dump shows which guard keeps the
+    heuristic's inline.  An unsure answer: the margin; a site outside the training ranges:
+    the ranges; a confident answer in range: none of them (the growth budget bounds inline
+    answers only), so the policy's dont_inline is what compiles, and only the measured
+    validation gate can catch it."""
+    variants = {"unsure": (_dont_inline_at_update(-0.2), "default", "inline"),
+                "out of range": (_dont_inline_at_update(-5.0, high=20.0), "default", "inline"),
+                "confident": (_dont_inline_at_update(-5.0), "dont_inline", "dont_inline")}
+    for name, (policy, advice, action) in variants.items():
+        path = tmp_path / f"{name.replace(' ', '-')}.policy"
+        save_policy_file(policy, path)
+        built = build_benchmark(resolve_benchmark("lu"), tmp_path / path.stem,
+                                compiler.ocamlopt, dump_decisions=True,
+                                policy=PolicyFile(path, name))
+        (dump,) = [p for p in built.decision_files if p.name == "lu.1.decisions.sexp"]
+        (site,) = [d for d in read_dump(dump).decisions if d.key == UPDATE_KEY]
+        assert (site.heuristic, site.advice, site.action) == ("inline", advice, action), name
+        assert site.reason == ("policy" if advice == "dont_inline" else "heuristic"), name

@@ -114,13 +114,13 @@ def test_the_file_is_data_and_reads_back_exactly(tmp_path):
     from analysis.policy_training import table_sha256
     ts = training_set(*planted(), threshold=0.01)
     for name in CLASSIFIERS:
-        policy = train(ts, name, 0.01, margin=0.3, ranges=False)
+        policy = train(ts, name, 0.01, margin=0.3, ranges=False, growth_budget=40)
         path = tmp_path / f"{name}.policy"
         save_policy_file(policy, path)
         text = path.read_text()
         assert text.splitlines()[1] == "(inlining_policy"
         assert f"(table_sha256 \"{table_sha256(ts)}\")" in text and "(sites 360)" in text
-        assert "(guards (margin 0.3) (ranges false))" in text
+        assert "(guards (margin 0.3) (ranges false) (growth_budget 40))" in text
         assert '(column "attribute=always" 0.0 1.0)' in text
         back = read_policy_file(path)
         assert back == policy, name
@@ -179,6 +179,7 @@ def test_a_policy_file_is_read_once_and_answers_through_its_spec(tmp_path, monke
     assert len(reads) == 2 and first.trained is second.trained is spec.trained
 
     class Site:  # what decide reads of an observation
+        seq, unit, round, key = 0, "A", 0, "D(A.f@a.ml:1:0-9)/C(A.g@a.ml:2:0-5)"
         heuristic_reason = "heuristic"
         heuristic_action = "dont_inline"
 
@@ -229,3 +230,17 @@ def test_balanced_accuracy_of_a_held_out_benchmark_warns_nothing():
                                  np.array(["inline", "dont_inline"]))
     assert 0.0 <= got <= 1.0
     assert _balanced_accuracy(np.array(["inline"] * 2), np.array(["inline", "default"])) == 0.5
+
+
+def test_the_growth_budget_option():
+    """train-policy --growth-budget: an integer, or 0 or none for no budget; else one line."""
+    import click
+
+    from commands.train_policy import _GrowthBudget
+    t = _GrowthBudget()
+    assert [t.convert(v, None, None) for v in ("40", "0", "none", "None", 100)] == \
+        [40, None, None, None, 100]
+    for bad in ("-1", "1.5", "lots", "1000000000"):
+        with pytest.raises(click.BadParameter) as err:
+            t.convert(bad, None, None)
+        assert "\n" not in str(err.value.message)

@@ -264,6 +264,7 @@ def test_train_policy_from_labels_answers_as_labelled(dumps, tmp_path):
     assert lines[-1] == f"boosted trained on a, b, c: {policy}"
     trained = read_policy_file(policy)
     assert trained.benchmarks == ["a", "b", "c"] and trained.threshold == 0.01
+    assert trained.growth_budget == 100  # the default guard rail, in the file
     assert "round" not in trained.column_names and "callee_size" in trained.column_names
     # its answers, asked as the policy host asks (a decision's features), follow the labels;
     # one site in twenty of each benchmark (a prediction per site costs a classifier call)
