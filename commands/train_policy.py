@@ -17,6 +17,11 @@ label winning where both label a site (``analysis.policy_training.combine``).
 (``dispatcher.build.policy_file``: plain data, with the guard rails ``--margin``,
 ``--ranges`` and ``--growth-budget``) goes to ``--out`` with the validation scores beside it
 (``<out>.scores.csv``).
+
+``--validate measured`` also compiles each fold's policy into its held-out benchmark and
+measures it against the heuristic (``commands.policy_validation``): the classifier kept is the
+one whose worst held-out measured speedup is best, and below ``--gate`` (0.95) the command
+still writes the file but says FAIL and exits 3.
 """
 from __future__ import annotations
 
@@ -52,8 +57,9 @@ from analysis.policy_training import (
     train,
 )
 from analysis.sources import SourcesError, benchmark_of
+from commands import policy_validation as measured
 from commands.common import backend_errors_in_one_line, show_warnings
-from dispatcher.build.manifest import Benchmark, ManifestError
+from dispatcher.build.manifest import Benchmark, ManifestError, Size, resolve_benchmark
 from dispatcher.build.policy_file import (
     DEFAULT_GROWTH_BUDGET,
     DEFAULT_MARGIN,
@@ -62,7 +68,7 @@ from dispatcher.build.policy_file import (
 )
 from dispatcher.build.service import CompileError, CompileJob
 from dispatcher.build.toolchain import CompilerNotFound
-from dispatcher.config import ConfigError, load_config
+from dispatcher.config import MAX_RUNS, Config, ConfigError, load_config
 from dispatcher.core.files import atomic_output
 from dispatcher.session import Session
 from dispatcher.storage.store import StoreError
@@ -264,14 +270,38 @@ def report_validation(scores: pd.DataFrame, chosen: str, labels: pd.Series,
               show_default=True, help="all: validate each, keep the best.")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("policy.policy"),
               show_default=True, help="The policy file to write.")
+@click.option("--validate", type=click.Choice(["labels", "measured"]), default="labels",
+              show_default=True,
+              help="labels: held-out label accuracy only.  measured: also compile each "
+                   "fold's policy into its held-out benchmark and measure it against the "
+                   "heuristic; keep the classifier whose worst held-out speedup is best; "
+                   "FAIL (exit 3, the file still written) below --gate.")
+@click.option("--gate", type=_FiniteFloatRange(0, min_open=True),
+              default=measured.GATE, show_default=True,
+              help="--validate measured: the lowest worst held-out speedup that passes.")
+@click.option("--size", help="--validate measured: benchmark size (default: config).")
+@click.option("--runs", type=click.IntRange(1, MAX_RUNS),
+              help="--validate measured: fewest pairs per comparison (default: config "
+                   "run.runs).")
+@click.option("--max-pairs", type=click.IntRange(1, MAX_RUNS),
+              help="--validate measured: most pairs per comparison (default: config "
+                   "measure.max_pairs).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path))
 @backend_errors_in_one_line
 def train_policy(benchmarks, labels_dir, rewards_dir, model, hyper, threshold, label_threshold,
-                 margin, ranges, growth_budget, classifier, out, config_path) -> None:
+                 margin, ranges, growth_budget, classifier, out, validate, gate, size, runs,
+                 max_pairs, config_path) -> None:
     """Train an inlining policy on the rewards or measured labels of BENCHMARKS (default:
     every one there)."""
     if labels_dir is None and rewards_dir is None:
         rewards_dir = Path("rewards")
+    if validate != "measured":
+        given = [o for o, v in (("--size", size), ("--runs", runs), ("--max-pairs", max_pairs),
+                                ("--gate", None if gate == measured.GATE else gate))
+                 if v is not None]
+        if given:
+            _fail(f"{', '.join(given)}: only with --validate measured (they set how the "
+                  "held-out policies are measured)")
     # Where the policy goes, checked before any training: a wrong --out fails at once, in
     # one line, not after the folds (and their lines) have run.
     try:
@@ -312,6 +342,21 @@ def train_policy(benchmarks, labels_dir, rewards_dir, model, hyper, threshold, l
         _fail(f"{rewards_dir}: no benchmark's rewards there")
     label_names = [n for n in names if n in known_labels]
     reward_names = [n for n in names if n in known_rewards]
+    # --validate measured compiles every held-out benchmark: each must name a program, and the
+    # config and size must be good, before anything is trained
+    programs: dict[str, Benchmark] = {}
+    sizes: dict[str, Size] = {}
+    config: Config | None = None
+    if validate == "measured":
+        try:
+            config = load_config(config_path)
+        except ConfigError as exc:
+            _fail(str(exc))
+        programs = held_out_programs(names, reward_names, rewards_dir, labels_dir)
+        try:
+            sizes = {n: b.size(size or config.run.size) for n, b in programs.items()}
+        except ManifestError as exc:
+            _fail(str(exc))
     labelled = pd.DataFrame()
     if labels_dir is not None:
         labelled = read_labels(labels_dir, label_names, label_threshold)
@@ -345,9 +390,36 @@ def train_policy(benchmarks, labels_dir, rewards_dir, model, hyper, threshold, l
     if labels_dir is not None:
         with_labels = sorted(set(labelled["benchmark"])) if len(labelled) else []
     report_validation(scores, chosen, ts.labels, trained_on, with_labels)
+    used_threshold = threshold if labels_dir is None or reward_names else label_threshold
+    gate_result: tuple[bool, str] | None = None
+    if validate == "measured":
+        assert config is not None
+        if len(trained_on) < 2:
+            _fail("--validate measured: fewer than 2 benchmarks have labelled sites "
+                  f"({', '.join(trained_on)}): no fold has a benchmark left out to measure")
+        try:
+            folds = measured.fold_policies(
+                ts, names_to_try, used_threshold, out.with_name(out.name + ".folds"),
+                margin=margin, ranges=ranges, growth_budget=growth_budget)
+        except TrainingError as exc:
+            _fail(str(exc))
+        except OSError as exc:
+            _fail(f"{out}.folds: cannot write the fold policies ({exc.strerror or exc})")
+        try:
+            measures = measured.measure_folds(config, folds, programs, sizes,
+                                              runs or config.run.runs, max_pairs)
+        except (CompilerNotFound, StoreError) as exc:
+            _fail(str(exc))
+        measured.report(measures, scores, names_to_try)
+        by_measure = measured.choose_measured(measures, names_to_try)
+        if by_measure is not None and by_measure != chosen:
+            click.echo(f"kept {by_measure}, not {chosen}: its worst held-out measured speedup "
+                       "is the best (label accuracy chose the other)")
+        chosen = by_measure or chosen
+        gate_result = measured.gate_line(chosen, measures, gate)
+        scores = measured.scores_with_measures(scores, measures)
     try:
-        policy = train(ts, chosen, threshold if labels_dir is None or reward_names
-                       else label_threshold, margin=margin, ranges=ranges,
+        policy = train(ts, chosen, used_threshold, margin=margin, ranges=ranges,
                        growth_budget=growth_budget)
     except TrainingError as exc:
         _fail(str(exc))
@@ -361,6 +433,31 @@ def train_policy(benchmarks, labels_dir, rewards_dir, model, hyper, threshold, l
     except OSError as exc:
         _fail(f"{out}: cannot write the policy ({exc.strerror or exc})")
     click.echo(f"{chosen} trained on {', '.join(policy.benchmarks)}: {out}")
+    if gate_result is not None:
+        passed, line = gate_result
+        click.echo(line, err=not passed)
+        if not passed:
+            sys.exit(measured.EXIT_GATE)
+
+
+def held_out_programs(names: list[str], reward_names: list[str], rewards_dir: Path | None,
+                      labels_dir: Path | None) -> dict[str, Benchmark]:
+    """The program of each benchmark, for --validate measured: a rewards benchmark's from its
+    sources.json (or the bundled one of its name), a labels-only one the bundled benchmark of
+    its name."""
+    out = {}
+    for n in names:
+        try:
+            if n in reward_names and rewards_dir is not None:
+                out[n] = benchmark_of(rewards_dir, n)[0]
+            else:
+                out[n] = resolve_benchmark(n)
+        except (SourcesError, ManifestError) as exc:
+            if n in reward_names:
+                _fail(f"--validate measured compiles each held-out benchmark: {exc}")
+            _fail(f"{labels_dir / n if labels_dir else n}: --validate measured compiles each "
+                  f"held-out benchmark, and {n} is not the name of a bundled one")
+    return out
 
 
 def reward_table(rewards_dir: Path, names: list[str], model: str, hyper: str,
