@@ -338,8 +338,8 @@ def test_a_failing_policy_is_one_compile_error(compiler, tmp_path, monkeypatch):
 def test_bad_policy_names_and_files_in_one_line(tmp_path):
     with pytest.raises(PolicyError) as err:
         parse_policy("bogus")
-    assert str(err.value) == ("policy 'bogus': expected heuristic, never-inline, the path "
-                              "of an overrides file (.sexp) or of a policy file train-policy "
+    assert str(err.value) == ("policy 'bogus': expected heuristic, never-inline, "
+                              "always-inline, the path of an overrides file (.sexp) or of a policy file train-policy "
                               "wrote (.policy)")
     (tmp_path / "junk.policy").write_text("not a pickle")
     for name, message in ((str(tmp_path / "none.policy"), "cannot read"),

@@ -8,7 +8,8 @@ serves one over the channel.
 
 A compile names its policy by a ``PolicySpec`` (hashable, part of the compile's cache key):
 ``heuristic`` (always ``default``: the compiler's own heuristic), ``never-inline``
-(``dont_inline`` everywhere the compiler can keep a call) or an overrides file such as an
+(``dont_inline`` everywhere the compiler can keep a call), ``always-inline`` (``inline``
+wherever the heuristic decided freely) or an overrides file such as an
 ``optimal.sexp`` (its action for a listed key, ``default`` for the others), or a ``.policy``
 file ``train-policy`` wrote (``learned``; its format: ``dispatcher.build.policy_file``).
 ``POLICY_KINDS`` maps each kind to what makes its policy object from a spec
@@ -187,6 +188,17 @@ class NeverInlinePolicy:
         return Advice.DONT_INLINE
 
 
+class AlwaysInlinePolicy:
+    """``inline`` wherever the heuristic decided freely (reason ``heuristic``), ``default``
+    where an attribute or a guard decided: the other extreme from never-inline, as far as the
+    compiler's guards let it go (a baseline, not a policy to use)."""
+
+    def decide(self, observation: Observation) -> Advice:
+        if observation.heuristic_reason == "heuristic":
+            return Advice.INLINE
+        return Advice.DEFAULT
+
+
 class DecisionFilePolicy:
     """The decisions of an overrides file (an ``optimal.sexp``): its action for a (unit, round,
     key) it lists, ``default`` for any other.  ``specialise`` is answered ``default``: the
@@ -259,11 +271,12 @@ class LearnedPolicy:
 POLICY_KINDS: dict[str, Callable[[PolicySpec], Policy]] = {
     "heuristic": lambda spec: HeuristicPolicy(),
     "never-inline": lambda spec: NeverInlinePolicy(),
+    "always-inline": lambda spec: AlwaysInlinePolicy(),
     "decisions": lambda spec: DecisionFilePolicy(spec.overrides),
     "learned": LearnedPolicy,
 }
 
-_NAMED = ("heuristic", "never-inline")
+_NAMED = ("heuristic", "never-inline", "always-inline")
 _PATH_LIKE = re.compile(r"[/\\]|\.sexp$")
 LEARNED_SUFFIX = ".policy"  # what train-policy writes
 
