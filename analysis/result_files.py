@@ -2,12 +2,15 @@
 paired run times per worker (README.md, "results/"), and the ``Outcome`` it is judged as.
 
 Shared by ``run-all-benchmarks`` (optimal trees) and ``run-plugin-benchmark`` (policies), so
-both write one layout.
+both write one layout; ``summary_rows`` is the table ``run-plugin-benchmark --baselines`` writes
+beside them (``<results>/plugin_<policy>.summary.csv``).
 """
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol
 
 from analysis.results import Outcome
 from dispatcher.core.files import atomic_output
@@ -68,3 +71,38 @@ def write_csv(path: Path, rows: list[list[str]]) -> Path:
 def outcome(name: str, hyper: str, c: Comparison) -> Outcome:
     speedup, low, high = c.interval
     return Outcome(name, hyper, speedup, low, high, c.pairs, c.worker, c.stopped)
+
+
+class Figure(Protocol):
+    """A speedup against the heuristic with its interval and binary size ratio (None: none)."""
+
+    @property
+    def speedup(self) -> float | None: ...
+    @property
+    def low(self) -> float | None: ...
+    @property
+    def high(self) -> float | None: ...
+    @property
+    def pairs(self) -> int: ...
+    @property
+    def size_ratio(self) -> float | None: ...
+
+
+SUMMARY_HEADER = ["benchmark", "split", "build", "speedup", "low", "high", "pairs",
+                  "size_ratio", "policy_vs", "policy_vs_low", "policy_vs_high"]
+
+
+def summary_rows(lines: Iterable[tuple[str, str, str, Figure, Figure | None]]
+                 ) -> list[list[str]]:
+    """The header and one row per (benchmark, split, build, its figure, the policy against
+    it): the build's speedup against the heuristic, its pairs and size ratio, and the policy's
+    speedup over that build (empty on the policy's own row and where either has no figure)."""
+    def num(x: float | None) -> str:
+        return "" if x is None else f"{x:.6f}"
+    rows = [list(SUMMARY_HEADER)]
+    for bench, split, build, m, vs in lines:
+        rows.append([bench, split, build, num(m.speedup), num(m.low), num(m.high),
+                     str(m.pairs), num(m.size_ratio),
+                     *((num(vs.speedup), num(vs.low), num(vs.high)) if vs is not None
+                       else ("", "", ""))])
+    return rows

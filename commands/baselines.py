@@ -1,0 +1,251 @@
+"""Baselines for ``run-plugin-benchmark --baselines``: the best *global* inlining setting tuned on
+the training split, and the extremes ``never-inline`` and ``always-inline``.
+
+A learned policy is worth its complexity only if it beats what a user gets by turning Flambda's
+global knobs; so the grid ``GRID`` (allow-listed options only, ``dispatcher.build.manifest``) is
+measured against the heuristic on the tuning benchmarks, the setting with the best geometric
+mean of paired speedups is chosen, and that choice is written to ``<results>/global-setting.json``
+so later runs reuse it (``--retune`` tunes again).  Tuning is resumable: every comparison goes
+through the store (``dispatcher.compare``), so a tuning cut short measures only what it had not
+measured when run again.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dispatcher.build.manifest import ALLOWED_FLAGS, ALLOWED_VALUE_FLAGS, Benchmark, Size
+from dispatcher.build.service import CompileJob
+from dispatcher.compare import Compared, Contender, Failure, compare_with_heuristic
+from dispatcher.core.files import atomic_output
+from dispatcher.core.stats import geomean_speedup_ci
+from dispatcher.running.measurement import PairingPolicy
+from dispatcher.session import Session
+
+#: The global settings tuned: name -> the options that replace the manifest's optimisation
+#: level (and any option the setting names).  Small on purpose: each is one build and one
+#: comparison per tuning benchmark.  -O3 alone is the heuristic's own build (the manifests'
+#: level), so it is the reference, not a candidate.
+GRID: dict[str, tuple[str, ...]] = {
+    "O2": ("-O2",),
+    "O3-inline-100": ("-O3", "-inline", "100"),
+    "O3-inline-400": ("-O3", "-inline", "400"),
+    "O3-max-depth-3": ("-O3", "-inline-max-depth", "3"),
+    "O3-max-unroll-2": ("-O3", "-inline-max-unroll", "2"),
+    "O3-unbox-closures": ("-O3", "-unbox-closures"),
+}
+RECORD = "global-setting.json"
+RECORD_VERSION = 1
+_LEVELS = ("-O2", "-O3", "-Oclassic")
+
+
+class BaselineError(RuntimeError):
+    """A record that cannot be used; the message is one line naming the file."""
+
+
+def check_grid(grid: Mapping[str, Sequence[str]]) -> None:
+    """Every option of the grid is on the manifests' allow-list (a value option followed by
+    its value)."""
+    for name, flags in grid.items():
+        i = 0
+        while i < len(flags):
+            if flags[i] in ALLOWED_VALUE_FLAGS and i + 1 < len(flags):
+                i += 2
+            elif flags[i] in ALLOWED_FLAGS:
+                i += 1
+            else:
+                raise ValueError(f"grid setting {name}: {flags[i]!r} is not allow-listed")
+
+
+def setting_flags(bench: Benchmark, flags: Sequence[str]) -> tuple[str, ...]:
+    """The manifest's flags with ``flags`` in place of its optimisation level and of any
+    option ``flags`` sets itself (so -unsafe, -g and the like stay)."""
+    setting = set(flags)
+    kept: list[str] = []
+    given = list(bench.flags)
+    i = 0
+    while i < len(given):
+        f = given[i]
+        width = 2 if f in ALLOWED_VALUE_FLAGS else 1
+        if f not in _LEVELS and f not in setting:
+            kept.extend(given[i:i + width])
+        i += width
+    return (*kept, *flags)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One build against its benchmark's heuristic build: speedup (heuristic time / its time)
+    with its 95% interval and the binary's size relative to the heuristic's, or why not."""
+
+    speedup: float | None = None
+    low: float | None = None
+    high: float | None = None
+    pairs: int = 0
+    size_ratio: float | None = None
+    error: str | None = None
+    compiled: bool = True  # False: the build itself failed (an extreme that does not compile)
+
+    @property
+    def ok(self) -> bool:
+        return self.speedup is not None and self.low is not None and self.high is not None
+
+    def figure(self) -> str:
+        if self.ok:
+            return f"{self.speedup:.3f} [{self.low:.3f}, {self.high:.3f}]"
+        return "does not compile" if not self.compiled else "-"
+
+
+def measured_of(session: Session, got: Compared[Any]) -> Measured:
+    """What ``compare_with_heuristic`` handed back, as a figure with the binary size ratio."""
+    if got.failure is Failure.COMPILE:
+        return Measured(error=f"does not compile: {_line(got.error)}", compiled=False)
+    if got.failure is Failure.HEURISTIC:
+        return Measured(error=f"the heuristic build failed: {_line(got.error)}")
+    if got.failure is Failure.MEASURE:
+        return Measured(error=f"not measured: {_line(got.error)}")
+    c = got.comparison
+    assert c is not None
+    if not c.resolved:
+        return Measured(pairs=c.pairs, error=c.unresolved_line())
+    if c.failed:
+        return Measured(pairs=c.pairs, error="a run of its build failed")
+    speedup, low, high = c.interval
+    return Measured(speedup, low, high, c.pairs, size_ratio(session, got))
+
+
+def size_ratio(session: Session, got: Compared[Any]) -> float | None:
+    """The contender's binary size over its heuristic build's (None: a binary not kept)."""
+    if got.compiled is None:
+        return None
+    heuristic = session.builds.compile(CompileJob(got.contender.bench))  # cached
+    try:
+        return got.compiled.binary.stat().st_size / heuristic.binary.stat().st_size
+    except OSError:
+        return None
+
+
+def _line(error: object) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def geomean(figures: Iterable[Measured]) -> tuple[float, float, float] | None:
+    """The geometric mean with its interval (``geomean_speedup_ci``); None when any figure
+    is missing (a mean over fewer benchmarks than asked would compare unlike things)."""
+    got = list(figures)
+    if not got or not all(m.ok for m in got):
+        return None
+    return geomean_speedup_ci([(m.speedup, m.low, m.high) for m in got])  # type: ignore[misc]
+
+
+def against(a: Measured, b: Measured) -> Measured:
+    """``a`` against ``b``, both measured against the same heuristic build: the ratio of their
+    speedups (b's time / a's time), its interval from the two (independent comparisons: log
+    standard errors added in quadrature).  Not a paired comparison of the two builds."""
+    if not (a.ok and b.ok):
+        return Measured(error="one of the two has no figure")
+    assert a.speedup and a.low and a.high and b.speedup and b.low and b.high
+    z = 1.959963984540054
+    se = math.hypot(math.log(a.high / a.low) / (2 * z), math.log(b.high / b.low) / (2 * z))
+    log_ratio = math.log(a.speedup) - math.log(b.speedup)
+    return Measured(math.exp(log_ratio), math.exp(log_ratio - z * se),
+                    math.exp(log_ratio + z * se), min(a.pairs, b.pairs))
+
+
+def measure_all(session: Session, contenders: Sequence[Contender[Any]], runs: int,
+                pairing: PairingPolicy, on_each=None) -> dict[Any, Measured]:
+    """Every contender against its heuristic build, by tag; ``on_each(tag, measured)`` as each
+    ends (a progress line)."""
+    out: dict[Any, Measured] = {}
+    with closing(compare_with_heuristic(session, contenders, runs, pairing)) as compared:
+        for got in compared:
+            m = measured_of(session, got)
+            out[got.contender.tag] = m
+            if on_each is not None:
+                on_each(got.contender.tag, m)
+    return out
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The global setting chosen and the training figures it was chosen on."""
+
+    chosen: str | None  # None: no setting was measured on every tuning benchmark
+    flags: tuple[str, ...]
+    benchmarks: tuple[str, ...]
+    size: str
+    table: dict[str, dict[str, Any]]  # setting -> {"geomean": [g, low, high] | None, ...}
+    reused: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": RECORD_VERSION, "chosen": self.chosen, "flags": list(self.flags),
+                "benchmarks": list(self.benchmarks), "size": self.size,
+                "grid": {k: list(v) for k, v in GRID.items()}, "training": self.table}
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """The recorded choice, or None when there is none; BaselineError for a file that is
+    not one."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise BaselineError(f"{path}: unreadable ({exc}); --retune writes it again") from None
+    if not isinstance(data, dict) or data.get("version") != RECORD_VERSION or \
+            not isinstance(data.get("benchmarks"), list) or \
+            not isinstance(data.get("grid"), dict) or \
+            not isinstance(data.get("training"), dict) or \
+            not (data.get("chosen") is None or isinstance(data.get("chosen"), str)):
+        raise BaselineError(f"{path}: not a global-setting record of version {RECORD_VERSION} "
+                            "(expected version, chosen, flags, benchmarks, size, grid, "
+                            "training); --retune writes it again")
+    return data
+
+
+def tune(session: Session, results: Path, benches: Sequence[Benchmark],
+         sizes: Mapping[str, Size], size_name: str, runs: int, pairing: PairingPolicy,
+         retune: bool, on_each=None, say=None) -> Tuning:
+    """The recorded choice when it was made on the same benchmarks, size and grid (unless
+    ``retune``), else the grid measured on ``benches`` and the best training geometric mean
+    recorded."""
+    check_grid(GRID)
+    path = results / RECORD
+    names = tuple(sorted(b.name for b in benches))
+    grid = {k: list(v) for k, v in GRID.items()}
+    if not retune:
+        data = read_record(path)
+        if data is not None:
+            same = (tuple(data["benchmarks"]) == names and data.get("size") == size_name
+                    and data["grid"] == grid)
+            if same:
+                return Tuning(data["chosen"], tuple(data.get("flags") or ()), names,
+                              size_name, data["training"], reused=True)
+            if say is not None:
+                say(f"{path}: tuned on other benchmarks, size or grid: tuning again")
+    contenders = [Contender((setting, b.name), b,
+                            CompileJob(b, flags=setting_flags(b, flags)), sizes[b.name])
+                  for setting, flags in GRID.items() for b in benches]
+    got = measure_all(session, contenders, runs, pairing, on_each)
+    table: dict[str, dict[str, Any]] = {}
+    best: tuple[float, str] | None = None
+    for setting in GRID:
+        figures = {b.name: got[(setting, b.name)] for b in benches}
+        g = geomean(figures.values())
+        table[setting] = {"geomean": list(g) if g else None,
+                          "benchmarks": {n: [m.speedup, m.low, m.high, m.size_ratio]
+                                         for n, m in figures.items()}}
+        if g is not None and (best is None or g[0] > best[0]):
+            best = (g[0], setting)
+    chosen = best[1] if best else None
+    tuning = Tuning(chosen, GRID[chosen] if chosen else (), names, size_name, table)
+    results.mkdir(parents=True, exist_ok=True)
+    with atomic_output(path) as tmp:
+        Path(tmp).write_text(json.dumps(tuning.to_json(), indent=1, sort_keys=True) + "\n")
+    return tuning
