@@ -126,6 +126,29 @@ def test_a_size_no_benchmark_has_is_one_line(labels, tmp_path):
     assert not (tmp_path / "p.policy").exists()
 
 
+def test_each_fold_policy_never_saw_its_benchmark(labels, tmp_path):
+    """The fold files: one per classifier and benchmark, trained on the others only, with
+    the guard rails asked for (what the gate measures is what would be kept)."""
+    from analysis.label_training import label_sites, read_sites_table
+    from analysis.policy_training import encode
+    from commands.policy_validation import fold_policies
+    parts = []
+    for name in BENCHES:
+        sites, _ = label_sites(read_sites_table(labels / "labels" / name / "sites.csv"), 0.01)
+        parts.append(sites.assign(benchmark=name))
+    ts = encode(pd.concat(parts, ignore_index=True))
+    folds = fold_policies(ts, ["logistic"], 0.01, tmp_path / "folds", margin=0.3,
+                          ranges=False, growth_budget=40)
+    assert sorted(folds) == [("logistic", b) for b in sorted(BENCHES)]
+    for (_, held_out), path in folds.items():
+        trained = read_policy_file(path)
+        assert trained.benchmarks == sorted(set(BENCHES) - {held_out})
+        assert (trained.margin, trained.ranges, trained.growth_budget) == (0.3, False, 40)
+    one = encode(parts[0])
+    assert fold_policies(one, ["logistic"], 0.01, tmp_path / "none", margin=0.2,
+                         ranges=True, growth_budget=None) == {}
+
+
 def measured_rows(policy: Path) -> pd.DataFrame:
     scores = pd.read_csv(policy.with_name(policy.name + ".scores.csv"))
     return scores.sort_values(["classifier", "held_out"]).reset_index(drop=True)
