@@ -310,3 +310,27 @@ def test_the_example_config_plants_an_effect_on_a_real_site():
         c = effect.when
         node = program.tree.find(c.unit, c.round, c.key)
         assert node is not None and node.action != c.action  # a flip the search can find
+
+
+def test_planted_effects_are_seeded_flips_with_an_interaction():
+    from dispatcher.running.simulated.programs import plant_effects
+    program = lu_program()
+    effects = plant_effects(program, 3, 0.05, seed=1)
+    assert effects == plant_effects(program, 3, 0.05, seed=1)
+    assert effects != plant_effects(program, 3, 0.05, seed=2)
+    for e in effects:
+        node = program.tree.find(e.when.unit, e.when.round, e.when.key)
+        assert node is not None and node.action != e.when.action
+    assert not effects[0].requires and effects[2].requires == (effects[1].when,)
+
+
+def test_an_override_matching_nothing_is_dumped_as_unmatched():
+    from dispatcher.core.decisions import Override
+    program = lu_program()
+    unit = program.tree.parts[0].unit
+    stale = Override(unit, 0, "D(Gone.f@gone.ml:1:1-2)/C(Gone.g@gone.ml:1:1-2)", "inline")
+    compiled = compile_tree(program, [stale])
+    assert compiled.tree == program.tree
+    dump = next(parse_dump(t, n) for n, t in dump_texts(program, compiled).items()
+                if parse_dump(t, n).unit == unit and parse_dump(t, n).round == 0)
+    assert dump.unmatched_keys == (stale.key,) and dump.override_entries == 1
