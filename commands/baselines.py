@@ -213,8 +213,8 @@ def tune(session: Session, results: Path, benches: Sequence[Benchmark],
          sizes: Mapping[str, Size], size_name: str, runs: int, pairing: PairingPolicy,
          retune: bool, on_each=None, say=None) -> Tuning:
     """The recorded choice when it was made on the same benchmarks, size and grid (unless
-    ``retune``), else the grid measured on ``benches`` and the best training geometric mean
-    recorded."""
+    ``retune``; a record that chose nothing is not reused), else the grid measured on
+    ``benches`` and the best training geometric mean recorded."""
     check_grid(GRID)
     path = results / RECORD
     names = tuple(sorted(b.name for b in benches))
@@ -224,11 +224,13 @@ def tune(session: Session, results: Path, benches: Sequence[Benchmark],
         if data is not None:
             same = (tuple(data["benchmarks"]) == names and data.get("size") == size_name
                     and data["grid"] == grid)
-            if same:
+            if same and data["chosen"] is not None:
                 return Tuning(data["chosen"], tuple(data.get("flags") or ()), names,
                               size_name, data["training"], reused=True)
             if say is not None:
-                say(f"{path}: tuned on other benchmarks, size or grid: tuning again")
+                say(f"{path}: " + ("no setting was measured on every tuning benchmark"
+                                   if same else "tuned on other benchmarks, size or grid")
+                    + ": tuning again")
     contenders = [Contender((setting, b.name), b,
                             CompileJob(b, flags=setting_flags(b, flags)), sizes[b.name])
                   for setting, flags in GRID.items() for b in benches]

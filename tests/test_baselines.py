@@ -78,6 +78,30 @@ def test_a_bad_record_is_one_line(tmp_path):
         read_record(tmp_path / RECORD)
 
 
+def test_a_recorded_choice_is_reused_only_when_it_chose_on_the_same_terms(tmp_path):
+    """Reused without measuring anything (no session is needed); a record that chose nothing,
+    or was made on other benchmarks, is tuned again (here: it reaches the measuring)."""
+    from commands.baselines import tune
+    benches = [resolve_benchmark("kahan"), resolve_benchmark("hamming")]
+    record = {"version": 1, "chosen": "O2", "flags": ["-O2"], "benchmarks": ["hamming", "kahan"],
+              "size": "quick", "grid": {k: list(v) for k, v in GRID.items()}, "training": {}}
+    (tmp_path / RECORD).write_text(json.dumps(record))
+    said: list[str] = []
+    got = tune(None, tmp_path, benches, {}, "quick", 2, None, False,  # type: ignore[arg-type]
+               say=said.append)
+    assert got.reused and got.chosen == "O2" and got.flags == ("-O2",) and not said
+    for change, why in (({"chosen": None}, "no setting was measured on every tuning "
+                                           "benchmark: tuning again"),
+                        ({"size": "full"}, "tuned on other benchmarks, size or grid: tuning "
+                                           "again")):
+        (tmp_path / RECORD).write_text(json.dumps({**record, **change}))
+        said.clear()
+        with pytest.raises(AttributeError):  # the measuring, with no session
+            tune(None, tmp_path, benches, {"kahan": None, "hamming": None},  # type: ignore
+                 "quick", 2, None, False, say=said.append)  # type: ignore[arg-type]
+        assert said == [f"{tmp_path / RECORD}: {why}"]
+
+
 def test_always_inline_answers_inline_where_the_heuristic_decided_freely():
     from dispatcher.build.policies import Observation
     features = None  # never read: the answer depends on the heuristic's reason only
