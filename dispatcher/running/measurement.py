@@ -432,18 +432,22 @@ class MeasurementService:
             line = self._waiting[worker_class]
             try:
                 while True:
-                    lost = set(getattr(self.scheduler, "quarantined", ())) | set(
-                        getattr(self.scheduler, "down", ()))
-                    usable = [n for n in names if n not in lost] or names
-                    start = self._turn.get(worker_class, 0) % len(names)
-                    ordered = [n for n in names[start:] + names[:start] if n in usable]
-                    free = [n for n in ordered if not self._active.get(n)]
-                    if self._closed or (line and line[0] is ticket and free):
-                        slot = free[0] if free else min(ordered,
-                                                         key=lambda n: self._active.get(n, 0))
-                        self._turn[worker_class] = names.index(slot) + 1
-                        self._active[slot] = self._active.get(slot, 0) + 1
-                        return slot
+                    # Only the head of the line looks at the slots: every release wakes
+                    # every waiter, and with hundreds waiting a scan by each of them kept
+                    # the slots free while the line moved (bench/search_sim, 1,000 slots).
+                    if self._closed or (line and line[0] is ticket):
+                        lost = set(getattr(self.scheduler, "quarantined", ())) | set(
+                            getattr(self.scheduler, "down", ()))
+                        usable = {n for n in names if n not in lost} or set(names)
+                        start = self._turn.get(worker_class, 0) % len(names)
+                        ordered = [n for n in names[start:] + names[:start] if n in usable]
+                        free = [n for n in ordered if not self._active.get(n)]
+                        if self._closed or free:
+                            slot = free[0] if free else min(
+                                ordered, key=lambda n: self._active.get(n, 0))
+                            self._turn[worker_class] = names.index(slot) + 1
+                            self._active[slot] = self._active.get(slot, 0) + 1
+                            return slot
                     # a slot lost or back in service changes nothing here: look again soon
                     self._slot_free.wait(0.5)
             finally:
