@@ -81,7 +81,7 @@ def test_default_config_loads():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("backend: carrier-pigeon\n", "backend: expected local or ssh or ray, got 'carrier-pigeon'"),
+    ("backend: carrier-pigeon\n", "backend: expected local or ssh or ray or simulated, got 'carrier-pigeon'"),
     ("ssh: [a, b]\n", "ssh: expected a mapping"),
     ("run:\n  runs: 0\n", "run.runs: expected a positive integer"),
     ("run:\n  timeout: soon\n", "run.timeout: expected a positive number"),
