@@ -15,7 +15,7 @@ split and over the test split with its interval (``dispatcher.core.stats.geomean
 how many benchmarks are significantly faster or slower.
 
 ``--baselines`` also measures, on the same benchmarks, the best global Flambda setting tuned on
-the training split (``commands.baselines``: chosen once, recorded in
+the training split (``dispatcher.baselines``: chosen once, recorded in
 ``<results>/global-setting.json``, ``--retune`` to tune again), ``never-inline`` and
 ``always-inline``, each against the heuristic and written as its own ``plugin_<name>.csv``, and
 reports the policy against each (per benchmark and per split, with intervals and binary sizes;
@@ -34,13 +34,13 @@ import click
 
 from analysis.result_files import csv_rows, outcome, summary_rows, write_csv
 from analysis.results import Outcome, format_speedup
-from commands import baselines as base
 from commands.common import (
     backend_errors_in_one_line,
     progress,
     report_lost_workers,
     show_warnings,
 )
+from dispatcher import baselines as base
 from dispatcher.build.manifest import (
     SPLITS,
     Benchmark,
@@ -259,7 +259,7 @@ def run_plugin_benchmark(policy: str, benchmarks: tuple[str, ...], name: str | N
 
 def tune_global(session: Session, results: Path, benches: list[Benchmark],
                 sizes: dict, size_name: str, runs: int, pairing, retune: bool) -> base.Tuning:
-    """The global setting (``commands.baselines.tune``), with a progress line per comparison
+    """The global setting (``dispatcher.baselines.tune``), with a progress line per comparison
     and one line on the choice."""
     def each(tag: tuple[str, str], m: base.Measured) -> None:
         progress(f"tuning {tag[0]} on {tag[1]}: speedup {m.figure()}"

@@ -14,7 +14,7 @@ import pytest
 
 from analysis.policy_training import encode, train
 from analysis.result_files import SUMMARY_HEADER, summary_rows
-from commands.baselines import (
+from dispatcher.baselines import (
     GRID,
     RECORD,
     BaselineError,
@@ -81,7 +81,7 @@ def test_a_bad_record_is_one_line(tmp_path):
 def test_a_recorded_choice_is_reused_only_when_it_chose_on_the_same_terms(tmp_path):
     """Reused without measuring anything (no session is needed); a record that chose nothing,
     or was made on other benchmarks, is tuned again (here: it reaches the measuring)."""
-    from commands.baselines import tune
+    from dispatcher.baselines import tune
     benches = [resolve_benchmark("kahan"), resolve_benchmark("hamming")]
     record = {"version": 1, "chosen": "O2", "flags": ["-O2"], "benchmarks": ["hamming", "kahan"],
               "size": "quick", "grid": {k: list(v) for k, v in GRID.items()}, "training": {}}
