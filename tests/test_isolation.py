@@ -325,15 +325,21 @@ def _move_each_run(path: str, count: int, stop: list) -> None:
         for pid in _running(path):
             if pid in moved:
                 continue
+            # A run lasts about 0.15 s: the move must fit inside it on a fast machine too
+            # (with 0.1 s pauses, a run could end before it went back, and the mover, missing
+            # that, moved the next run instead of counting this one).
             try:
-                time.sleep(0.1)
+                time.sleep(0.02)
                 os.sched_setaffinity(pid, {0})
-                time.sleep(0.1)
-                os.sched_setaffinity(pid, {CPU})
             except OSError:
                 continue
-            moved.add(pid)
-        time.sleep(0.01)
+            moved.add(pid)  # it ran on CPU 0: migrated, whether it ends there or goes back
+            try:
+                time.sleep(0.03)
+                os.sched_setaffinity(pid, {CPU})
+            except OSError:
+                pass
+        time.sleep(0.005)
 
 
 @pytest.mark.parametrize("moved,records", [(1, 3), (4, 4)])
