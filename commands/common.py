@@ -3,9 +3,11 @@ lost-worker reports.  (How they measure a build against the heuristic is
 ``dispatcher.compare``'s.)"""
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import sys
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, Callable, TypeVar
 
@@ -32,6 +34,23 @@ def backend_errors_in_one_line(command: F) -> F:
 def show_warnings() -> None:
     """Lost workers, retried jobs and quarantined hosts are reported on stderr as they happen."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+
+
+@contextlib.contextmanager
+def closing_session(session: Session) -> Iterator[Session]:
+    """Close ``session`` however the block ends, then report its lost slots.  On Ctrl-C the
+    queued runs are dropped and the agents closed at once (an agent kills its run): closing as
+    usual would first run every pair still asked for."""
+    try:
+        yield session
+    except KeyboardInterrupt:
+        session.close(abort=True)
+        raise
+    except BaseException:
+        session.close()
+        raise
+    session.close()
+    report_lost_workers(session)
 
 
 def report_lost_workers(session: Session) -> None:

@@ -25,7 +25,7 @@ import click
 import pandas as pd
 
 from analysis.policy_training import TrainingSet, train
-from commands.common import progress, report_lost_workers
+from commands.common import closing_session, progress
 from dispatcher.build.manifest import Benchmark, Size
 from dispatcher.build.policies import PolicyError, parse_policy
 from dispatcher.build.policy_file import save_policy_file
@@ -110,7 +110,7 @@ def measure_folds(config: Config, folds: Mapping[tuple[str, str], Path],
     session = Session(config)
     pairing = pairing_policy(config, runs, max_pairs)
     got_all: list[FoldMeasure] = []
-    try:
+    with closing_session(session):
         with closing(compare_with_heuristic(session, contenders, runs, pairing)) as compared:
             for got in compared:
                 name, bench, path = got.contender.tag
@@ -120,14 +120,6 @@ def measure_folds(config: Config, folds: Mapping[tuple[str, str], Path],
                         if measure.size_ratio is not None else "")
                 progress(f"fold {name}, {bench} held out: speedup {measure.figure()}"
                          f"{size}")
-    except KeyboardInterrupt:
-        session.close(abort=True)  # as run-plugin-benchmark: drop the queued runs at once
-        raise
-    except BaseException:
-        session.close()
-        raise
-    session.close()
-    report_lost_workers(session)
     return got_all
 
 

@@ -30,8 +30,8 @@ from analysis.results import WITHHELD, Outcome, format_speedup, print_tables
 from analysis.sources import SourcesError, benchmark_of
 from commands.common import (
     backend_errors_in_one_line,
+    closing_session,
     progress,
-    report_lost_workers,
     show_warnings,
 )
 from dispatcher.build.manifest import Benchmark, ManifestError
@@ -223,7 +223,7 @@ def run_all_benchmarks(model: str, benchmarks: tuple[str, ...], rewards: Path, r
     contenders = [Contender((target, tree), target.bench, CompileJob(target.bench, tree.overrides),
                             sizes[target.name])
                   for target in targets for tree in target.trees]
-    try:
+    with closing_session(session):
         with closing(compare_with_heuristic(session, contenders, runs, pairing)) as compared_all:
             for got in compared_all:
                 target, tree = got.contender.tag
@@ -258,16 +258,6 @@ def run_all_benchmarks(model: str, benchmarks: tuple[str, ...], rewards: Path, r
                     if compared.failed:
                         error(f"{label}: the optimal tree's build failed a run "
                               f"({_candidate_failure(compared)})")
-    except KeyboardInterrupt:
-        # Ctrl-C: queued runs are dropped and the agents closed at once (an agent kills its
-        # run); closing as usual would first run every pair still asked for.
-        session.close(abort=True)
-        raise
-    except BaseException:
-        session.close()
-        raise
-    session.close()
-    report_lost_workers(session)
     if outcomes:
         print_tables(outcomes)
     if errors:

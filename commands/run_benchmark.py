@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from commands.common import backend_errors_in_one_line, report_lost_workers, show_warnings
+from commands.common import backend_errors_in_one_line, closing_session, show_warnings
 from dispatcher.build.manifest import ManifestError, resolve_benchmark
 from dispatcher.build.policies import PolicyError, PolicySpec, parse_policy
 from dispatcher.build.service import CompileError, CompileJob, OverridesMismatch
@@ -114,7 +114,7 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
     results: list[RunResult] = []
     cached = False
     speedup = None
-    try:
+    with closing_session(session):
         try:
             build = CompileJob(bench, overrides, policy=policy)
             compiled = session.builds.compile(build)
@@ -154,16 +154,6 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
                 and not any(r.failed for r in results)):
             speedup = speedup_line(session, Contender(None, bench, build, bench_size), runs,
                                    remeasure)
-    except KeyboardInterrupt:
-        # Ctrl-C: queued runs are dropped and the agents closed at once (an agent kills its
-        # run); closing as usual would first run every pair still asked for.
-        session.close(abort=True)
-        raise
-    except BaseException:
-        session.close()
-        raise
-    session.close()
-    report_lost_workers(session)
     if not results:
         raise click.ClickException(errors[0])
     for e in errors:

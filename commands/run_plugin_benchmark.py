@@ -36,8 +36,8 @@ from analysis.result_files import csv_rows, outcome, summary_rows, write_csv
 from analysis.results import Outcome, format_speedup
 from commands.common import (
     backend_errors_in_one_line,
+    closing_session,
     progress,
-    report_lost_workers,
     show_warnings,
 )
 from dispatcher import baselines as base
@@ -186,7 +186,7 @@ def run_plugin_benchmark(policy: str, benchmarks: tuple[str, ...], name: str | N
         for bench in benches]
     others: list[str] = []  # the baselines' names, in the table's order
     figures: dict[tuple[str, str], base.Measured] = {}  # (build, benchmark) -> figure
-    try:
+    with closing_session(session):
         if baselines:
             tuning = tune_global(session, results, tuning_benches, sizes, size_name, runs,
                                  pairing, retune)
@@ -229,16 +229,6 @@ def run_plugin_benchmark(policy: str, benchmarks: tuple[str, ...], name: str | N
                     progress(f"{bench.name}: {figure} -> {path}")
                     if compared.failed:
                         error(f"{bench.name}: a run of the policy's build failed")
-    except KeyboardInterrupt:
-        # Ctrl-C: queued runs are dropped and the agents closed at once (an agent kills its
-        # run); closing as usual would first run every pair still asked for.
-        session.close(abort=True)
-        raise
-    except BaseException:
-        session.close()
-        raise
-    session.close()
-    report_lost_workers(session)
     print_table(outcomes, splits, label)
     if baselines:
         print_baselines(figures, label, others, benches, splits)
