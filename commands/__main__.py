@@ -24,6 +24,7 @@ COMMANDS = {
     "train-policy": "commands.train_policy:train_policy",
     "run-plugin-benchmark": "commands.run_plugin_benchmark:run_plugin_benchmark",
     "measure-sites": "commands.measure_sites:measure_sites",
+    "export-dataset": "commands.export_dataset:export_dataset",
 }
 
 

@@ -66,3 +66,7 @@ def run_plugin_benchmark() -> None:
 
 def measure_sites() -> None:
     _launch("measure-sites", "commands.measure_sites")
+
+
+def export_dataset() -> None:
+    _launch("export-dataset", "commands.export_dataset")

@@ -13,6 +13,11 @@ by ``analysis.label_training``'s rule (``--label-threshold``, in log-speedup uni
 from the table itself: nothing is compiled.  With ``--rewards`` given too, both, a measured
 label winning where both label a site (``analysis.policy_training.combine``).
 
+Dataset (``--dataset DIR``, what ``export-dataset`` wrote: ``analysis.dataset``): the labels
+and/or rewards it was exported from, with the features it carries: no compile, no config.  The
+training table is the one those labels and rewards give, so the policy file is byte for byte
+the one ``--labels``/``--rewards`` write with the same options.
+
 ``analysis.policy_training`` validates leave-one-benchmark-out and trains; the policy file
 (``dispatcher.build.policy_file``: plain data, with the guard rails ``--margin``,
 ``--ranges`` and ``--growth-budget``) goes to ``--out`` with the validation scores beside it
@@ -34,6 +39,8 @@ from typing import Any, NoReturn
 import click
 import pandas as pd
 
+from analysis.dataset import Dataset, DatasetError, read_dataset
+from analysis.dataset import best_hyper as best_hyperparameters
 from analysis.label_training import (
     DEFAULT_LABEL_THRESHOLD,
     LabelsError,
@@ -89,16 +96,10 @@ def best_hyper(bench_dir: Path, model: str) -> str:
         fits = pd.read_csv(fits_path)
     except (OSError, ValueError) as exc:
         _fail(f"{fits_path}: unreadable ({exc})")
-    fits = fits[fits["model"] == model]
-    if fits.empty:
+    chosen = best_hyperparameters(fits, model)  # the rule export-dataset shares
+    if chosen is None:
         _fail(f"{fits_path}: no fit of model {model}")
-    # by held-out R^2, then rank correlation; with neither (too few candidates to hold any
-    # out), the first setting by name
-    for score in ("r2", "spearman"):
-        means = fits.groupby("hyperparameters")[score].mean().dropna()
-        if not means.empty:
-            return str(means.idxmax())
-    return str(sorted(fits["hyperparameters"])[0])
+    return chosen
 
 
 def read_rewards(rewards: Path, name: str, model: str, hyper: str) -> pd.DataFrame:
@@ -169,19 +170,24 @@ class _GrowthBudget(click.ParamType):
         return number or None
 
 
-def read_labels(labels_dir: Path, names: list[str], threshold: float) -> pd.DataFrame:
+def read_labels(labels_dir: Path | None, names: list[str], threshold: float,
+                dataset: Dataset | None = None) -> pd.DataFrame:
     """The labelled sites of each benchmark's labels table (``analysis.label_training``), one
-    line per benchmark on what its table gave."""
+    line per benchmark on what its table gave; with ``dataset``, the tables it holds."""
     parts = []
     for n in names:
-        path = table_path(labels_dir, n)
-        if path is None:
-            _fail(f"{labels_dir / n}: no labels table (expected sites.parquet or sites.csv, "
-                  "as measure-sites writes)")
-        try:
-            table = read_sites_table(path)
-        except LabelsError as exc:
-            _fail(str(exc))
+        if dataset is not None:
+            table = dataset.labels_table(n)
+        else:
+            assert labels_dir is not None
+            path = table_path(labels_dir, n)
+            if path is None:
+                _fail(f"{labels_dir / n}: no labels table (expected sites.parquet or "
+                      "sites.csv, as measure-sites writes)")
+            try:
+                table = read_sites_table(path)
+            except LabelsError as exc:
+                _fail(str(exc))
         sites, left_out = label_sites(table, threshold)
         sites = sites.assign(benchmark=n)
         counts = sites["label"].value_counts()
@@ -241,7 +247,10 @@ def report_validation(scores: pd.DataFrame, chosen: str, labels: pd.Series,
                    "these labels only.  [DIR default: labels]")
 @click.option("--rewards", "rewards_dir", type=click.Path(path_type=Path), default=None,
               help="What assign-rewards wrote (--out).  [default: rewards, unless --labels "
-                   "is given; with --labels too: both, a measured label winning]")
+                   "or --dataset is given; with --labels too: both, a measured label winning]")
+@click.option("--dataset", "dataset_dir", type=click.Path(path_type=Path), default=None,
+              help="Train on what export-dataset wrote (its labels and/or rewards, features "
+                   "included): nothing compiled, no config.  Not with --labels or --rewards.")
 @click.option("--model", default="ridge", show_default=True,
               help="Whose rewards: a model assign-rewards fitted.")
 @click.option("--hyper", default="best", show_default=True,
@@ -288,12 +297,30 @@ def report_validation(scores: pd.DataFrame, chosen: str, labels: pd.Series,
                    "measure.max_pairs).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path))
 @backend_errors_in_one_line
-def train_policy(benchmarks, labels_dir, rewards_dir, model, hyper, threshold, label_threshold,
-                 margin, ranges, growth_budget, classifier, out, validate, gate, size, runs,
-                 max_pairs, config_path) -> None:
+def train_policy(benchmarks, labels_dir, rewards_dir, dataset_dir, model, hyper, threshold,
+                 label_threshold, margin, ranges, growth_budget, classifier, out, validate,
+                 gate, size, runs, max_pairs, config_path) -> None:
     """Train an inlining policy on the rewards or measured labels of BENCHMARKS (default:
     every one there)."""
-    if labels_dir is None and rewards_dir is None:
+    dataset: Dataset | None = None
+    if dataset_dir is not None:
+        if labels_dir is not None or rewards_dir is not None:
+            _fail("--dataset: not with --labels or --rewards (a dataset holds the labels and "
+                  "rewards it was exported from)")
+        try:
+            dataset = read_dataset(dataset_dir)
+        except DatasetError as exc:
+            _fail(str(exc))
+        ctx = click.get_current_context()
+        for option, asked, held in (("model", model, dataset.model),
+                                    ("hyper", hyper, dataset.hyper)):
+            named = ctx.get_parameter_source(option) != click.core.ParameterSource.DEFAULT
+            if named and dataset.has_rewards and asked != held:
+                _fail(f"--{option} {asked}: {dataset_dir} holds the rewards of --{option} "
+                      f"{held} (export-dataset chose them; export again for others)")
+            if named and not dataset.has_rewards:
+                _fail(f"--{option}: {dataset_dir} holds no rewards")
+    elif labels_dir is None and rewards_dir is None:
         rewards_dir = Path("rewards")
     if validate != "measured":
         given = [o for o, v in (("--size", size), ("--runs", runs), ("--max-pairs", max_pairs),
@@ -311,22 +338,30 @@ def train_policy(benchmarks, labels_dir, rewards_dir, model, hyper, threshold, l
     if not os.access(out.parent, os.W_OK):
         _fail(f"{out}: cannot write the policy (its directory is not writable)")
     known_labels: list[str] = []
-    if labels_dir is not None:
+    if dataset is not None:
+        known_labels = dataset.labelled
+    elif labels_dir is not None:
         if not labels_dir.is_dir():
             _fail(f"{labels_dir}: no such labels directory (measure-sites writes one table "
                   "per benchmark there)")
         known_labels = labelled_benchmarks(labels_dir)
     known_rewards: list[str] = []
-    if rewards_dir is not None:
+    if dataset is not None:
+        known_rewards = dataset.rewarded
+    elif rewards_dir is not None:
         if not rewards_dir.is_dir():
             _fail(f"{rewards_dir}: no such rewards directory (assign-rewards --out writes "
                   "one)")
         known_rewards = sorted(p.name for p in rewards_dir.iterdir()
                                if (p / "sources.json").is_file())
     known = sorted(set(known_labels) | set(known_rewards))
+    # with a dataset, trained as from the labels and/or rewards it was exported from
+    with_labels = labels_dir is not None or (dataset is not None and dataset.has_labels)
     for b in benchmarks:
         if b not in known:
             wheres = []
+            if dataset_dir is not None:
+                wheres.append(f"{dataset_dir / b}/sites.parquet with labels or rewards")
             if labels_dir is not None:
                 wheres.append(f"{labels_dir / b}/sites.parquet or sites.csv")
             if rewards_dir is not None:
@@ -336,6 +371,8 @@ def train_policy(benchmarks, labels_dir, rewards_dir, model, hyper, threshold, l
                   f"{', '.join(known) or 'none'})")
     names = list(benchmarks) or known
     if not names:
+        if dataset_dir is not None:
+            _fail(f"{dataset_dir}: no benchmark's labels or rewards there")
         if rewards_dir is None:
             _fail(f"{labels_dir}: no benchmark's labels there (expected "
                   "<bench>/sites.parquet or <bench>/sites.csv, as measure-sites writes)")
@@ -352,25 +389,33 @@ def train_policy(benchmarks, labels_dir, rewards_dir, model, hyper, threshold, l
             config = load_config(config_path)
         except ConfigError as exc:
             _fail(str(exc))
-        programs = held_out_programs(names, reward_names, rewards_dir, labels_dir)
+        programs = held_out_programs(names, reward_names, rewards_dir,
+                                     labels_dir or dataset_dir)
         try:
             sizes = {n: b.size(size or config.run.size) for n, b in programs.items()}
         except ManifestError as exc:
             _fail(str(exc))
     labelled = pd.DataFrame()
-    if labels_dir is not None:
-        labelled = read_labels(labels_dir, label_names, label_threshold)
+    if with_labels:
+        labelled = read_labels(labels_dir, label_names, label_threshold, dataset)
     rewarded = pd.DataFrame()
-    if reward_names:
+    if reward_names and dataset is not None:
+        try:
+            rewarded = reward_sites({n: dataset.rewards_table(n) for n in reward_names},
+                                    {n: dataset.build_features(n) for n in reward_names},
+                                    threshold)
+        except TrainingError as exc:
+            _fail(str(exc))
+    elif reward_names:
         assert rewards_dir is not None
         rewarded = reward_table(rewards_dir, reward_names, model, hyper, threshold,
                                 config_path)
-    if labels_dir is None:
+    if not with_labels:
         sites = rewarded
     else:
         sites = combine(labelled, rewarded)
         if not len(sites):
-            _fail(f"{labels_dir}: no site has a label (in the tables of "
+            _fail(f"{labels_dir or dataset_dir}: no site has a label (in the tables of "
                   f"{', '.join(label_names)}: no site with a measured row and features)")
         if len(labelled) and len(rewarded):
             both = labelled.merge(rewarded, on=["benchmark", *KEY], suffixes=("", "_r"))
@@ -386,11 +431,11 @@ def train_policy(benchmarks, labels_dir, rewards_dir, model, hyper, threshold, l
     scores = pd.concat([leave_one_benchmark_out(ts, c) for c in names_to_try],
                        ignore_index=True)
     chosen = choose(scores, names_to_try)
-    with_labels = None
-    if labels_dir is not None:
-        with_labels = sorted(set(labelled["benchmark"])) if len(labelled) else []
-    report_validation(scores, chosen, ts.labels, trained_on, with_labels)
-    used_threshold = threshold if labels_dir is None or reward_names else label_threshold
+    have_labels = None
+    if with_labels:
+        have_labels = sorted(set(labelled["benchmark"])) if len(labelled) else []
+    report_validation(scores, chosen, ts.labels, trained_on, have_labels)
+    used_threshold = threshold if not with_labels or reward_names else label_threshold
     gate_result: tuple[bool, str] | None = None
     if validate == "measured":
         assert config is not None

@@ -1,0 +1,722 @@
+"""A dataset of the training data: the "processed data" level of reproduction (issue 24).
+
+``train-policy`` trains from labels tables (``measure-sites``) and rewards (``assign-rewards``),
+whose site features come from compiling each program's heuristic build.  A dataset holds the
+same data in one place, with the features already taken, so that anyone can reload it and
+``train-policy --dataset DIR`` trains from it alone (no compiler, no config) the very training
+table, and so writes byte for byte the policy file ``--labels``/``--rewards`` write with the
+same options.  docs/dataset.md documents every column.
+
+Layout of ``DIR``:
+
+- ``dataset.json``: format and version, what it was built from (with each input table's
+  sha256), the thresholds of the stored labels, per benchmark what it holds, and the sha256 and
+  size of every other file (a file that changed after the export is refused).
+- ``<bench>/sites.parquet``: one row per call site: benchmark, unit, round, key, what the
+  heuristic did, the site's features; with labels, the label at the dataset's threshold, the
+  context it came from and every measured comparison of the site (``measurements``, a list of
+  structs: action, context, trial, effect with its 95% interval, pairs, ...); with rewards, the
+  rewards table's columns (``reward_*``) and the label they give.
+- ``<bench>/trees.parquet`` (where search rundirs were given): one row per measured candidate
+  tree: its digest and binary, speedup with its interval and pairs, and its decisions.
+
+Rows of ``sites.parquet`` are in training order (the labels table's sites in the order of
+their first rows, then the sites only rewards have, in the rewards' order; ``reward_order``
+gives the rewards' own order): the classifiers see them in that order, so the order is data.
+Labels are recomputed from ``measurements`` when training (``analysis.label_training``'s
+rule), so any ``--label-threshold`` trains as it would from the labels tables.  Output is
+deterministic: the same inputs give byte-identical files (no timestamps; rundirs and the
+batch log by name, not path).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis.label_training import CONTEXTS, FEATURES, STATUSES, TRIALS, row_label, site_label
+from analysis.label_training import _has_features as labels_row_has_features
+from analysis.policy_training import KEY, label
+from dispatcher.core.decisions import Features, site_location
+from dispatcher.core.files import atomic_output
+
+FORMAT = "inlining-dataset"
+VERSION = 1
+INDEX = "dataset.json"
+SITES = "sites.parquet"
+TREES = "trees.parquet"
+ACTIONS = ("inline", "dont_inline", "specialise")
+
+#: The site's features, as stored: every ``Features`` field but ``round`` (a key column).
+SITE_FEATURES = [n for n in FEATURES if n not in KEY]
+_KINDS = {f.name: str(f.type).split(" ")[0] for f in fields(Features)}
+
+#: The fields of one measured comparison (a labels table's row, less the site's columns).
+MEASUREMENT = [("context", "str"), ("action", "str"), ("trial", "str"), ("status", "str"),
+               ("heuristic_action", "str"), ("effect", "float"), ("low", "float"),
+               ("high", "float"), ("speedup", "float"), ("pairs", "int"), ("runs", "int"),
+               ("disturbed_share", "float"), ("cpu_s", "float"), ("heat", "int"),
+               ("decision", "int"), ("why", "str"), ("rundir", "str")]
+SITE_IDS = [("benchmark", "str"), ("unit", "str"), ("round", "int"), ("key", "str"),
+            ("callee", "str"), ("location", "str"), ("heuristic_action", "str"),
+            ("heuristic_reason", "str")]
+TREE_COLUMNS = [("benchmark", "str"), ("rundir", "str"), ("step", "int"), ("candidate", "int"),
+                ("dir", "str"), ("tree", "str"), ("sha256", "str"), ("mutation", "str"),
+                ("failed", "bool"), ("error", "str"), ("speedup", "float"), ("low", "float"),
+                ("high", "float"), ("pairs", "int"), ("confirmed", "bool"),
+                ("unresolved", "bool"), ("candidate_median_s", "float"),
+                ("reference_median_s", "float"), ("task_clock_ms", "float")]
+_EXPECTED = ("expected a dataset as export-dataset writes: dataset.json and "
+             "<bench>/sites.parquet")
+
+
+class DatasetError(ValueError):
+    """An input that cannot go into a dataset, or a dataset that cannot be read; the message
+    is one line naming the file (and row or key) and what was expected."""
+
+
+# -- values -------------------------------------------------------------------------------
+
+def _missing(v: Any) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+
+def _plain(v: Any) -> Any:
+    """A Python value (numpy scalars unwrapped), None where absent."""
+    if _missing(v):
+        return None
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        v = v.item()
+    return None if isinstance(v, float) and math.isnan(v) else v
+
+
+def _convert(v: Any, kind: str, where: str) -> Any:
+    """``v`` as a value of ``kind`` (str, int, float, bool), None where absent."""
+    v = _plain(v)
+    if v is None:
+        return None
+    if kind == "str":
+        if not isinstance(v, str):
+            raise DatasetError(f"{where}: {v!r}: expected text")
+        return v
+    if kind == "bool":
+        if isinstance(v, bool):
+            return v
+        raise DatasetError(f"{where}: {v!r}: expected true or false")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise DatasetError(f"{where}: {v!r}: expected a number")
+    if kind == "float":
+        return float(v)
+    if isinstance(v, float) and not v.is_integer():
+        raise DatasetError(f"{where}: {v!r}: expected an integer")
+    return int(v)
+
+
+def _arrow_type(kind: str) -> Any:
+    import pyarrow as pa
+    return {"str": pa.string(), "int": pa.int64(), "float": pa.float64(),
+            "bool": pa.bool_()}[kind]
+
+
+def _kind_of_values(values: Sequence[Any]) -> str:
+    """The narrowest kind holding every value present (rewards.csv's columns vary)."""
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, bool) for v in present):
+        return "bool"
+    if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+        return "int"
+    if present and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                       for v in present):
+        return "float"
+    return "str"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# -- inputs -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LabelsInput:
+    """One benchmark's labels table, checked (``read_sites_table``), and where it came from."""
+
+    table: pd.DataFrame
+    file: str  # sites.parquet or sites.csv
+    sha256: str
+
+
+@dataclass(frozen=True)
+class RewardsInput:
+    """One benchmark's rewards (``rewards.csv`` of the chosen model and hyperparameters) and
+    the features of its heuristic build (``feature_rows``: unit, round, key, callee, action,
+    reason and every feature)."""
+
+    table: pd.DataFrame
+    hyper: str  # the hyperparameters' directory name
+    sha256: str
+    features: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class TreesInput:
+    """One benchmark's measured candidates (``analysis.extract``: table and trees)."""
+
+    table: pd.DataFrame
+    decisions: Mapping[str, Sequence[tuple[str, int, str, str]]]  # by tree digest
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What a dataset is built from, as dataset.json records it."""
+
+    labels: str | None = None  # the labels directory, as given
+    rewards: str | None = None
+    model: str | None = None
+    hyper: str | None = None  # as asked: a directory name or ``best``
+    #: the search rundirs the trees come from, by name: their settings (``rundir_settings``)
+    rundirs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    batch_log: str | None = None  # its file name
+    label_threshold: float = 0.01
+    reward_threshold: float = 0.005
+
+
+@dataclass
+class Built:
+    """A dataset in memory: each file's bytes by its path under the dataset, and the index."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    index: dict[str, Any] = field(default_factory=dict)
+
+
+# -- building -----------------------------------------------------------------------------
+
+@dataclass
+class _Site:
+    ids: dict[str, Any]
+    features: dict[str, Any] | None = None
+    labels_features: bool | None = None
+    label: str | None = None
+    label_context: str | None = None
+    measurements: list[dict[str, Any]] | None = None
+    build_features: bool | None = None
+    reward_order: int | None = None
+    reward: dict[str, Any] | None = None
+
+
+def _site_features(row: Mapping[str, Any], where: str) -> dict[str, Any]:
+    return {n: _convert(row.get(n), _KINDS[n], f"{where}: feature {n}") for n in SITE_FEATURES}
+
+
+def _measurement(row: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """One comparison of a labels table's row; its rundir by name (a dataset is read on other
+    machines), no reason as None (a CSV table reads it so, a Parquet one as "")."""
+    m = {k: _convert(row.get(k), kind, f"{where}: {k}") for k, kind in MEASUREMENT}
+    if m["rundir"] is not None:
+        m["rundir"] = Path(m["rundir"]).name
+    m["why"] = m["why"] or None
+    return m
+
+
+def _labels_sites(bench: str, given: LabelsInput, threshold: float, where: str
+                  ) -> dict[tuple[str, int, str], _Site]:
+    """The sites of a labels table, in the order of their first rows."""
+    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for r in given.table.to_dict("records"):
+        r = {k: _plain(v) for k, v in r.items()}
+        groups.setdefault((r["unit"], int(r["round"]), r["key"]), []).append(r)
+    out = {}
+    for (unit, rnd, key), rows in groups.items():
+        at = f"{where}: site {key!r} (unit {unit}, round {rnd})"
+        featured = next((r for r in rows if labels_row_has_features(r)), None)
+        first = featured or rows[0]
+        told = [(r, row_label(r, threshold)) for r in rows]
+        context = next((c for c in CONTEXTS if any(r["context"] == c and got is not None
+                                                    for r, got in told)), None)
+        ids = {"benchmark": bench, "unit": unit, "round": rnd, "key": key,
+               "callee": rows[0].get("callee") or None,
+               "location": rows[0].get("location") or None,  # CSV reads "" as nothing
+               "heuristic_action": first.get("heuristic_action"),
+               "heuristic_reason": first.get("heuristic_reason") or None}
+        out[(unit, rnd, key)] = _Site(
+            ids={k: _convert(ids[k], kind, f"{at}: {k}") for k, kind in SITE_IDS},
+            features=_site_features(featured, at) if featured is not None else None,
+            labels_features=featured is not None, label=site_label(rows, threshold),
+            label_context=context,
+            measurements=[_measurement(r, at) for r in rows])
+    return out
+
+
+def reward_column(name: str) -> str:
+    """A rewards.csv column's name in a dataset: ``reward_`` before it (once)."""
+    return name if name.startswith("reward_") else f"reward_{name}"
+
+
+def _add_rewards(sites: dict[tuple[str, int, str], _Site], bench: str, given: RewardsInput,
+                 threshold: float, where: str) -> None:
+    """The call rows of a rewards table, each joined with its site (added where new) and
+    with the heuristic build's features."""
+    table = given.table
+    missing = [c for c in (*KEY, "kind", "net") if c not in table.columns]
+    if missing:
+        raise DatasetError(f"{where}: no column {', '.join(missing)} (expected the rewards.csv "
+                           "assign-rewards writes: unit, round, key, kind, net, ...)")
+    build = {}
+    for r in given.features.to_dict("records"):
+        r = {k: _plain(v) for k, v in r.items()}
+        build[(r["unit"], int(r["round"]), r["key"])] = r
+    calls = table[table["kind"] == "call"].to_dict("records")
+    for order, r in enumerate(calls):
+        r = {k: _plain(v) for k, v in r.items()}
+        try:
+            site = (_convert(r["unit"], "str", "unit"), _convert(r["round"], "int", "round"),
+                    _convert(r["key"], "str", "key"))
+            net = _convert(r["net"], "float", "net")
+        except DatasetError as exc:
+            raise DatasetError(f"{where}: call row {order + 1}: {exc}") from None
+        at = f"{where}: site {site[2]!r} (unit {site[0]}, round {site[1]})"
+        s = sites.get(site)
+        if s is not None and s.reward_order is not None:
+            raise DatasetError(f"{at}: two call rows (expected one per site)")
+        dumped = build.get(site)
+        if s is None:
+            ids = {"benchmark": bench, "unit": site[0], "round": site[1], "key": site[2],
+                   "callee": dumped.get("callee") if dumped else r.get("name"),
+                   "location": site_location(site[2]),
+                   "heuristic_action": dumped.get("action") if dumped else None,
+                   "heuristic_reason": dumped.get("reason") if dumped else None}
+            s = sites[site] = _Site(ids={k: _convert(ids[k], kind, f"{at}: {k}")
+                                         for k, kind in SITE_IDS})
+        s.build_features = dumped is not None
+        s.reward_order = order
+        s.reward = {reward_column(c): v for c, v in r.items()
+                    if c not in (*KEY, "kind")}
+        s.reward["reward_label"] = label(math.nan if net is None else net, threshold)
+        if dumped is None:
+            continue
+        theirs = _site_features(dumped, f"{at}: the heuristic build's")
+        if s.features is None:
+            s.features = theirs
+        elif s.labels_features and s.features != theirs:
+            differ = next(n for n in SITE_FEATURES if s.features[n] != theirs[n])
+            raise DatasetError(
+                f"{at}: feature {differ} is {s.features[differ]!r} in the labels table but "
+                f"{theirs[differ]!r} in the heuristic build (a dataset holds one set of "
+                "features per site: measure the labels and compile with the same compiler)")
+
+
+#: What dataset.json records of each search rundir the trees come from.
+RUNDIR_SETTINGS = ("task", "algorithm", "seed", "steps", "size", "runs", "max_pairs",
+                   "worker_class", "compiler")
+
+
+def rundir_settings(rundir: Path) -> dict[str, Any]:
+    """A search rundir's settings as dataset.json records them (its experiment.json: task,
+    algorithm, size, runs, compiler identity, ...); DatasetError if unreadable."""
+    from dispatcher.core.records import RecordError, read_experiment
+    try:
+        experiment = read_experiment(rundir / "experiment.json")
+    except RecordError as exc:
+        raise DatasetError(str(exc)) from None
+    return {k: getattr(experiment, k) for k in RUNDIR_SETTINGS}
+
+
+def _parquet(columns: dict[str, list[Any]], types: dict[str, Any]) -> bytes:
+    """A Parquet file of ``columns`` (in order), deterministic: no pandas metadata, no
+    timestamps, one row group."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    schema = pa.schema([pa.field(n, types[n]) for n in columns])
+    table = pa.Table.from_pydict(columns, schema=schema)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", row_group_size=max(1, table.num_rows))
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _sites_file(sites: Sequence[_Site], with_labels: bool, reward_kinds: dict[str, str] | None
+                ) -> bytes:
+    import pyarrow as pa
+    columns: dict[str, list[Any]] = {k: [s.ids[k] for s in sites] for k, _ in SITE_IDS}
+    types = {k: _arrow_type(kind) for k, kind in SITE_IDS}
+    for n in SITE_FEATURES:
+        columns[n] = [s.features[n] if s.features else None for s in sites]
+        types[n] = _arrow_type("str" if _KINDS[n] == "str" else _KINDS[n])
+    if with_labels:
+        columns["labels_features"] = [s.labels_features for s in sites]
+        columns["label"] = [s.label for s in sites]
+        columns["label_context"] = [s.label_context for s in sites]
+        columns["measurements"] = [s.measurements for s in sites]
+        types.update(labels_features=pa.bool_(), label=pa.string(), label_context=pa.string(),
+                     measurements=pa.list_(pa.struct([pa.field(k, _arrow_type(kind))
+                                                      for k, kind in MEASUREMENT])))
+    if reward_kinds is not None:
+        columns["build_features"] = [s.build_features for s in sites]
+        columns["reward_order"] = [s.reward_order for s in sites]
+        types.update(build_features=pa.bool_(), reward_order=pa.int64())
+        for c, kind in reward_kinds.items():
+            columns[c] = [None if s.reward is None else _reward_value(s.reward.get(c), kind)
+                          for s in sites]
+            types[c] = _arrow_type(kind)
+    return _parquet(columns, types)
+
+
+def _reward_value(v: Any, kind: str) -> Any:
+    if v is None or kind != "str":
+        return float(v) if kind == "float" and v is not None else v
+    return v if isinstance(v, str) else str(v)
+
+
+def _trees_file(bench: str, given: TreesInput) -> tuple[bytes, int]:
+    import pyarrow as pa
+    table = given.table.copy()
+    table["rundir"] = [Path(str(c)).name for c in table["chain"]]
+    table = table.rename(columns={"ci_low": "low", "ci_high": "high"})
+    table = table.sort_values(["rundir", "step", "candidate", "dir"], kind="stable")
+    rows = [{k: _plain(v) for k, v in r.items()} for r in table.to_dict("records")]
+    where = f"{bench}: trees"
+    columns: dict[str, list[Any]] = {}
+    types: dict[str, Any] = {}
+    for name, kind in TREE_COLUMNS:
+        columns[name] = [_convert(r.get(name), kind, f"{where}: {name}") for r in rows]
+        types[name] = _arrow_type(kind)
+    columns["benchmark"] = [bench] * len(rows)
+    for name in sorted(c for c in table.columns if c.startswith("gc_")):
+        columns[name] = [_convert(r.get(name), "float", f"{where}: {name}") for r in rows]
+        types[name] = pa.float64()
+    decision = pa.struct([pa.field("unit", pa.string()), pa.field("round", pa.int64()),
+                          pa.field("key", pa.string()), pa.field("action", pa.string())])
+    columns["decisions"] = [
+        None if r.get("tree") is None else
+        [{"unit": u, "round": int(n), "key": k, "action": a}
+         for u, n, k, a in sorted(given.decisions[r["tree"]])] for r in rows]
+    types["decisions"] = pa.list_(decision)
+    return _parquet(columns, types), len(rows)
+
+
+def build_dataset(labels: Mapping[str, LabelsInput], rewards: Mapping[str, RewardsInput],
+                  trees: Mapping[str, TreesInput], sources: Sources) -> Built:
+    """The files of a dataset and its index, from each benchmark's labels table, rewards
+    (with its heuristic build's features) and measured trees; DatasetError (one line) for an
+    input that does not fit."""
+    built = Built()
+    with_labels, with_rewards = sources.labels is not None, sources.rewards is not None
+    per_bench: dict[str, dict[tuple[str, int, str], _Site]] = {}
+    for bench in sorted(set(labels) | set(rewards)):
+        sites: dict[tuple[str, int, str], _Site] = {}
+        if bench in labels:
+            where = f"{sources.labels}/{bench}/{labels[bench].file}"
+            sites = _labels_sites(bench, labels[bench], sources.label_threshold, where)
+        if bench in rewards:
+            where = (f"{sources.rewards}/{bench}/{sources.model}/{rewards[bench].hyper}"
+                     "/rewards.csv")
+            _add_rewards(sites, bench, rewards[bench], sources.reward_threshold, where)
+        per_bench[bench] = sites
+    reward_kinds: dict[str, str] | None = None
+    if with_rewards:
+        names: dict[str, list[Any]] = {}
+        for bench_sites in per_bench.values():
+            for s in bench_sites.values():
+                for c, v in (s.reward or {}).items():
+                    names.setdefault(c, []).append(v)
+        reward_kinds = {c: ("str" if c == "reward_label" else _kind_of_values(names[c]))
+                        for c in sorted(names)}
+    benchmarks: dict[str, dict[str, Any]] = {}
+    for bench, bench_sites in per_bench.items():
+        rows = list(bench_sites.values())
+        built.files[f"{bench}/{SITES}"] = _sites_file(rows, with_labels, reward_kinds)
+        entry: dict[str, Any] = {"labels": bench in labels, "rewards": bench in rewards,
+                                 "sites": len(rows)}
+        if bench in labels:
+            entry["labels_rows"] = len(labels[bench].table)
+            entry["labelled_sites"] = sum(s.label is not None for s in rows)
+            entry["labelled_without_features"] = sum(  # left out of training, as from labels
+                s.label is not None and not s.labels_features for s in rows)
+        if bench in rewards:
+            entry["reward_sites"] = sum(s.reward_order is not None for s in rows)
+        benchmarks[bench] = entry
+    for bench in sorted(trees):
+        data, n = _trees_file(bench, trees[bench])
+        built.files[f"{bench}/{TREES}"] = data
+        benchmarks.setdefault(bench, {"labels": False, "rewards": False, "sites": 0})
+        benchmarks[bench]["trees"] = n
+    built_from: dict[str, Any] = {}
+    if with_labels:
+        built_from["labels"] = {"directory": sources.labels, "tables": {
+            b: {"file": labels[b].file, "sha256": labels[b].sha256} for b in sorted(labels)}}
+    if with_rewards:
+        built_from["rewards"] = {"directory": sources.rewards, "model": sources.model,
+                                 "hyper": sources.hyper, "tables": {
+                                     b: {"hyper": rewards[b].hyper, "sha256": rewards[b].sha256}
+                                     for b in sorted(rewards)}}
+    if trees:
+        built_from["trees"] = {"rundirs": {n: dict(sources.rundirs[n])
+                                           for n in sorted(sources.rundirs)},
+                               "batch_log": sources.batch_log}
+    built.index = {
+        "format": FORMAT, "version": VERSION, "built_from": built_from,
+        "label_threshold": sources.label_threshold if with_labels else None,
+        "reward_threshold": sources.reward_threshold if with_rewards else None,
+        "benchmarks": {b: benchmarks[b] for b in sorted(benchmarks)},
+        "files": {p: {"sha256": _sha256(d), "bytes": len(d)}
+                  for p, d in sorted(built.files.items())}}
+    return built
+
+
+def index_text(index: Mapping[str, Any]) -> str:
+    return json.dumps(index, indent=1, sort_keys=True) + "\n"
+
+
+def write_dataset(built: Built, out: Path) -> list[Path]:
+    """Write ``built`` into ``out`` (made if needed), each file atomically, dataset.json last;
+    the files of an earlier dataset there that this one lacks are removed.  ``out`` must be
+    new, empty or a dataset (DatasetError otherwise: nothing else there is touched)."""
+    old: dict[str, Any] = {}
+    if out.exists():
+        if not out.is_dir():
+            raise DatasetError(f"{out}: not a directory (expected a new or empty directory, "
+                               "or a dataset to replace)")
+        if (out / INDEX).is_file():
+            try:
+                old = json.loads((out / INDEX).read_text(encoding="utf-8")).get("files", {})
+            except (OSError, ValueError, AttributeError):
+                old = {}
+        elif any(out.iterdir()):
+            raise DatasetError(f"{out}: not empty and not a dataset (no {INDEX}): expected a "
+                               "new or empty directory, or a dataset to replace")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for rel, data in sorted(built.files.items()):
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_output(path) as tmp:
+            tmp.write_bytes(data)
+        written.append(path)
+    with atomic_output(out / INDEX) as tmp:  # a new file's permissions, as the others
+        tmp.write_text(index_text(built.index), encoding="utf-8")
+    written.append(out / INDEX)
+    for rel in sorted(set(old) - set(built.files)) if isinstance(old, dict) else ():
+        stale = out / rel
+        if stale.is_file() and stale.resolve().is_relative_to(out.resolve()):
+            stale.unlink()
+            if stale.parent != out and not any(stale.parent.iterdir()):
+                stale.parent.rmdir()
+    return written
+
+
+# -- reading ------------------------------------------------------------------------------
+
+@dataclass
+class Dataset:
+    """A dataset read back and checked: its index and each benchmark's sites, as rows of
+    Python values (the files' exact values)."""
+
+    root: Path
+    index: dict[str, Any]
+    sites: dict[str, list[dict[str, Any]]]
+
+    def _with(self, what: str) -> list[str]:
+        return sorted(b for b, e in self.index["benchmarks"].items() if e.get(what))
+
+    @property
+    def labelled(self) -> list[str]:
+        """The benchmarks that had a labels table."""
+        return self._with("labels")
+
+    @property
+    def rewarded(self) -> list[str]:
+        """The benchmarks that had rewards."""
+        return self._with("rewards")
+
+    @property
+    def has_labels(self) -> bool:
+        return "labels" in self.index["built_from"]
+
+    @property
+    def has_rewards(self) -> bool:
+        return "rewards" in self.index["built_from"]
+
+    @property
+    def model(self) -> str | None:
+        return self.index["built_from"].get("rewards", {}).get("model")
+
+    @property
+    def hyper(self) -> str | None:
+        return self.index["built_from"].get("rewards", {}).get("hyper")
+
+    def labels_table(self, bench: str) -> pd.DataFrame:
+        """The labels table the sites of ``bench`` came from, as ``read_sites_table`` reads
+        it for the labelling: one row per measured comparison, the site's features on each
+        (None where the table had none), so ``label_sites`` labels it as it did the table."""
+        rows = []
+        for s in self.sites[bench]:
+            if s.get("measurements") is None:
+                continue
+            features = {n: s[n] if s["labels_features"] else None for n in SITE_FEATURES}
+            ids = {k: s[k] for k, _ in SITE_IDS if k != "heuristic_action"}
+            for m in s["measurements"]:
+                rows.append({**ids, **features, **m})
+        columns = ([k for k, _ in SITE_IDS] + SITE_FEATURES
+                   + [k for k, _ in MEASUREMENT if k != "heuristic_action"])
+        table = pd.DataFrame(rows, columns=columns, dtype=object)
+        for c in ("effect", "low", "high"):
+            table[c] = table[c].astype(float)
+        table["round"] = table["round"].astype(int)
+        return table
+
+    def rewards_table(self, bench: str) -> pd.DataFrame:
+        """The call rows of ``bench``'s rewards (unit, round, key, kind, net), in their
+        order."""
+        rows = sorted((s for s in self.sites[bench] if s.get("reward_order") is not None),
+                      key=lambda s: s["reward_order"])
+        return pd.DataFrame({"unit": [s["unit"] for s in rows],
+                             "round": [s["round"] for s in rows],
+                             "key": [s["key"] for s in rows], "kind": ["call"] * len(rows),
+                             "net": [math.nan if s["reward_net"] is None else s["reward_net"]
+                                     for s in rows]})
+
+    def build_features(self, bench: str) -> pd.DataFrame:
+        """The heuristic build's features of ``bench``'s reward sites, as ``train-policy``
+        takes them from the decision dumps: unit, round, key, then every feature."""
+        rows = [{"unit": s["unit"], "round": s["round"], "key": s["key"],
+                 **{n: s[n] for n in SITE_FEATURES}}
+                for s in self.sites[bench] if s.get("build_features")]
+        return pd.DataFrame(rows)
+
+
+def _fail_index(path: Path, what: str) -> DatasetError:
+    return DatasetError(f"{path}: {what} ({_EXPECTED})")
+
+
+def read_index(root: Path) -> dict[str, Any]:
+    """dataset.json, checked: format, version, and the entries a reader relies on."""
+    path = root / INDEX
+    if not root.is_dir():
+        raise DatasetError(f"{root}: no such dataset directory ({_EXPECTED})")
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise _fail_index(path, "no such file") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise _fail_index(path, f"not a dataset index ({reason})") from None
+    if not isinstance(index, dict) or index.get("format") != FORMAT:
+        raise _fail_index(path, f"not a dataset index (no \"format\": \"{FORMAT}\")")
+    if index.get("version") != VERSION:
+        raise DatasetError(f"{path}: dataset version {index.get('version')!r}: expected "
+                           f"{VERSION} (this version of export-dataset and train-policy reads "
+                           f"version {VERSION}: export it again)")
+    for name, kind in (("built_from", dict), ("benchmarks", dict), ("files", dict)):
+        if not isinstance(index.get(name), kind):
+            raise _fail_index(path, f"no {name!r} object")
+    for bench, entry in index["benchmarks"].items():
+        if not isinstance(entry, dict) or "/" in bench or bench in ("", ".", ".."):
+            raise _fail_index(path, f"benchmark {bench!r}: expected an object by its name")
+    for rel, entry in index["files"].items():
+        if (not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str)
+                or Path(rel).is_absolute() or ".." in Path(rel).parts):
+            raise _fail_index(path, f"file {rel!r}: expected a relative path with its sha256")
+    if "labels" in index["built_from"]:
+        if not isinstance(index.get("label_threshold"), (int, float)):
+            raise _fail_index(path, "no label_threshold")
+    if "rewards" in index["built_from"] and not isinstance(index["built_from"]["rewards"],
+                                                           dict):
+        raise _fail_index(path, "built_from.rewards: expected an object")
+    return index
+
+
+def _check_sites(path: Path, rows: list[dict[str, Any]], columns: set[str], index: dict,
+                 bench: str) -> None:
+    """The columns and values training reads, so a hand-edited file fails in one line."""
+    needed = [k for k, _ in SITE_IDS] + SITE_FEATURES
+    if "labels" in index["built_from"]:
+        needed += ["labels_features", "label", "label_context", "measurements"]
+    if "rewards" in index["built_from"]:
+        needed += ["build_features", "reward_order", "reward_net"]
+    missing = [c for c in needed if c not in columns]
+    if missing:
+        raise DatasetError(f"{path}: no column {', '.join(missing)} ({_EXPECTED})")
+    choices = {"status": STATUSES, "context": CONTEXTS, "action": ACTIONS, "trial": TRIALS}
+    for i, s in enumerate(rows):
+        at = f"{path}: row {i + 1}"
+        if s["benchmark"] != bench:
+            raise DatasetError(f"{at}: benchmark {s['benchmark']!r}: expected {bench!r}")
+        for k in ("unit", "key"):
+            if not isinstance(s[k], str) or not s[k]:
+                raise DatasetError(f"{at}: {k} {s[k]!r}: expected text")
+        if not isinstance(s["round"], int):
+            raise DatasetError(f"{at}: round {s['round']!r}: expected an integer")
+        for m in s.get("measurements") or ():
+            for k, allowed in choices.items():
+                if m[k] not in allowed:
+                    raise DatasetError(f"{at}: measurement {k} {m[k]!r}: expected one of "
+                                       f"{', '.join(allowed)}")
+            if m["status"] == "measured" and not all(
+                    isinstance(m[k], float) and math.isfinite(m[k])
+                    for k in ("effect", "low", "high")):
+                raise DatasetError(f"{at}: a measured comparison without a finite effect, "
+                                   "low and high (log speedup)")
+
+
+def read_dataset(root: Path) -> Dataset:
+    """A dataset, checked: its index (format, version), the sha256 of every file it lists
+    (a file changed after the export is refused), and the columns training reads."""
+    import pyarrow.parquet as pq
+    index = read_index(root)
+    for rel, entry in sorted(index["files"].items()):
+        path = root / rel
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise DatasetError(f"{path}: missing ({INDEX} lists it)") from None
+        except OSError as exc:
+            raise DatasetError(f"{path}: unreadable ({exc.strerror or exc})") from None
+        if _sha256(data) != entry["sha256"]:
+            raise DatasetError(f"{path}: sha256 {_sha256(data)[:16]}..., but {INDEX} says "
+                               f"{entry['sha256'][:16]}... (the file changed after "
+                               "export-dataset wrote it: export it again)")
+    sites = {}
+    for bench, entry in sorted(index["benchmarks"].items()):
+        if not (entry.get("labels") or entry.get("rewards")):
+            continue
+        rel = f"{bench}/{SITES}"
+        path = root / rel
+        if rel not in index["files"]:
+            raise DatasetError(f"{root / INDEX}: benchmark {bench} has labels or rewards, "
+                               f"but no {rel} is listed ({_EXPECTED})")
+        try:
+            table = pq.read_table(path)
+        except Exception as exc:  # pyarrow's errors have no common base but Exception
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise DatasetError(f"{path}: not a sites table ({reason})") from None
+        rows = table.to_pylist()
+        _check_sites(path, rows, set(table.column_names), index, bench)
+        sites[bench] = rows
+    return Dataset(root=root, index=index, sites=sites)
+
+
+# -- rewards: the hyperparameters train-policy chooses ------------------------------------
+
+def best_hyper(fits: pd.DataFrame, model: str) -> str | None:
+    """The hyperparameters of ``model`` with the best mean held-out score in a ``fits.csv``
+    (R^2, then rank correlation; with neither, the first by name); None: no fit of it."""
+    fits = fits[fits["model"] == model]
+    if fits.empty:
+        return None
+    # by held-out R^2, then rank correlation; with neither (too few candidates to hold any
+    # out), the first setting by name
+    for score in ("r2", "spearman"):
+        means = fits.groupby("hyperparameters")[score].mean().dropna()
+        if not means.empty:
+            return str(means.idxmax())
+    return str(sorted(fits["hyperparameters"])[0])
+
+
+def file_sha256(path: Path) -> str:
+    return _sha256(path.read_bytes())
+

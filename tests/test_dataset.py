@@ -1,0 +1,320 @@
+"""export-dataset and train-policy --dataset (analysis.dataset): a dataset exported from labels
+tables trains, with no compiler and no config, the very policy file the tables train, byte for
+byte; exported twice it is the same bytes; with rewards the training table is the one the
+rewards and the heuristic build's features give; a malformed dataset is one line, exit 2."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.dataset import (
+    INDEX,
+    DatasetError,
+    LabelsInput,
+    RewardsInput,
+    Sources,
+    build_dataset,
+    read_dataset,
+    write_dataset,
+)
+from analysis.label_training import FEATURES, label_sites, read_sites_table
+from analysis.policy_training import KEY, combine, encode, reward_sites, table_sha256, train
+from dispatcher.build.policy_file import policy_text
+
+REPO = Path(__file__).resolve().parent.parent
+LABELS = REPO / "results" / "labels"
+# nbody: unmeasured sites and sites without features; fannkuch: both actions; orbit: inline
+SMALL = ("nbody", "fannkuch", "orbit")
+
+
+def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "commands", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+
+
+def _one_line(r: subprocess.CompletedProcess, prog: str) -> str:
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: "), r.stderr
+    assert "Traceback" not in r.stderr
+    return lines[0]
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.fixture
+def labels(tmp_path: Path) -> Path:
+    """Three committed labels tables: nbody as Parquet, fannkuch as CSV, orbit as both."""
+    out = tmp_path / "labels"
+    for bench, names in (("nbody", ("sites.parquet",)), ("fannkuch", ("sites.csv",)),
+                         ("orbit", ("sites.parquet", "sites.csv"))):
+        (out / bench).mkdir(parents=True)
+        for name in names:
+            shutil.copy(LABELS / bench / name, out / bench / name)
+    return out
+
+
+def test_a_dataset_trains_the_policy_its_labels_train_byte_for_byte(labels, tmp_path):
+    first = _cli("export-dataset", "--labels", "labels", "--out", "ds", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "nbody: 12 sites, 52 label rows, 8 sites labelled at 0.01" in first.stdout
+    assert first.stdout.strip().splitlines()[-1].startswith("ds: 3 benchmarks, 3 files, ")
+    again = _cli("export-dataset", "--labels", "labels", "--out", "again", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert _files(tmp_path / "ds") == _files(tmp_path / "again")  # byte for byte
+    index = json.loads((tmp_path / "ds" / INDEX).read_text())
+    assert sorted(index["files"]) == [f"{b}/sites.parquet" for b in sorted(SMALL)]
+    assert index["label_threshold"] == 0.01 and index["version"] == 1
+    # training needs neither a compiler nor a config: none is there
+    nothing = {"INLINING_COMPILER_PREFIX": str(tmp_path / "no-compiler")}
+    for options in ((), ("--classifier", "boosted", "--label-threshold", "0.003")):
+        a = _cli("train-policy", "--labels", "labels", *options, "--out", "a.policy",
+                 cwd=tmp_path)
+        b = _cli("train-policy", "--dataset", "ds", *options, "--out", "b.policy",
+                 cwd=tmp_path, env=nothing)
+        assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
+        assert (tmp_path / "a.policy").read_bytes() == (tmp_path / "b.policy").read_bytes()
+        assert (tmp_path / "a.policy.scores.csv").read_bytes() == \
+            (tmp_path / "b.policy.scores.csv").read_bytes()
+        assert a.stdout.replace("a.policy", "b.policy") == b.stdout  # the same report
+    # exported again over itself: the same bytes; a directory that is not a dataset is not
+    # overwritten
+    over = _cli("export-dataset", "--labels", "labels", "--out", "ds", cwd=tmp_path)
+    assert over.returncode == 0 and _files(tmp_path / "ds") == _files(tmp_path / "again")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    line = _one_line(_cli("export-dataset", "--labels", "labels", "--out", "mine",
+                          cwd=tmp_path), "export-dataset")
+    assert "mine: not empty and not a dataset (no dataset.json)" in line
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"
+
+
+def test_a_malformed_dataset_is_one_line(labels, tmp_path):
+    good = tmp_path / "good"
+    sources = Sources(labels="labels")
+    tables = {b: LabelsInput(read_sites_table(next((labels / b).glob("sites.*"))),
+                             "sites", "0" * 64) for b in SMALL}
+    write_dataset(build_dataset(tables, {}, {}, sources), good)
+    assert sorted(read_dataset(good).labelled) == sorted(SMALL)
+
+    def broken(name: str) -> Path:
+        path = tmp_path / name
+        shutil.copytree(good, path)
+        return path
+
+    (broken("no-index") / INDEX).unlink()
+    index = json.loads((good / INDEX).read_text())
+    (broken("version") / INDEX).write_text(json.dumps({**index, "version": 99}))
+    (broken("not-json") / INDEX).write_text("{")
+    changed = broken("changed") / "orbit" / "sites.parquet"
+    changed.write_bytes((good / "nbody" / "sites.parquet").read_bytes())
+    (broken("missing") / "fannkuch" / "sites.parquet").unlink()
+    cases = {
+        "no-index": f"{tmp_path}/no-index/dataset.json: no such file (expected a dataset as "
+                    "export-dataset writes",
+        "version": f"{tmp_path}/version/dataset.json: dataset version 99: expected 1",
+        "not-json": f"{tmp_path}/not-json/dataset.json: not a dataset index (",
+        "changed": f"{changed}: sha256 ",
+        "missing": f"{tmp_path}/missing/fannkuch/sites.parquet: missing (dataset.json lists "
+                   "it)",
+        "nowhere": f"{tmp_path}/nowhere: no such dataset directory",
+    }
+    for name, message in cases.items():
+        with pytest.raises(DatasetError) as err:
+            read_dataset(tmp_path / name)
+        assert str(err.value).startswith(message), (str(err.value), message)
+        assert "\n" not in str(err.value)
+    assert "the file changed after export-dataset wrote it" in _one_line(
+        _cli("train-policy", "--dataset", "changed", cwd=tmp_path), "train-policy")
+    assert _one_line(_cli("train-policy", "--dataset", "version", cwd=tmp_path),
+                     "train-policy").startswith("train-policy: version/dataset.json: dataset "
+                                                "version 99: expected 1")
+    assert _one_line(_cli("train-policy", "--dataset", "good", "--labels", "labels",
+                          cwd=tmp_path), "train-policy") == \
+        "train-policy: --dataset: not with --labels or --rewards (a dataset holds the " \
+        "labels and rewards it was exported from)"
+    assert "nothing to export" in _one_line(_cli("export-dataset", cwd=tmp_path),
+                                            "export-dataset")
+
+
+def _feature_rows(table: pd.DataFrame) -> list[dict]:
+    """Feature rows as a heuristic build's dump gives them (unit, round, key, callee, action,
+    reason, then every feature), one per featured site of a labels table."""
+    rows = {}
+    for r in table.to_dict("records"):
+        if r["callee_size"] is None or (r["unit"], r["round"], r["key"]) in rows:
+            continue
+        rows[(r["unit"], r["round"], r["key"])] = {
+            "unit": r["unit"], "round": r["round"], "key": r["key"], "callee": r["callee"],
+            "action": r["heuristic_action"], "reason": r["heuristic_reason"],
+            **{n: r[n] for n in FEATURES if n not in ("unit", "key")}}
+    return list(rows.values())
+
+
+def test_with_rewards_the_training_table_is_the_rewards_and_builds(labels, tmp_path):
+    """Rewards for every featured site of nbody and fannkuch, for two sites only the build
+    has, and for nbody's featureless sites (given features by the build); the build has more
+    decisions than rewards (with absent features: other column types).  The dataset's site
+    table is the one the labels, rewards and build give, and so is the policy."""
+    tables = {b: read_sites_table(next((labels / b).glob("sites.*"))) for b in SMALL}
+    rewards, builds = {}, {}
+    for i, bench in enumerate(("nbody", "fannkuch")):
+        rows = _feature_rows(tables[bench])
+        extra = [{**rows[0], "key": rows[0]["key"] + f"/I/C(Extra.f{j}@x.ml:1:0-9)",
+                  "callee_size": 7 + j} for j in range(2)]
+        featureless = [{**rows[0], "unit": u, "round": r, "key": k} for u, r, k in
+                       tables[bench][KEY].drop_duplicates().itertuples(index=False)
+                       if k not in {x["key"] for x in rows}]
+        unrewarded = [{**rows[-1], "key": "C(Other.g@y.ml:2:0-9)", "lifting": None,
+                       "depth": None, "evaluation": None}]
+        builds[bench] = pd.DataFrame(rows + extra + featureless + unrewarded)
+        called = rows + extra + featureless
+        rewards[bench] = pd.DataFrame({
+            "unit": [r["unit"] for r in called], "round": [r["round"] for r in called],
+            "key": [r["key"] for r in called], "kind": "call",
+            "name": [r["callee"] for r in called], "depth": 0,
+            "net": [(-1) ** (j + i) * 0.01 * (j % 4) for j in range(len(called))],
+            "supported": [j % 2 == 0 for j in range(len(called))],
+            "optimal": ["inline" if j % 3 else None for j in range(len(called))]})[::-1]
+    sources = Sources(labels="labels", rewards="rewards", model="ridge", hyper="h")
+    built = build_dataset({b: LabelsInput(t, "sites", "0" * 64) for b, t in tables.items()},
+                          {b: RewardsInput(rewards[b], "h", "0" * 64, builds[b])
+                           for b in rewards}, {}, sources)
+    write_dataset(built, tmp_path / "ds")
+    ds = read_dataset(tmp_path / "ds")
+    assert ds.labelled == sorted(SMALL) and ds.rewarded == ["fannkuch", "nbody"]
+    for threshold, label_threshold in ((0.005, 0.01), (0.015, 0.003)):
+        direct = combine(
+            pd.concat([label_sites(t, label_threshold)[0].assign(benchmark=b)
+                       for b, t in sorted(tables.items())], ignore_index=True),  # as trained
+            reward_sites(rewards, {b: f.drop(columns=["callee", "action", "reason"])
+                                   for b, f in builds.items()}, threshold))
+        via = combine(
+            pd.concat([label_sites(ds.labels_table(b), label_threshold)[0].assign(benchmark=b)
+                       for b in ds.labelled], ignore_index=True),
+            reward_sites({b: ds.rewards_table(b) for b in ds.rewarded},
+                         {b: ds.build_features(b) for b in ds.rewarded}, threshold))
+        assert (direct["source"] == "rewards").sum() >= 10  # extra and featureless sites
+        one, two = encode(direct), encode(via)
+        assert table_sha256(one) == table_sha256(two)
+        assert policy_text(train(one, "logistic", threshold)) == \
+            policy_text(train(two, "logistic", threshold))
+    # a site whose features the labels table and the build disagree on cannot be one row
+    differ = builds["fannkuch"].copy()
+    differ.loc[0, "callee_size"] += 1
+    with pytest.raises(DatasetError, match=r"feature callee_size is \d+ in the labels table "
+                                           r"but \d+ in the heuristic build"):
+        build_dataset({"fannkuch": LabelsInput(tables["fannkuch"], "sites", "0" * 64)},
+                      {"fannkuch": RewardsInput(rewards["fannkuch"], "h", "0" * 64, differ)},
+                      {}, sources)
+
+
+@pytest.fixture(scope="module")
+def built_dumps(compiler, tmp_path_factory):
+    """The heuristic builds' decisions (with features) of two small bundled benchmarks."""
+    from dispatcher.build.driver import build_benchmark
+    from dispatcher.build.manifest import resolve_benchmark
+    from dispatcher.core.decisions import read_dump
+    tmp = tmp_path_factory.mktemp("dataset-features")
+    got = {}
+    for name in ("kahan", "hamming"):
+        built = build_benchmark(resolve_benchmark(name), tmp / name, compiler.ocamlopt,
+                                dump_decisions=True)
+        got[name] = [read_dump(p) for p in built.decision_files]
+    return got
+
+
+def test_export_with_rewards_compiles_once_and_trains_without_a_compiler(built_dumps,
+                                                                          tmp_path):
+    """kahan has labels and rewards, hamming rewards only: export-dataset compiles the
+    heuristic builds for the rewards' features; train-policy --dataset then writes the policy
+    train-policy --labels --rewards writes, with no compiler and no config."""
+    import yaml
+
+    from tests.test_train_from_labels import planted, sites_table
+    labels, rewards = tmp_path / "labels", tmp_path / "rewards"
+    (labels / "kahan").mkdir(parents=True)
+    sites_table("kahan", built_dumps["kahan"]).to_parquet(labels / "kahan" / "sites.parquet",
+                                                          index=False)
+    net = {"inline": 0.05, "dont_inline": -0.05, "default": 0.0}
+    for i, name in enumerate(("kahan", "hamming")):
+        for hyper, sign in (("h1", 1), ("h2", -1)):
+            out = rewards / name / "ridge" / hyper
+            out.mkdir(parents=True)
+            decisions = [d for dump in built_dumps[name] for d in dump.decisions]
+            pd.DataFrame({"unit": [d.unit for d in decisions],
+                          "round": [d.round for d in decisions],
+                          "key": [d.key for d in decisions], "kind": "call",
+                          "net": [sign * net[planted(d)] for d in decisions]}).to_csv(
+                out / "rewards.csv", index=False)
+        (rewards / name / "sources.json").write_text(json.dumps(
+            {"benchmark": name, "directory": None, "rundirs": []}))
+        # best: h1 for kahan, h2 for hamming
+        pd.DataFrame({"model": "ridge", "hyperparameters": ["h1", "h2"],
+                      "r2": [0.5, 0.2] if i == 0 else [0.1, 0.3],
+                      "spearman": 0.0}).to_csv(rewards / name / "fits.csv", index=False)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump({"store": str(tmp_path / "store")}))
+    done = _cli("export-dataset", "--labels", "labels", "--rewards", "rewards", "--config",
+                str(cfg), "--out", "ds", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    index = json.loads((tmp_path / "ds" / INDEX).read_text())
+    assert index["built_from"]["rewards"]["tables"]["kahan"]["hyper"] == "h1"
+    assert index["built_from"]["rewards"]["tables"]["hamming"]["hyper"] == "h2"
+    a = _cli("train-policy", "--labels", "labels", "--rewards", "rewards", "--config",
+             str(cfg), "--classifier", "boosted", "--out", "a.policy", cwd=tmp_path)
+    b = _cli("train-policy", "--dataset", "ds", "--classifier", "boosted", "--out",
+             "b.policy", cwd=tmp_path,
+             env={"INLINING_COMPILER_PREFIX": str(tmp_path / "no-compiler")})
+    assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
+    assert "labels and rewards: " in b.stdout
+    assert (tmp_path / "a.policy").read_bytes() == (tmp_path / "b.policy").read_bytes()
+    # the dataset's rewards are those of one model and hyperparameters: no others asked
+    line = _one_line(_cli("train-policy", "--dataset", "ds", "--hyper", "h2", cwd=tmp_path),
+                     "train-policy")
+    assert line == "train-policy: --hyper h2: ds holds the rewards of --hyper best " \
+                   "(export-dataset chose them; export again for others)"
+
+
+def test_the_trees_of_search_rundirs(tmp_path):
+    """The golden rundirs' measured candidates: one row each, the figure analysis.extract
+    gives, the tree's decisions; labels rundirs of a batch log passed over; the same bytes
+    twice; a dataset of trees alone trains nothing, in one line."""
+    from analysis.extract import extract
+    log = tmp_path / "batch.log"
+    golden = REPO / "tests" / "golden"
+    log.write_text((golden / "batch.log").read_text().replace(
+        '"rundir": "rundir-', f'"rundir": "{golden}/rundir-') + json.dumps(
+        {"algorithm": "sites", "rundir": str(golden / "labels-v1"), "steps": 1,
+         "task": "tinysum", "time": 1.0}) + "\n")
+    for out in ("one", "two"):
+        r = _cli("export-dataset", "--batch-log", str(log), "--out", out, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("tinysum: 18 trees\n")
+    assert _files(tmp_path / "one") == _files(tmp_path / "two")
+    trees = pd.read_parquet(tmp_path / "one" / "tinysum" / "trees.parquet")
+    want = extract([golden / "rundir-v1", golden / "rundir-v2"])["tinysum"]
+    assert len(trees) == len(want.table) == 18
+    assert list(trees["rundir"].unique()) == ["rundir-v1", "rundir-v2"]
+    measured = trees[~trees["failed"]]
+    assert measured["speedup"].tolist() == pytest.approx(
+        want.table[~want.table["failed"].astype(bool)]["speedup"].tolist())
+    row = trees.iloc[-1]
+    assert [(d["unit"], d["round"], d["key"], d["action"]) for d in row["decisions"]] == \
+        sorted(want.trees[row["tree"]].decisions())
+    index = json.loads((tmp_path / "one" / INDEX).read_text())
+    assert sorted(index["built_from"]["trees"]["rundirs"]) == ["rundir-v1", "rundir-v2"]
+    assert _one_line(_cli("train-policy", "--dataset", "one", cwd=tmp_path),
+                     "train-policy") == "train-policy: one: no benchmark's labels or rewards " \
+                                        "there"
