@@ -25,6 +25,7 @@ COMMANDS = {
     "run-plugin-benchmark": "commands.run_plugin_benchmark:run_plugin_benchmark",
     "measure-sites": "commands.measure_sites:measure_sites",
     "export-dataset": "commands.export_dataset:export_dataset",
+    "run-campaign": "commands.run_campaign:run_campaign",
 }
 
 

@@ -70,3 +70,7 @@ def measure_sites() -> None:
 
 def export_dataset() -> None:
     _launch("export-dataset", "commands.export_dataset")
+
+
+def run_campaign() -> None:
+    _launch("run-campaign", "commands.run_campaign")
