@@ -282,7 +282,8 @@ def load_campaign(path: Path, *, quick: bool = False) -> Campaign:
 
 # ---------------------------------------------------------------------- state
 
-STAGES = ("search", "labels", "rewards", "policy", "evaluate", "optimal", "publish")
+STAGES = ("search", "labels", "rewards", "policy", "evaluate", "optimal", "dataset",
+          "publish")
 DESCRIPTIONS = {
     "search": "search the training split (run_training_experiments)",
     "labels": "measure sites: attribute the winners, sweep hot sites (measure-sites)",
@@ -290,6 +291,7 @@ DESCRIPTIONS = {
     "policy": "train the policy, validated by measurement (train-policy)",
     "evaluate": "the policy and the baselines on the evaluation split (run-plugin-benchmark)",
     "optimal": "the optimal trees of the rewards (run-all-benchmarks)",
+    "dataset": "the labels, rewards and measured trees as a dataset (export-dataset)",
     "publish": "write the results (summary.csv, per-program CSVs, policy, README.md)",
 }
 DONE = ("done", "budget", "gate-failed", "skipped")
@@ -438,6 +440,14 @@ def stage_command(campaign: Campaign, stage: str) -> list[str] | None:
         return ["run-all-benchmarks", *conf, c.rewards_model, "--rewards", str(d / "rewards"),
                 "--size", c.size, "--runs", str(c.evaluate.runs), "--max-pairs",
                 str(c.evaluate.max_pairs), "--results", str(d / "results")]
+    if stage == "dataset":
+        inputs = [*[a for a in ("--labels", str(d / "labels")) if (d / "labels").is_dir()],
+                  *([a for a in ("--rewards", str(d / "rewards"), "--model", c.rewards_model)]
+                    if (d / "rewards").is_dir() else []),
+                  *(["--batch-log", str(c.batch_log)] if searches else [])]
+        if not inputs:
+            return None
+        return ["export-dataset", *conf, *inputs, "--out", str(d / "dataset")]
     raise ValueError(f"unknown stage {stage!r}")
 
 

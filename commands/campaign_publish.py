@@ -4,9 +4,10 @@ into ``results`` (the repository's, by default), with a README that says what pr
 Written: ``summary.csv`` (policy or baseline, split, program, speedup, low, high, pairs, binary
 size; the policy against each baseline), per-program CSVs (``<bench>/plugins/``, and the
 optimal trees' ``<bench>/<model>/``), ``global-setting.json``, the policy file with its
-validation scores, the labels tables and their figures (``labels/<bench>/``), the searches'
-plots (``search/<task>.png``), and ``README.md`` with the stages' tables, the settings, the
-compiler's identity and the machine.  Nothing in it depends on when it is written: a rerun
+validation scores, the labels tables and their figures (``labels/<bench>/``), the dataset
+(``dataset/``: ``export-dataset``'s), the searches' plots (``search/<rundir>.png``), and
+``README.md`` with the stages' tables, the command that trains the same policy from the
+dataset, the settings, the compiler's identity and the machine.  Nothing in it depends on when it is written: a rerun
 over the same campaign directory writes the same files.
 """
 from __future__ import annotations
@@ -61,6 +62,20 @@ def _log(campaign: plan.Campaign, stage: str) -> str:
         return ""
 
 
+def reproduce_command(campaign: plan.Campaign) -> str:
+    """train-policy --dataset with the options that wrote the campaign's policy (the
+    classifier its measured validation kept)."""
+    import re
+    text = campaign.policy_file.read_text(encoding="utf-8", errors="replace")
+    found = re.search(r"\(classifier ([a-z_]+)\)", text)
+    classifier = found.group(1) if found else campaign.policy.classifier
+    model = (f" --model {campaign.rewards_model}" if (campaign.dir / "rewards").is_dir()
+             else "")
+    return (f"train-policy --dataset dataset --classifier {classifier} --margin "
+            f"{campaign.policy.margin} --growth-budget {campaign.policy.growth_budget}{model} "
+            f"--out {campaign.policy_file.name}")
+
+
 def readme(campaign: plan.Campaign, state: plan.CampaignState, spent_s: float) -> str:
     source = campaign.source.read_text(encoding="utf-8")
     lines = [
@@ -90,6 +105,11 @@ def readme(campaign: plan.Campaign, state: plan.CampaignState, spent_s: float) -
         text = _log(campaign, stage)
         if text:
             lines += [f"## {title}", "", "```", text, "```", ""]
+    if (campaign.dir / "dataset").is_dir() and campaign.policy_file.is_file():
+        lines += ["## Reproducing the policy from the dataset", "",
+                  "From `dataset/` alone (no compiler, no config), the same policy file byte "
+                  "for byte (docs/dataset.md):", "", "```",
+                  reproduce_command(campaign), "```", ""]
     lines += [
         "## Where it ran",
         "",
@@ -135,6 +155,11 @@ def publish(campaign: plan.Campaign) -> list[Path]:
                 if src.is_file() and src.name in ("sites.csv", "sites.parquet", "report.txt",
                                                   "effects.png"):
                     _copy(src, out / "labels" / src.parent.name / src.name, written)
+        dataset = d / "dataset"
+        if dataset.is_dir():
+            for src in sorted(dataset.rglob("*")):
+                if src.is_file():
+                    _copy(src, out / "dataset" / src.relative_to(dataset), written)
         for rundir in plan.experiments(campaign.batch_log, plan.SEARCHES):
             plot = rundir / "plot.png"
             if plot.is_file():

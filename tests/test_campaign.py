@@ -260,8 +260,17 @@ def test_a_campaign_runs_to_its_published_results_and_a_rerun_writes_the_same(tm
     readme = (out / "README.md").read_text()
     assert "## The policy and the baselines" in readme and "lu" in readme
     assert "compiler: " in readme and "machine: " in readme
+    assert (out / "dataset" / "dataset.json").is_file()
+    # the README's command trains the same policy from the published dataset alone
+    command = readme.split("## Reproducing the policy from the dataset")[1].split("```")[1]
+    argv = command.split()
+    assert argv[0] == "train-policy"
+    again = subprocess.run([str(BIN / argv[0]), *argv[1:-1], str(tmp_path / "again.policy")],
+                           cwd=out, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "again.policy").read_bytes() == (out / "policy.policy").read_bytes()
     files = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     again = campaign("--config", str(path), cwd=tmp_path, timeout=600)
     assert again.returncode == 0, again.stderr
-    assert "[1/7]" not in again.stderr and "search    done" in again.stdout
+    assert f"[1/{len(plan.STAGES)}]" not in again.stderr and "search    done" in again.stdout
     assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == files
