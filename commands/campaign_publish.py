@@ -7,8 +7,8 @@ optimal trees' ``<bench>/<model>/``), ``global-setting.json``, the policy file w
 validation scores, the labels tables and their figures (``labels/<bench>/``), the dataset
 (``dataset/``: ``export-dataset``'s), the searches' plots (``search/<rundir>.png``), and
 ``README.md`` with the stages' tables, the command that trains the same policy from the
-dataset, the settings, the compiler's identity and the machine.  Nothing in it depends on when it is written: a rerun
-over the same campaign directory writes the same files.
+dataset, the settings, the compiler's identity and the machine.  Nothing in it depends on when
+it is written: a rerun over the same campaign directory writes the same files.
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def _compiler_identity() -> str:
     from dispatcher.build.toolchain import CompilerNotFound, locate_compiler
     try:
         compiler = locate_compiler(build=False)
-        return f"{compiler.identity()} ({compiler.ocamlopt})"
+        return f"ocamlopt sha256 {compiler.identity} (compiler/flambda-inlining.patch)"
     except (CompilerNotFound, OSError) as exc:
         return f"unknown ({exc})"
 
