@@ -79,7 +79,10 @@ class _Child:
         log.parent.mkdir(parents=True, exist_ok=True)
         self.log = log.open("w", encoding="utf-8")
         exe = Path(sys.executable).parent / argv[0]
-        self.proc = subprocess.Popen([str(exe), *argv[1:]], cwd=cwd, stdout=subprocess.PIPE,
+        # its tables go to a pipe: rich would lay them out for an unbounded width
+        env = {**os.environ, "COLUMNS": os.environ.get("COLUMNS", "120")}
+        self.proc = subprocess.Popen([str(exe), *argv[1:]], cwd=cwd, env=env,
+                                     stdout=subprocess.PIPE,
                                      text=True, errors="replace", bufsize=1,
                                      start_new_session=True, preexec_fn=_stop_with_parent)
         self.copier = threading.Thread(target=self._copy, daemon=True)

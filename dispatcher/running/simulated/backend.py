@@ -32,19 +32,29 @@ from dispatcher.core.records import RunResult, SampleProfile
 from dispatcher.core.validation import MAX_PARALLEL, KeyPathError, Reader, load_strict
 from dispatcher.running.agent_client import AgentError, WorkerLost
 from dispatcher.running.backend import BackendContext, BackendSpec
-from dispatcher.running.simulated.model import Model, draw_run, parse_model
+from dispatcher.running.simulated.elf import ElfError, Layout, elf_bytes, layout, read_note
+from dispatcher.running.simulated.model import (
+    ELSEWHERE_SHARE,
+    RUNTIME_SHARE,
+    Model,
+    draw_run,
+    parse_model,
+)
 from dispatcher.running.simulated.programs import (
     Program,
     SimulationError,
     compile_tree,
     dump_texts,
+    function_heat,
+    functions_of,
     load_program,
 )
 
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) \
     / "inlining-orchestrator" / "simulated"
 MAX_SLOTS = 100_000
-BINARY_FORMAT = "inlining-orchestrator simulated binary 1"
+MAX_SAMPLES = 100_000  # of one simulated profile run (the agent's buffer holds ~16k)
+BINARY_FORMAT = "inlining-orchestrator simulated binary 2"
 
 
 @dataclass(frozen=True)
@@ -59,24 +69,50 @@ class SimulatedConfig:
 
 @dataclass(frozen=True)
 class SimulatedBinary:
-    """What a simulated binary's file says: its program, the identity of its decisions and
-    the mean modelled time of its runs."""
+    """What a simulated binary's file says: its program, the identity of its decisions, the
+    mean modelled time of its runs and where that time goes (file offsets, hex, with their
+    share of the samples).  The file is a small ELF (``elf``): a symbol per function of its
+    program, this record in its ``.simulated`` section."""
 
     program: str
     decisions: str
     run_s: float
+    profile: tuple[tuple[str, float], ...] = ()
 
     def text(self) -> str:
         return json.dumps({"format": BINARY_FORMAT, "program": self.program,
-                           "decisions": self.decisions, "run_s": self.run_s},
+                           "decisions": self.decisions, "run_s": self.run_s,
+                           "profile": [list(x) for x in self.profile]},
                           sort_keys=True) + "\n"
+
+    def file_bytes(self, lay: Layout) -> bytes:
+        return elf_bytes(lay, self.text().encode())
 
     @classmethod
     def read(cls, path: Path) -> SimulatedBinary:
-        data = json.loads(path.read_text())
+        try:
+            data = json.loads(read_note(path.read_bytes()))
+        except ElfError as exc:
+            raise ValueError(f"{path}: not a simulated binary ({exc})") from None
         if data.get("format") != BINARY_FORMAT:
             raise ValueError(f"{path}: not a simulated binary")
-        return cls(data["program"], data["decisions"], float(data["run_s"]))
+        return cls(data["program"], data["decisions"], float(data["run_s"]),
+                   tuple((str(o), float(w)) for o, w in data.get("profile", [])))
+
+    def sampled(self, rng: random.Random, wall_s: float, period_ns: int) -> SampleProfile:
+        """One run's profile, as the agent samples it: about ``wall_s / period`` samples
+        drawn over the binary's offsets by their shares, a few outside the binary."""
+        if not self.profile:
+            return SampleProfile(period_ns=period_ns,
+                                 error="simulated binary: no function of its program runs")
+        n = min(int(wall_s * 1e9 / max(period_ns, 1)), MAX_SAMPLES)
+        elsewhere = sum(rng.random() < ELSEWHERE_SHARE for _ in range(n))
+        offsets: dict[str, int] = {}
+        for o in rng.choices([o for o, _ in self.profile], [w for _, w in self.profile],
+                             k=n - elsewhere):
+            offsets[o] = offsets.get(o, 0) + 1
+        return SampleProfile(period_ns=period_ns, samples=n, mapped=True,
+                             offsets=dict(sorted(offsets.items())), elsewhere=elsewhere)
 
 
 class World:
@@ -88,6 +124,7 @@ class World:
         self.model = config.model
         self._lock = threading.Lock()
         self._programs: dict[Path, Program] = {}
+        self._shapes: dict[Path, tuple[Layout, tuple[tuple[str, float], ...]]] = {}
         self._binaries: dict[str, SimulatedBinary] = {}
         # What the simulation itself costs the process (benches subtract it from the master's
         # CPU: real workers and compilers spend it elsewhere), and its builds.
@@ -110,6 +147,27 @@ class World:
             found = load_program(bench, self.config.cache_dir / "dumps")
             with self._lock:
                 found = self._programs.setdefault(where, found)
+        return found
+
+    def shape(self, bench: Benchmark, program: Program
+              ) -> tuple[Layout, tuple[tuple[str, float], ...]]:
+        """The layout of ``bench``'s binaries (a symbol per function) and where their time
+        goes (offset -> share of the samples: the runtime's, then the model's heat)."""
+        where = bench.directory.resolve()
+        with self._lock:
+            found = self._shapes.get(where)
+        if found is None:
+            functions = functions_of(program)
+            lay = layout(functions)
+            heat = function_heat(program, self.model.program(bench.name), self.model.seed)
+            index = {f: i for i, f in enumerate(functions)}
+            profile = [(f"{lay.offset(index[f]):x}", (1 - RUNTIME_SHARE) * share)
+                       for f, share in heat.items() if f in index]
+            if profile:
+                profile.insert(0, (f"{lay.runtime:x}", RUNTIME_SHARE))
+            found = (lay, tuple(profile))
+            with self._lock:
+                found = self._shapes.setdefault(where, found)
         return found
 
     def binary(self, job: RunJob) -> SimulatedBinary:
@@ -171,9 +229,8 @@ class SimulatedSlot:
                 rec = draw_run(rng, binary.run_s, program, noise, self.cpu, job.aslr,
                                job.expected_output is not None)
                 if job.profile_period_ns:
-                    rec = rec.model_copy(update={"profile": SampleProfile(
-                        period_ns=job.profile_period_ns,
-                        error="simulated worker: no samples")})
+                    rec = rec.model_copy(update={"profile": binary.sampled(
+                        rng, rec.wall_s, job.profile_period_ns)})
                 records.append(rec)
             result = RunResult(sha256=job.sha256, args=job.args, worker=self.name,
                                worker_class=self.worker_class, cpu=self.cpu,
@@ -212,15 +269,16 @@ class SimulatedBuilder:
         compiled = compile_tree(program, pins)
         identity = compiled.identity()
         model = self._world.model.program(bench.name)
-        binary = SimulatedBinary(bench.name, identity, model.mean_run_s(compiled.taken(),
-                                                                        identity))
+        lay, profile = self._world.shape(bench, program)
+        binary = SimulatedBinary(bench.name, identity,
+                                 model.mean_run_s(compiled.taken(), identity), profile)
         outdir.mkdir(parents=True, exist_ok=True)
         files = []
         for fname, text in dump_texts(program, compiled).items():
             (outdir / fname).write_text(text)
             files.append(outdir / fname)
         path = outdir / bench.binary_name()
-        path.write_text(binary.text())
+        path.write_bytes(binary.file_bytes(lay))
         cpu = time.thread_time() - cpu0
         self._world.sleep(model.compile_s)
         self._world.spent(cpu, time.monotonic() - t0)

@@ -13,6 +13,12 @@ below the measurement floor, and its wall time stretches accordingly, so the mas
 judge throws it away and a comparison runs another round); a job loses its slot with
 probability ``noise.lost`` (``WorkerLost``: the scheduler runs it again elsewhere).
 
+Where a program spends its time (``heat``, what a profile job samples): a share ``hot_share``
+of its functions runs, each with a heavy-tailed weight drawn from the seed, and every function
+holding a planted effect's decision runs with at least the share of the time its effect saves
+(a call cannot save 5% of a run that spends less than 5% where it is); ``heat`` names the
+functions and their weights instead.
+
 Pure: no clocks, no threads.  The randomness comes from the ``random.Random`` the caller
 hands in (the backend seeds one per slot from ``seed``).  docs/simulation.md.
 """
@@ -22,7 +28,7 @@ import hashlib
 import json
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -32,6 +38,9 @@ from dispatcher.core.records import RunRecord
 from dispatcher.core.validation import MAX_SECONDS, MAX_SEED, Reader, finite_number
 
 MAX_LOG_SPEEDUP = 5.0  # e^5: a planted effect beyond 150x is a typo
+HEAT_SD = 1.5  # sd of a running function's log weight: a few functions take most samples
+RUNTIME_SHARE = 0.1  # of a profile's samples in the binary: the runtime's (in no function)
+ELSEWHERE_SHARE = 0.01  # of a profile's samples: outside the binary (libraries, kernel)
 
 
 @dataclass(frozen=True, order=True)
@@ -69,6 +78,8 @@ class ProgramModel:
     cpu_share: float = 0.98  # a quiet run's CPU time over its wall time
     layout_sd: float = 0.0  # sd of the per-binary log factor (0: none)
     effects: tuple[Effect, ...] = ()
+    hot_share: float = 0.25  # share of its functions (besides the effects') that run
+    heat: tuple[tuple[str, float], ...] = ()  # (function, weight): the profile, if given
 
     def log_speedup(self, taken: Mapping[tuple[str, int, str], str]) -> float:
         """The summed log speedup of the effects that hold in ``taken``."""
@@ -81,6 +92,28 @@ class ProgramModel:
         if self.layout_sd > 0:
             layout = random.Random(identity).gauss(0.0, self.layout_sd)
         return self.run_s * math.exp(layout - self.log_speedup(taken))
+
+    def function_heat(self, name: str, functions: Sequence[str],
+                      planted: Mapping[str, float], seed: int) -> dict[str, float]:
+        """Each running function's share of the time of program ``name``, from its
+        ``functions`` (sorted) and those holding planted decisions (function -> the least
+        share: what its effects save).  ``heat`` when given, else drawn from ``seed``."""
+        if self.heat:
+            weights = {f: w for f, w in self.heat if w > 0}
+        else:
+            rng = random.Random(f"heat/{seed}/{name}")
+            others = [f for f in functions if f not in planted]
+            running = set(rng.sample(others, round(self.hot_share * len(others))))
+            weights = {f: rng.lognormvariate(0.0, HEAT_SD) for f in functions
+                       if f in running or f in planted}
+            total = sum(weights.values())
+            for f, least in planted.items():  # weight w of a total T + w - old is share s
+                if f in weights and least > 0:
+                    rest = total - weights[f]
+                    weights[f] = max(weights[f], least * rest / max(1.0 - least, 1e-9))
+                    total = rest + weights[f]
+        total = sum(weights.values())
+        return {f: w / total for f, w in sorted(weights.items())} if total > 0 else {}
 
 
 @dataclass(frozen=True)
@@ -181,7 +214,23 @@ def _effect(r: Reader, data: Any, name: str) -> Effect:
                   tuple(_condition(r, c, f"{name}.requires[{i}]") for i, c in enumerate(requires)))
 
 
-PROGRAM_KEYS = ("run_s", "compile_s", "cpu_share", "layout_sd", "effects")
+PROGRAM_KEYS = ("run_s", "compile_s", "cpu_share", "layout_sd", "effects", "hot_share",
+                "heat")
+
+
+def _heat(r: Reader, data: Any, name: str, base: tuple[tuple[str, float], ...]
+          ) -> tuple[tuple[str, float], ...]:
+    if data is None:
+        return base
+    if not isinstance(data, dict):
+        raise r.fail_kind(name, "a mapping of function names to weights", data)
+    out = []
+    for f, w in sorted(data.items()):
+        r.string(f, name)
+        if not finite_number(w) or w < 0:
+            raise r.fail(f"{name}.{f}", "a weight from 0", w)
+        out.append((f, float(w)))
+    return tuple(out)
 
 
 def _program(r: Reader, data: Any, name: str, base: ProgramModel) -> ProgramModel:
@@ -197,7 +246,10 @@ def _program(r: Reader, data: Any, name: str, base: ProgramModel) -> ProgramMode
         cpu_share=_number(r, d, "cpu_share", f"{name}.cpu_share", base.cpu_share, 0, 1, True,
                           "a CPU share"),
         layout_sd=_number(r, d, "layout_sd", f"{name}.layout_sd", base.layout_sd, 0, 1),
-        effects=tuple(_effect(r, e, f"{name}.effects[{i}]") for i, e in enumerate(effects)))
+        effects=tuple(_effect(r, e, f"{name}.effects[{i}]") for i, e in enumerate(effects)),
+        hot_share=_number(r, d, "hot_share", f"{name}.hot_share", base.hot_share, 0, 1,
+                          what="a share"),
+        heat=_heat(r, d.get("heat"), f"{name}.heat", base.heat))
 
 
 def parse_model(data: Any, r: Reader, name: str = "model") -> Model:

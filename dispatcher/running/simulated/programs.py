@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import random
 import re
@@ -51,8 +52,10 @@ from dispatcher.core.tree import (
     from_dumps,
     guard_class,
     honourable,
+    split_key,
 )
-from dispatcher.running.simulated.model import Condition, Effect
+from dispatcher.running.simulated.elf import nameable
+from dispatcher.running.simulated.model import Condition, Effect, ProgramModel
 
 DUMPS_DIR = Path(__file__).resolve().parent / "dumps"
 SOURCE_FILE = "source.json"  # in a bundle: what the dumps were made from
@@ -361,3 +364,39 @@ def plant_effects(program: Program, count: int, log_speedup: float,
         requires = (effects[-1].when,) if i % 3 == 2 else ()
         effects.append(Effect(when, log_speedup, requires))
     return tuple(effects)
+
+
+# --------------------------------------------------------------------------- its profile
+
+
+def code_function(unit: str, key: str) -> str:
+    """The function whose code holds the call ``key`` of ``unit``: its innermost declaration
+    frame, or the unit's top-level code (``dispatcher.search.focus.site_function``'s rule, a
+    layer above this one; a test keeps the two the same)."""
+    for frame in reversed(split_key(key)):
+        if frame.startswith("D(") and "@" in frame:
+            return frame[2:frame.index("@")]
+    return f"{unit}.entry"
+
+
+def functions_of(program: Program) -> tuple[str, ...]:
+    """The functions a profile of ``program`` can name (sorted): those its calls lie in and
+    those they call, as far as a symbol can name them."""
+    names = set()
+    for unit, _, node in program.tree.calls():
+        names.add(code_function(unit, node.key))
+        names.add(node.name)
+    return tuple(sorted(n for n in names if nameable(n)))
+
+
+def function_heat(program: Program, model: ProgramModel, seed: int) -> dict[str, float]:
+    """Each running function's share of ``program``'s time under ``model`` (its
+    ``function_heat``): the functions holding a planted decision run with at least the share
+    its effect saves."""
+    planted: dict[str, float] = {}
+    for e in model.effects:
+        least = max(0.0, 1.0 - math.exp(-e.log_speedup))
+        for c in (e.when, *e.requires):
+            f = code_function(c.unit, c.key)
+            planted[f] = max(planted.get(f, 0.0), least)
+    return model.function_heat(program.name, functions_of(program), planted, seed)
