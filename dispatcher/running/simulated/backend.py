@@ -7,10 +7,12 @@ run sleeps 20 ms), one job at a time per slot, so hundreds of slots fit on 2 CPU
 records are shaped as the real agent's: wall, user and sys time, CPU share, output check.
 The builder (``Backend.remote_builder``, the compile service's seam) applies a candidate's
 overrides to its program's real tree (``programs``), writes the dumps the real compiler
-would have written and a small "binary" whose content says what it is, and sleeps the
-modelled compile time times ``time_scale``.  The "compiler" is a file whose content is the
-model's identity, so a store never mixes simulated candidates of two models with each other
-or with real ones.
+would have written and a small "binary" (an ELF file with a symbol per function, ``elf``)
+that says what it is, and sleeps the modelled compile time times ``time_scale``.  A profile
+job gets samples of the model's heat at the binary's function offsets, which the master
+names through the symbol table as it names a real binary's.  The "compiler" is a file whose
+content is the model's identity, so a store never mixes simulated candidates of two models
+with each other or with real ones.
 """
 from __future__ import annotations
 

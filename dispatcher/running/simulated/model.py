@@ -15,9 +15,9 @@ probability ``noise.lost`` (``WorkerLost``: the scheduler runs it again elsewher
 
 Where a program spends its time (``heat``, what a profile job samples): a share ``hot_share``
 of its functions runs, each with a heavy-tailed weight drawn from the seed, and every function
-holding a planted effect's decision runs with at least the share of the time its effect saves
-(a call cannot save 5% of a run that spends less than 5% where it is); ``heat`` names the
-functions and their weights instead.
+holding a planted effect's decision runs with at least ``planted_heat`` of the samples, and
+at least the share its effect saves (a call cannot save 5% of a run that spends less than 5%
+where it is); ``heat`` names the functions and their weights instead.
 
 Pure: no clocks, no threads.  The randomness comes from the ``random.Random`` the caller
 hands in (the backend seeds one per slot from ``seed``).  docs/simulation.md.
@@ -79,6 +79,7 @@ class ProgramModel:
     layout_sd: float = 0.0  # sd of the per-binary log factor (0: none)
     effects: tuple[Effect, ...] = ()
     hot_share: float = 0.25  # share of its functions (besides the effects') that run
+    planted_heat: float = 0.2  # least share of the samples of a planted decision's function
     heat: tuple[tuple[str, float], ...] = ()  # (function, weight): the profile, if given
 
     def log_speedup(self, taken: Mapping[tuple[str, int, str], str]) -> float:
@@ -215,7 +216,7 @@ def _effect(r: Reader, data: Any, name: str) -> Effect:
 
 
 PROGRAM_KEYS = ("run_s", "compile_s", "cpu_share", "layout_sd", "effects", "hot_share",
-                "heat")
+                "planted_heat", "heat")
 
 
 def _heat(r: Reader, data: Any, name: str, base: tuple[tuple[str, float], ...]
@@ -249,6 +250,8 @@ def _program(r: Reader, data: Any, name: str, base: ProgramModel) -> ProgramMode
         effects=tuple(_effect(r, e, f"{name}.effects[{i}]") for i, e in enumerate(effects)),
         hot_share=_number(r, d, "hot_share", f"{name}.hot_share", base.hot_share, 0, 1,
                           what="a share"),
+        planted_heat=_number(r, d, "planted_heat", f"{name}.planted_heat", base.planted_heat,
+                             0, 0.9, what="a share"),
         heat=_heat(r, d.get("heat"), f"{name}.heat", base.heat))
 
 

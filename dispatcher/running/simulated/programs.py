@@ -391,11 +391,11 @@ def functions_of(program: Program) -> tuple[str, ...]:
 
 def function_heat(program: Program, model: ProgramModel, seed: int) -> dict[str, float]:
     """Each running function's share of ``program``'s time under ``model`` (its
-    ``function_heat``): the functions holding a planted decision run with at least the share
-    its effect saves."""
+    ``function_heat``): the functions holding a planted decision run with at least
+    ``planted_heat`` of the samples, and at least the share its effect saves."""
     planted: dict[str, float] = {}
     for e in model.effects:
-        least = max(0.0, 1.0 - math.exp(-e.log_speedup))
+        least = max(model.planted_heat, 1.0 - math.exp(-e.log_speedup))
         for c in (e.when, *e.requires):
             f = code_function(c.unit, c.key)
             planted[f] = max(planted.get(f, 0.0), least)
