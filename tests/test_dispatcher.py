@@ -217,6 +217,8 @@ def test_merge_keys_and_finite_floats_are_not_refused(tmp_path):
 
 def test_bundled_configs_load_strictly():
     for path in sorted((REPO / "configs").glob("*.yaml")):
+        if path.name.startswith("campaign"):  # a campaign file: tests/test_campaign.py
+            continue
         assert load_config(path).path == path
 
 
