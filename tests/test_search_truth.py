@@ -196,3 +196,13 @@ def test_profile_config_errors_are_one_line(program, key):
             "lu": program}}}}, Path("c.yaml"))
     message = str(err.value)
     assert "\n" not in message and message.startswith(f"c.yaml: {key}:"), message
+
+
+def test_a_slot_of_depth_one_is_configured_and_checked():
+    cfg = parse_config({"backend": "simulated", "simulated": {"depth": 1}}, Path("c.yaml"))
+    assert cfg.backend_settings.depth == 1
+    with pytest.raises(ConfigError) as err:
+        parse_config({"backend": "simulated", "simulated": {"depth": 3}}, Path("c.yaml"))
+    assert str(err.value).startswith("c.yaml: simulated.depth:")
+    backend = SimulatedBackend(cfg.backend_settings)
+    assert [s.depth for s in backend.slots] == [1] * len(backend.slots)

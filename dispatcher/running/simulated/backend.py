@@ -67,6 +67,9 @@ class SimulatedConfig:
     compile_jobs: int = 4  # simulated builds at once
     model: Model = field(default_factory=Model)
     cache_dir: Path = CACHE_DIR  # dumps made for benchmarks of one's own; the "compiler"
+    # Jobs a slot holds at once: 2 as the real slots; 1 runs them in the order they were
+    # submitted, so a chain alone on its slot draws the same noise every time.
+    depth: int = 2
 
 
 @dataclass(frozen=True)
@@ -194,14 +197,15 @@ class World:
 
 class SimulatedSlot:
     """One simulated worker CPU.  ``depth`` 2 as the real slots (the second job waits on the
-    slot, as in an agent's queue); one job runs at a time."""
+    slot, as in an agent's queue); one job runs at a time.  At depth 2 the slot's two runner
+    threads may take a round's two runs of one binary in either order, which changes the
+    pairs a comparison makes of the same draws; at depth 1 jobs run in the order they came."""
 
-    depth = 2
-
-    def __init__(self, index: int, world: World, worker_class: str):
+    def __init__(self, index: int, world: World, worker_class: str, depth: int = 2):
         self.cpu = index
         self.name = f"sim/cpu{index}"
         self.worker_class = worker_class
+        self.depth = depth
         self._world = world
         self._lock = threading.Lock()
         self._closed = False
@@ -295,7 +299,7 @@ class SimulatedBuilder:
 class SimulatedBackend:
     def __init__(self, config: SimulatedConfig):
         self.world = World(config)
-        self.slots = [SimulatedSlot(i, self.world, config.worker_class)
+        self.slots = [SimulatedSlot(i, self.world, config.worker_class, config.depth)
                       for i in range(config.slots)]
         self.builder = SimulatedBuilder(self.world, config.compile_jobs)
 
@@ -322,7 +326,8 @@ def simulated_compiler(config: SimulatedConfig) -> Compiler:
 
 # --------------------------------------------------------------------------- configuration
 
-KEYS = ("slots", "worker_class", "time_scale", "compile_jobs", "model", "cache_dir")
+KEYS = ("slots", "worker_class", "time_scale", "compile_jobs", "model", "cache_dir", "depth")
+MAX_DEPTH = 2
 
 
 def _model_file(value: str, r: Reader) -> Model:
@@ -365,8 +370,10 @@ def parse_config(section: dict, r: Reader) -> SimulatedConfig:
     cache_raw = section.get("cache_dir")
     cache = CACHE_DIR if cache_raw is None else r.local_path(cache_raw, "simulated.cache_dir",
                                                              "a directory path")
+    depth = r.positive_int(section, "depth", "simulated.depth", SimulatedConfig.depth,
+                           most=MAX_DEPTH)
     return SimulatedConfig(slots=slots, worker_class=worker_class, time_scale=time_scale,
-                           compile_jobs=jobs, model=model, cache_dir=cache)
+                           compile_jobs=jobs, model=model, cache_dir=cache, depth=depth)
 
 
 def start(config: SimulatedConfig, context: BackendContext) -> SimulatedBackend:
