@@ -55,6 +55,7 @@ class SearchStage:
     steps: int = 40
     chains: int = 1
     seed: int = 0
+    size: str = ""  # the benchmark size searched at ("": the campaign's size)
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,8 @@ def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
                                      most=MAX_WORKER_HOURS)
     share = _fraction(r, budget, "search_share", "budget.search_share", 0.5)
 
-    s = r.section(data, "search", {"benchmarks", "algorithm", "steps", "chains", "seed"})
+    s = r.section(data, "search", {"benchmarks", "algorithm", "steps", "chains", "seed",
+                                   "size"})
     algorithm = s.get("algorithm", "sa")
     if algorithm not in SEARCHES:
         raise r.fail("search.algorithm", " or ".join(SEARCHES), algorithm)
@@ -203,7 +205,10 @@ def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
         benchmarks=_benchmarks(r, s.get("benchmarks", "training"), "search.benchmarks"),
         algorithm=algorithm,
         steps=r.positive_int(s, "steps", "search.steps", 40, most=MAX_STEPS),
-        chains=r.positive_int(s, "chains", "search.chains", 1, most=1000), seed=seed)
+        chains=r.positive_int(s, "chains", "search.chains", 1, most=1000), seed=seed,
+        size=s.get("size", size))
+    if search.size not in ("quick", "full"):
+        raise r.fail("search.size", "quick or full", search.size)
 
     lab = r.section(data, "labels", {"runs", "max_pairs", "max_tests", "sweep", "retest"})
     labels = LabelsStage(
@@ -403,7 +408,7 @@ def stage_command(campaign: Campaign, stage: str) -> list[str] | None:
         return ["run_training_experiments", *conf, "--tasks", str(d / "search.tasks"),
                 "--algorithm", c.search.algorithm, "--steps", str(c.search.steps),
                 "--chains", str(c.search.chains), "--seed", str(c.search.seed),
-                "--size", c.size]
+                "--size", c.search.size]
     if stage == "labels":
         started = experiments(c.batch_log, [SITES])
         if started:

@@ -86,6 +86,7 @@ def state(tmp: Path) -> dict:
     ({"labels": {"runs": 4, "max_pairs": 2}}, "labels.max_pairs: expected at least"),
     ({"policy": {"classifier": "forest"}}, "policy.classifier: expected one of"),
     ({"size": "huge"}, "size: expected quick or full"),
+    ({"search": {"size": "medium"}}, "search.size: expected quick or full"),
     ({"config": "missing.yaml"}, "config: "),
 ])
 def test_a_bad_campaign_file_is_one_line(tmp_path, change, expected):
@@ -118,6 +119,17 @@ def test_the_bundled_campaign_files_load():
 
 
 # -- the stages' commands
+
+def test_the_search_may_run_at_its_own_size_and_everything_else_at_the_campaigns(tmp_path):
+    path = write_campaign(tmp_path, simulated_config(tmp_path), size="full",
+                          search={"size": "quick"})
+    c = plan.load_campaign(path)
+    search, labels = plan.stage_command(c, "search"), plan.stage_command(c, "labels")
+    assert search[search.index("--size") + 1] == "quick"
+    assert labels[labels.index("--size") + 1] == "full"
+    same = plan.load_campaign(write_campaign(tmp_path, simulated_config(tmp_path), size="full"))
+    assert same.search.size == "full" and same.identity != c.identity
+
 
 def test_a_started_stage_continues_through_its_commands_resume(tmp_path):
     c = plan.load_campaign(write_campaign(tmp_path, simulated_config(tmp_path)))
