@@ -22,7 +22,13 @@ import pytest
 from analysis.policy_training import KEY, encode, fit_model, train
 from dispatcher.build.driver import PolicyChannel, PolicyFile, build_benchmark
 from dispatcher.build.manifest import resolve_benchmark
-from dispatcher.build.policies import LearnedPolicy, PolicySpec
+from dispatcher.build.policies import (
+    AlwaysInlinePolicy,
+    LearnedPolicy,
+    PolicySpec,
+    compiler_policy_file,
+    parse_policy,
+)
 from dispatcher.build.policy_file import (
     Column,
     Constant,
@@ -187,6 +193,32 @@ def test_the_compiler_answers_as_the_python_host(compiler, policies, which, tmp_
     # both answers occur, and both change the heuristic's decision somewhere
     assert advice[("inline", False, "policy")] > 0
     assert advice[("dont_inline", False, "policy")] > 0
+
+
+def test_always_inline_in_the_compiler_answers_as_on_the_channel(compiler, tmp_path):
+    """always-inline compiles with its constant policy file in the compiler (seconds) instead
+    of the channel (minutes on larger programs): the same dumps and the same binaries."""
+    spec = parse_policy("always-inline")
+    data = compiler_policy_file(spec)
+    assert data is not None and spec.identity() == "always-inline"
+    path = tmp_path / "always.policy"
+    path.write_bytes(data)
+    decoded = read_policy_file(path)
+    assert decoded.classes == ["inline"] and decoded.margin == 0.0 and not decoded.ranges \
+        and decoded.growth_budget is None
+    inlined = 0
+    for bench in ("kahan", "sieve"):
+        in_compiler = _build(compiler, bench, tmp_path / bench / "file",
+                             PolicyFile(path, spec.identity()))
+        with PolicyHost(AlwaysInlinePolicy()) as host:
+            hosted = _build(compiler, bench, tmp_path / bench / "host",
+                            PolicyChannel(host.base, spec.identity()))
+        assert not host.errors and in_compiler == hosted, bench
+        inlined += sum(d.advice == "inline" and d.heuristic != "inline"
+                       for name in in_compiler if name != "binary"
+                       for d in read_dump(tmp_path / bench / "file" / name).decisions)
+    assert inlined > 0  # it departs from the heuristic somewhere
+    assert compiler_policy_file(parse_policy("never-inline")) is None  # on the channel
 
 
 def _check_the_budget_binds(policy: TrainedPolicy, tmp_path: Path) -> None:

@@ -13,8 +13,10 @@ wherever the heuristic decided freely) or an overrides file such as an
 ``optimal.sexp`` (its action for a listed key, ``default`` for the others), or a ``.policy``
 file ``train-policy`` wrote (``learned``; its format: ``dispatcher.build.policy_file``).
 ``POLICY_KINDS`` maps each kind to what makes its policy object from a spec
-(``policy_of_spec``).  A learned policy's file is read once, when it is named
-(``parse_policy``): the spec carries the policy it held to every compile.
+(``policy_of_spec``); ``compiler_policy_file`` gives the kinds the compiler evaluates itself
+(a learned policy, always-inline) as a policy file instead.  A learned policy's file is read
+once, when it is named (``parse_policy``): the spec carries the policy it held to every
+compile.
 """
 from __future__ import annotations
 
@@ -29,10 +31,12 @@ from typing import Protocol
 import sexpdata
 
 from dispatcher.build.policy_file import (
+    Constant,
     PolicyEvaluation,
     PolicyFileError,
     TrainedPolicy,
     decode_policy_file,
+    policy_text,
 )
 from dispatcher.core.decisions import (
     STRING_BODY,
@@ -310,6 +314,26 @@ def parse_policy(text: str) -> PolicySpec:
     raise PolicyError(f"policy {text!r}: expected {', '.join(_NAMED)}, the path of an "
                       f"overrides file (.sexp) or of a policy file train-policy wrote "
                       f"({LEARNED_SUFFIX})")
+
+
+#: always-inline as a policy file the compiler evaluates itself: ``inline`` at every site the
+#: heuristic decided freely (a policy file answers ``default`` elsewhere), no guard rail.  The
+#: same answers as ``AlwaysInlinePolicy`` on the channel, where its builds took minutes (a
+#: knucleotide unit ran past five) against about a second in the compiler.
+ALWAYS_INLINE_FILE = policy_text(TrainedPolicy(
+    classifier="constant", classes=["inline"], model=Constant("inline"), columns=[],
+    threshold=0.0, benchmarks=[], margin=0.0, ranges=False, growth_budget=None)).encode()
+
+
+def compiler_policy_file(spec: PolicySpec) -> bytes | None:
+    """The policy file the compiler evaluates itself (``-inlining-policy``) for ``spec``,
+    where one answers as its policy does: a learned policy's own bytes, always-inline's
+    constant file; None for a policy served on the channel."""
+    if spec.kind == "learned":
+        return spec.data
+    if spec.kind == "always-inline":
+        return ALWAYS_INLINE_FILE
+    return None
 
 
 def policy_of_spec(spec: PolicySpec) -> Policy:

@@ -13,8 +13,8 @@ The binary and dumps are byte-identical to a whole build (tested).  Two compiles
 same unit at once compile it once.
 
 A job may name a policy (``CompileJob.policy``, ``dispatcher.build.policies``): a policy file
-``train-policy`` wrote is given to the compiler, which evaluates it itself
-(``-inlining-policy``); any other policy is served by a policy host
+``train-policy`` wrote, and always-inline as a constant one, is given to the compiler, which
+evaluates it itself (``-inlining-policy``); any other policy is served by a policy host
 (``dispatcher.build.policy_host``) answering the compiler on its policy channel.  The policy's
 identity (for a file, the sha256 of its content) joins the cache keys of that job and its
 units; a job without one has the key it always had.
@@ -46,7 +46,12 @@ from dispatcher.build.driver import (
     build_benchmark,
 )
 from dispatcher.build.manifest import Benchmark
-from dispatcher.build.policies import PolicyError, PolicySpec, policy_of_spec
+from dispatcher.build.policies import (
+    PolicyError,
+    PolicySpec,
+    compiler_policy_file,
+    policy_of_spec,
+)
 from dispatcher.build.policy_host import PolicyHost
 from dispatcher.build.toolchain import Compiler
 from dispatcher.core.decisions import DUMP_NAME, Override, overrides_text
@@ -373,13 +378,14 @@ class CompileService:
 
         if job.policy is None:
             return run(), "master"
-        if job.policy.kind == "learned":
+        data = compiler_policy_file(job.policy)
+        if data is not None:
             # The compiler evaluates the file itself: exactly the bytes that were hashed,
             # copied beside nothing else (the file named may have changed since)
             where = Path(tempfile.mkdtemp(prefix="inlining-policy-"))
             try:
                 copy = where / "policy.policy"
-                copy.write_bytes(job.policy.data)
+                copy.write_bytes(data)
                 return run(PolicyFile(copy, job.policy.identity())), "master"
             finally:
                 shutil.rmtree(where, ignore_errors=True)
