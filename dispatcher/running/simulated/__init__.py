@@ -8,5 +8,6 @@ candidate's overrides to a real decision tree and sleeping its modelled compile 
 of slots fit on a 2-CPU machine.  Never the default: a config names ``backend: simulated``.
 
 ``model``: the performance model (data); ``programs``: the real trees and the simulated
-compile; ``backend``: the slots, the builder and the config section.  docs/simulation.md.
+compile; ``backend``: the slots, the builder and the config section; ``ray_hosts``: the
+same slots hosted by the actors of a Ray cluster (``simulated.ray``).  docs/simulation.md.
 """

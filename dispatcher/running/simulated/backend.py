@@ -12,7 +12,8 @@ that says what it is, and sleeps the modelled compile time times ``time_scale``.
 job gets samples of the model's heat at the binary's function offsets, which the master
 names through the symbol table as it names a real binary's.  The "compiler" is a file whose
 content is the model's identity, so a store never mixes simulated candidates of two models
-with each other or with real ones.
+with each other or with real ones.  With ``simulated.ray`` the slots live in the actors of a
+Ray cluster instead (``ray_hosts``), the builder still here.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Optional
 
 from dispatcher.build.driver import BuildError, BuildResult
 from dispatcher.build.manifest import Benchmark
@@ -33,7 +35,7 @@ from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult, SampleProfile
 from dispatcher.core.validation import MAX_PARALLEL, KeyPathError, Reader, load_strict
 from dispatcher.running.agent_client import AgentError, WorkerLost
-from dispatcher.running.backend import BackendContext, BackendSpec
+from dispatcher.running.backend import Backend, BackendContext, BackendSpec
 from dispatcher.running.simulated.elf import ElfError, Layout, elf_bytes, layout, read_note
 from dispatcher.running.simulated.model import (
     ELSEWHERE_SHARE,
@@ -51,6 +53,9 @@ from dispatcher.running.simulated.programs import (
     functions_of,
     load_program,
 )
+
+if TYPE_CHECKING:
+    from dispatcher.running.simulated.ray_hosts import RayHosts
 
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) \
     / "inlining-orchestrator" / "simulated"
@@ -70,6 +75,8 @@ class SimulatedConfig:
     # Jobs a slot holds at once: 2 as the real slots; 1 runs them in the order they were
     # submitted, so a chain alone on its slot draws the same noise every time.
     depth: int = 2
+    # None: the slots live in this process; else in the actors of a Ray cluster (ray_hosts)
+    ray: Optional[RayHosts] = None
 
 
 @dataclass(frozen=True)
@@ -326,7 +333,8 @@ def simulated_compiler(config: SimulatedConfig) -> Compiler:
 
 # --------------------------------------------------------------------------- configuration
 
-KEYS = ("slots", "worker_class", "time_scale", "compile_jobs", "model", "cache_dir", "depth")
+KEYS = ("slots", "worker_class", "time_scale", "compile_jobs", "model", "cache_dir", "depth",
+        "ray")
 MAX_DEPTH = 2
 
 
@@ -372,11 +380,19 @@ def parse_config(section: dict, r: Reader) -> SimulatedConfig:
                                                              "a directory path")
     depth = r.positive_int(section, "depth", "simulated.depth", SimulatedConfig.depth,
                            most=MAX_DEPTH)
+    hosts = None
+    if section.get("ray") is not None:
+        from dispatcher.running.simulated.ray_hosts import parse_section
+        hosts = parse_section(section["ray"], r, slots)
     return SimulatedConfig(slots=slots, worker_class=worker_class, time_scale=time_scale,
-                           compile_jobs=jobs, model=model, cache_dir=cache, depth=depth)
+                           compile_jobs=jobs, model=model, cache_dir=cache, depth=depth,
+                           ray=hosts)
 
 
-def start(config: SimulatedConfig, context: BackendContext) -> SimulatedBackend:
+def start(config: SimulatedConfig, context: BackendContext) -> Backend:
+    if config.ray is not None:  # the slots in Ray actors
+        from dispatcher.running.simulated.ray_hosts import RayHostedBackend
+        return RayHostedBackend(config)
     return SimulatedBackend(config)
 
 

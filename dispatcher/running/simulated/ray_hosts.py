@@ -1,0 +1,408 @@
+"""Simulated slots hosted by Ray actors (config section ``simulated.ray``).
+
+The same simulated slots as the local simulated backend (``backend.SimulatedSlot``: the same
+model, the same draws for the same slot name), but each lives in an actor of a Ray cluster, so
+the master pays what it pays on the Ray backend for every job: a remote call, the binary
+shipped through the object store, the result pickled back.  For benches of the master over
+Ray at scale (bench/search_sim --ray); never for data.
+
+``actors`` actor processes host the slots, slot i on actor ``i mod actors``; each actor
+(``SlotHost``) rebuilds its own ``World`` and slots from the (picklable) ``SimulatedConfig``
+and runs up to ``depth`` jobs per slot at once (``max_concurrency``: depth x its slots, and a
+little more for the master's own calls).  Compiles stay on the master (the simulated builder,
+as in the local simulated backend).
+
+Binaries: the master ``ray.put``s a binary once (the last few are kept) and sends its
+reference only to an actor not known to have it; the actor writes it into its own temporary
+cache, one file per sha256, and its slots read it there, as an agent reads its cache.
+
+Unlike the Ray backend's actor (``dispatcher.running.ray.actor``), whose code travels by value
+and needs nothing of ours on the nodes, this actor imports the simulation: the nodes need this
+project installed (the master checks at start that their model is the master's).
+
+Faults: an actor that dies or stops answering -> ``WorkerLost`` for every job in flight on its
+slots (the scheduler runs them again elsewhere); the next probe of one of its slots starts a
+new actor for all of them.  A simulated loss (``noise.lost``) is the slot's ``WorkerLost``, as
+locally.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from dispatcher.core.jobs import RunJob
+from dispatcher.core.records import RunResult
+from dispatcher.core.validation import Reader
+from dispatcher.running.agent_client import AgentError, WorkerLost
+from dispatcher.running.backend import BackendUnavailable
+from dispatcher.running.simulated.backend import (
+    BINARY_FORMAT,
+    SimulatedBuilder,
+    SimulatedConfig,
+    SimulatedSlot,
+    World,
+)
+
+NOT_IN_CACHE = "not_in_cache"  # the agent's code (workers/agent/protocol.py)
+MAX_ACTORS = 10_000
+MAX_REFS = 16  # binaries kept in the object store by the master
+CONTROL_CALLS = 2  # an actor's threads beyond its slots' jobs: hello, stats, close
+JOB_SLACK_S = 30.0
+_ADDRESS_RE = re.compile(r"^[A-Za-z0-9._%-]+:[0-9]{1,5}$|^\[[0-9A-Fa-f:.%]+\]:[0-9]{1,5}$")
+
+
+@dataclass(frozen=True)
+class RayHosts:
+    """The ``simulated.ray`` section: where the slots' actors run."""
+
+    address: str = "auto"  # "auto" (this machine's cluster) or the head's GCS host:port
+    actors: int = 8  # actor processes hosting the slots (at most the slots)
+    auth: str = "token"  # "token" or "none", as ray.auth
+    token_file: Optional[Path] = None
+    start_timeout: float = 120.0  # for every actor to start and answer
+
+
+def parse_section(value: Any, r: Reader, slots: int) -> RayHosts:
+    """``simulated.ray`` (``slots``: simulated.slots, which the actors share)."""
+    d = r.section({"simulated.ray": value}, "simulated.ray",
+                  {"address", "actors", "auth", "token_file", "start_timeout"})
+    address = d.get("address", RayHosts.address)
+    if not isinstance(address, str) or not (address == "auto" or _ADDRESS_RE.match(address)):
+        raise r.fail("simulated.ray.address", "auto or the head's host:port", address)
+    actors = r.positive_int(d, "actors", "simulated.ray.actors", min(RayHosts.actors, slots),
+                            most=MAX_ACTORS)
+    if actors > slots:
+        raise r.fail("simulated.ray.actors", f"at most simulated.slots ({slots})", actors)
+    auth = d.get("auth", RayHosts.auth)
+    if auth not in ("token", "none"):
+        raise r.fail("simulated.ray.auth", "token or none", auth)
+    token_raw = d.get("token_file")
+    token = None if token_raw is None else r.local_path(token_raw, "simulated.ray.token_file")
+    if token is not None and auth != "token":
+        raise r.fail("simulated.ray.token_file", "no token file with simulated.ray.auth: none",
+                     token_raw)
+    start_timeout = r.positive_number(d, "start_timeout", "simulated.ray.start_timeout",
+                                      RayHosts.start_timeout, most=3600,
+                                      what="a positive number of seconds")
+    return RayHosts(address=address, actors=actors, auth=auth, token_file=token,
+                    start_timeout=start_timeout)
+
+
+# --------------------------------------------------------------------------- on the actor
+
+class SlotHost:
+    """The body of one actor: the simulated slots ``indices``, with a World of their own and
+    a binary cache in a temporary directory."""
+
+    def __init__(self, config: SimulatedConfig, indices: list[int]):
+        self.world = World(config)
+        self.slots = {i: SimulatedSlot(i, self.world, config.worker_class, config.depth)
+                      for i in indices}
+        self.cache = Path(tempfile.mkdtemp(prefix="inlining-sim-host-"))
+        self.jobs = 0  # jobs answered (a simulated loss included)
+        self.fetched = 0  # binaries taken from the object store
+        self._lock = threading.Lock()
+        self._install_lock = threading.Lock()
+
+    def hello(self) -> dict:
+        return {"pid": os.getpid(), "model": self.world.model.identity(),
+                "format": BINARY_FORMAT, "slots": sorted(self.slots)}
+
+    def run(self, index: int, job: RunJob, binary: Any = None) -> tuple:
+        """One job on slot ``index`` -> ``("ok", RunResult)``, ``("lost", why)`` (the slot's
+        simulated loss) or ``("refused", why, code)``.  ``binary``: None, or ``[ObjectRef]``
+        of the binary's bytes (nested: fetched only when this actor lacks it)."""
+        path = self.cache / job.sha256
+        try:
+            if binary and not path.exists():
+                with self._install_lock:  # once per binary, whichever job brings it first
+                    if not path.exists():
+                        self._install(job.sha256, path, binary[0])
+            if not path.exists():
+                return ("refused", f"sim/cpu{index}: binary {job.sha256[:12]} is not in the "
+                        "actor's cache", NOT_IN_CACHE)
+            result = self.slots[index].run(dataclasses.replace(job, binary=path))
+        except WorkerLost as exc:
+            return ("lost", str(exc))
+        except AgentError as exc:
+            return ("refused", str(exc), exc.code)
+        finally:
+            with self._lock:
+                self.jobs += 1
+        return ("ok", result)
+
+    def _install(self, sha256: str, path: Path, ref: Any) -> None:
+        import ray
+        data = ray.get(ref)
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise AgentError(f"binary {sha256[:12]} arrived damaged from the object store",
+                             code="checksum_mismatch")
+        tmp = path.with_name(f"{sha256}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+        with self._lock:
+            self.fetched += 1
+
+    def stats(self) -> dict:
+        return {"pid": os.getpid(), "jobs": self.jobs, "fetched": self.fetched,
+                "cpu_s": time.process_time(), "sim_cpu_s": self.world.cpu_s}
+
+    def close(self) -> bool:
+        for slot in self.slots.values():
+            slot.close()
+        shutil.rmtree(self.cache, ignore_errors=True)
+        return True
+
+
+# --------------------------------------------------------------------------- on the master
+
+def _one_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+class Incarnation:
+    """One life of a host's actor: its handle, its pid, the binaries it is known to have."""
+
+    def __init__(self, actor: Any, pid: int):
+        self.actor = actor
+        self.pid = pid
+        self.cached: set[str] = set()
+        self.lock = threading.Lock()
+
+
+class Host:
+    """One actor and the slots it hosts, as the master sees it: started again (on a probe of
+    one of its slots) after it was lost."""
+
+    def __init__(self, backend: RayHostedBackend, number: int, indices: list[int]):
+        self.backend = backend
+        self.name = f"sim-host{number}"
+        self.indices = indices
+        self._life: Incarnation | None = None
+        self._lock = threading.Lock()  # guards _life
+        self._start_lock = threading.Lock()  # held while an actor starts
+        self.starts = 0
+
+    def launch(self) -> tuple[Any, Any]:
+        """A new actor and the reference of its hello (not waited for)."""
+        b = self.backend
+        actor = b.actor_class.options(
+            num_cpus=0, max_restarts=0, scheduling_strategy="SPREAD",
+            max_concurrency=b.config.depth * len(self.indices) + CONTROL_CALLS,
+        ).remote(b.actor_config, self.indices)
+        return actor, actor.hello.remote()
+
+    def adopt(self, actor: Any, hello_ref: Any, timeout: float) -> Incarnation:
+        """The started actor, once its hello says it is the master's simulation; WorkerLost
+        (one line) if it did not start or is not."""
+        ray = self.backend.ray
+        try:
+            hello = ray.get(hello_ref, timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            self._kill(actor)
+            raise WorkerLost(f"{self.name}: the actor did not start within {timeout:g} s") \
+                from None
+        except ray.exceptions.RayError as exc:
+            self._kill(actor)
+            raise WorkerLost(f"{self.name}: the actor did not start: {_one_line(exc)}") \
+                from None
+        want = (self.backend.world.model.identity(), BINARY_FORMAT)
+        if (hello.get("model"), hello.get("format")) != want:
+            self._kill(actor)
+            raise WorkerLost(f"{self.name}: the actor's simulation is not the master's (another "
+                             "version of this project on the node?)")
+        life = Incarnation(actor, int(hello["pid"]))
+        with self._lock:
+            self._life = life
+            self.starts += 1
+        return life
+
+    def ensure(self) -> Incarnation:
+        with self._lock:
+            if self._life is not None:
+                return self._life
+        with self._start_lock:  # one new actor for all its slots
+            with self._lock:
+                if self._life is not None:
+                    return self._life
+            actor, ref = self.launch()
+            return self.adopt(actor, ref, self.backend.hosts.start_timeout)
+
+    def drop(self, life: Incarnation) -> None:
+        """Forget a broken actor (once, whichever of its slots' jobs notices first)."""
+        with self._lock:
+            if self._life is not life:
+                return
+            self._life = None
+        self._kill(life.actor)
+
+    def _kill(self, actor: Any) -> None:
+        try:
+            self.backend.ray.kill(actor, no_restart=True)
+        except Exception:  # it is gone either way
+            pass
+
+    def stats(self, timeout: float = 30) -> dict | None:
+        with self._lock:
+            life = self._life
+        if life is None:
+            return None
+        try:
+            return self.backend.ray.get(life.actor.stats.remote(), timeout=timeout)
+        except Exception:  # lost meanwhile: no figures
+            return None
+
+    def close(self) -> None:
+        with self._lock:
+            life, self._life = self._life, None
+        if life is None:
+            return
+        try:
+            self.backend.ray.get(life.actor.close.remote(), timeout=10)
+        except Exception:  # killed below either way
+            pass
+        self._kill(life.actor)
+
+
+class HostedSlot:
+    """Simulated slot ``index`` (named as the local simulated backend names it, so its draws
+    are the same), run by its host's actor."""
+
+    def __init__(self, host: Host, index: int, worker_class: str, depth: int):
+        self.host = host
+        self.cpu = index
+        self.name = f"sim/cpu{index}"
+        self.worker_class = worker_class
+        self.depth = depth
+        self._closed = False
+
+    def run(self, job: RunJob) -> RunResult:
+        if self._closed:
+            raise WorkerLost(f"{self.name}: closed")
+        ray = self.host.backend.ray
+        timeout = self.depth * job.runs * job.timeout * 1.5 + JOB_SLACK_S
+        for attempt in (1, 2):
+            life = self.host.ensure()
+            with life.lock:
+                ship = job.sha256 not in life.cached
+            binary = [self.host.backend.binary_ref(job.sha256, job.binary)] if ship else None
+            try:
+                reply = ray.get(life.actor.run.remote(self.cpu, job, binary), timeout=timeout)
+            except ray.exceptions.GetTimeoutError:
+                self.host.drop(life)
+                raise WorkerLost(f"{self.name}: no answer within {timeout:.0f} s from "
+                                 f"{self.host.name}; it is presumed hung") from None
+            except ray.exceptions.RayTaskError as exc:  # the actor's own code failed
+                raise WorkerLost(f"{self.name}: {_one_line(exc)}") from None
+            except ray.exceptions.RayError as exc:  # the actor or its node is gone
+                self.host.drop(life)
+                raise WorkerLost(f"{self.name}: actor {self.host.name} lost: "
+                                 f"{_one_line(exc)}") from None
+            if reply[0] == "ok":
+                if ship:
+                    with life.lock:
+                        life.cached.add(job.sha256)
+                return reply[1]
+            if reply[0] == "lost":
+                raise WorkerLost(reply[1])
+            _, why, code = reply
+            if attempt == 1 and code == NOT_IN_CACHE:
+                with life.lock:
+                    life.cached.discard(job.sha256)
+                continue
+            raise AgentError(why, code=code)
+        raise AssertionError("unreachable")
+
+    def probe(self) -> None:
+        """Start the host's actor again if it was lost; WorkerLost if it does not start."""
+        if self._closed:
+            raise WorkerLost(f"{self.name}: closed")
+        self.host.ensure()
+
+    def close(self) -> None:
+        self._closed = True
+
+
+class RayHostedBackend:
+    """The simulated backend whose slots live in Ray actors; its builder (and the World the
+    builder reads programs into) stays on the master."""
+
+    def __init__(self, config: SimulatedConfig):
+        from dispatcher.running.ray.cluster import RayConfig, connect
+        assert config.ray is not None
+        self.config = config
+        self.hosts: RayHosts = config.ray
+        self.world = World(config)  # the master's: the builder's programs and shapes
+        self.builder = SimulatedBuilder(self.world, config.compile_jobs)
+        self.actor_config = dataclasses.replace(config, ray=None)  # what an actor rebuilds
+        self._refs: OrderedDict[str, Any] = OrderedDict()
+        self._refs_lock = threading.Lock()
+        self._closed = False
+        self.ray = connect(RayConfig(address=self.hosts.address, auth=self.hosts.auth,
+                                     token_file=self.hosts.token_file))
+        try:
+            self.actor_class = self.ray.remote(SlotHost)
+            n = self.hosts.actors
+            self.host_list = [Host(self, h, list(range(h, config.slots, n))) for h in range(n)]
+            launched = [host.launch() for host in self.host_list]  # all at once
+            deadline = time.monotonic() + self.hosts.start_timeout
+            for host, (actor, ref) in zip(self.host_list, launched):
+                try:
+                    host.adopt(actor, ref, max(deadline - time.monotonic(), 1.0))
+                except WorkerLost as exc:
+                    raise BackendUnavailable(f"simulated.ray: {exc}") from None
+            self.slots = [HostedSlot(self.host_list[i % n], i, config.worker_class,
+                                     config.depth) for i in range(config.slots)]
+        except BaseException:
+            self.close()
+            raise
+
+    def binary_ref(self, sha256: str, path: Path) -> Any:
+        """The object holding the binary ``sha256``, put into the store once."""
+        with self._refs_lock:
+            ref = self._refs.get(sha256)
+            if ref is None:
+                ref = self.ray.put(path.read_bytes())
+                self._refs[sha256] = ref
+                while len(self._refs) > MAX_REFS:
+                    self._refs.popitem(last=False)  # a job in flight keeps its own reference
+            else:
+                self._refs.move_to_end(sha256)
+            return ref
+
+    def remote_builder(self) -> SimulatedBuilder:
+        """Every compile is simulated, on the master."""
+        return self.builder
+
+    def host_stats(self) -> list[dict | None]:
+        """Each host's figures now (pid, jobs, binaries fetched, the actor process's CPU
+        seconds), None for a host that is down."""
+        return [host.stats() for host in self.host_list]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for slot in getattr(self, "slots", ()):
+                slot.close()
+            for host in getattr(self, "host_list", ()):
+                host.close()
+        finally:
+            self._refs.clear()
+            self.ray.shutdown()
+
+
+__all__ = ["Host", "HostedSlot", "RayHostedBackend", "RayHosts", "SlotHost", "parse_section"]
