@@ -26,11 +26,16 @@ The labelling rule (docs/policies.md, "Labels from measured sites"):
    every replicate that says anything gives that same label, else ``default``.  They are not
    pooled: a label must be reproduced on its own, which is what a retest is for (with 95%
    intervals one null comparison in twenty looks significant).
-3. **Contexts.**  A site's label comes from its most relevant context that has a row saying
-   anything: ``alone`` (what a policy deciding one site on the heuristic's tree does), then
-   ``minimal``, then ``removed`` (more of the other decisions changed with it).  Within it,
-   the labels its comparisons give (at most one per action) decide; two different labels
-   conflict, and the site is ``default``.
+3. **Contexts.**  A site's label comes from its most relevant context that decides it
+   (``inline`` or ``dont_inline``): ``alone`` (what a policy deciding one site on the
+   heuristic's tree does), then ``minimal``, then ``removed`` (more of the other decisions
+   changed with it).  Within a context the labels its comparisons give (at most one per
+   action) decide; two different ones conflict, and the site is ``default``.  A context
+   that finds no effect does not hide a decision a later one measured: a decision that
+   matters only with another taken (an interaction) finds nothing alone, and its ``minimal``
+   and ``removed`` rows are its only evidence (``bench/search_truth``: with ``alone``
+   first whatever it said, no planted interaction was ever labelled).  A site measured
+   somewhere that no context decides is ``default``.
 4. **Left out**: a site no row of which says anything (none measured) gets no label at all;
    a site without features (not in the heuristic build's dump: only a winner's inlining made
    it) cannot be encoded as the policy would see it, and is left out too.
@@ -107,15 +112,19 @@ def site_label(rows: Iterable[Mapping[str, Any]], threshold: float) -> str | Non
     told = [(r, got) for r in rows if (got := row_label(r, threshold)) is not None]
     if not told:
         return None
-    context = next(c for c in CONTEXTS if any(r["context"] == c for r, _ in told))
-    verdicts = set()
-    for action in ACTIONS:
-        replicates = {got for r, got in told if r["context"] == context and
-                      r["action"] == action}
-        if replicates:
-            verdicts.add(replicates.pop() if len(replicates) == 1 else "default")
-    decided = verdicts - {"default"}
-    return decided.pop() if len(decided) == 1 else "default"
+    for context in CONTEXTS:
+        verdicts = set()
+        for action in ACTIONS:
+            replicates = {got for r, got in told if r["context"] == context and
+                          r["action"] == action}
+            if replicates:
+                verdicts.add(replicates.pop() if len(replicates) == 1 else "default")
+        decided = verdicts - {"default"}
+        if len(decided) > 1:  # this context's comparisons disagree
+            return "default"
+        if decided:
+            return decided.pop()
+    return "default"
 
 
 def _has_features(row: Mapping[str, Any]) -> bool:

@@ -78,12 +78,20 @@ def test_a_site_without_a_measured_row_has_no_label_not_default():
     assert site_label(unmeasured + [row(context="removed", **NOTHING)], 0.01) == "default"
 
 
-def test_contexts_alone_first_then_minimal_then_removed():
+def test_contexts_alone_first_then_minimal_then_removed_the_first_that_decides():
     removed_inline = row(context="removed", action="dont_inline", **SLOWER)
     assert site_label([removed_inline], 0.01) == "inline"
-    # a measured alone row decides, even when it finds nothing
-    assert site_label([removed_inline, row(**NOTHING)], 0.01) == "default"
+    # an alone row that finds nothing does not hide a later context's decision (an
+    # interaction: nothing alone, a decision beside the other one)
+    assert site_label([removed_inline, row(**NOTHING)], 0.01) == "inline"
+    # an alone row that decides wins over the later contexts
     assert site_label([removed_inline, row(action="inline", **SLOWER)], 0.01) == "dont_inline"
+    # nothing decided anywhere: default
+    assert site_label([row(context="removed", **NOTHING), row(**NOTHING)], 0.01) == "default"
+    # a context whose comparisons disagree is default, and hides the later ones
+    assert site_label([row(context="minimal", **FASTER),
+                       row(context="minimal", action="dont_inline", **FASTER),
+                       removed_inline], 0.01) == "default"
     # an alone row not reached: the next context decides
     alone_unreached = row(status="not_reached", effect=NAN, low=NAN, high=NAN)
     minimal = row(context="minimal", action="dont_inline", **FASTER)
