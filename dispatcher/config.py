@@ -63,7 +63,9 @@ class SearchConfig:
     seed: int = 0
     baseline_runs: int = 10
     candidates_per_step: int | None = None  # None: one per worker slot
-    t_start: float = 0.04  # the research tool's schedule: 0.04 -> 0.001 over 300 steps
+    # 0.01 -> 0.001 (the research tool's started at 0.04): bench/search_truth found a planted
+    # 5% gain in more chains with 0.01 (docs/simulation.md, "The defaults")
+    t_start: float = 0.01
     t_end: float = 0.001
     remeasure_every: int = 10
     max_flips: int = 2

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dispatcher.config import SearchConfig
 from dispatcher.core.records import (
     BaselineEvent,
     CanaryEvent,
@@ -264,7 +265,7 @@ def test_sa_rundir_contents_and_ctrl_c(compiler, tmp_path):
     assert result.records[0].cpus_allowed == str(FIRST_CPU)
     assert result.records[0].stdout_sha256 and result.worker_class == "local"
     assert rundir.experiment.worker_class == "local"
-    assert step.temperature == pytest.approx(0.04)
+    assert step.temperature == pytest.approx(SearchConfig().t_start)  # the default
     assert isinstance(step.incumbent, Pointer)
     # The A/A canary after step 1: the baseline against itself, in pairs.
     (canary,) = [e for e in rundir.events() if isinstance(e, CanaryEvent)]
