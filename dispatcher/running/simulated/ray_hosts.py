@@ -212,7 +212,7 @@ class Host:
             hello = ray.get(hello_ref, timeout=timeout)
         except ray.exceptions.GetTimeoutError:
             self._kill(actor)
-            raise WorkerLost(f"{self.name}: the actor did not start within {timeout:g} s") \
+            raise WorkerLost(f"{self.name}: the actor did not start within {timeout:.0f} s") \
                 from None
         except ray.exceptions.RayError as exc:
             self._kill(actor)
