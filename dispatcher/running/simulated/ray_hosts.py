@@ -58,6 +58,7 @@ MAX_ACTORS = 10_000
 MAX_REFS = 16  # binaries kept in the object store by the master
 CONTROL_CALLS = 2  # an actor's threads beyond its slots' jobs: hello, stats, close
 JOB_SLACK_S = 30.0
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _ADDRESS_RE = re.compile(r"^[A-Za-z0-9._%-]+:[0-9]{1,5}$|^\[[0-9A-Fa-f:.%]+\]:[0-9]{1,5}$")
 
 
@@ -122,6 +123,9 @@ class SlotHost:
         """One job on slot ``index`` -> ``("ok", RunResult)``, ``("lost", why)`` (the slot's
         simulated loss) or ``("refused", why, code)``.  ``binary``: None, or ``[ObjectRef]``
         of the binary's bytes (nested: fetched only when this actor lacks it)."""
+        if not _SHA256_RE.match(job.sha256):  # a file name in the cache: never a path
+            return ("refused", f"sim/cpu{index}: {job.sha256[:80]!r} is not a sha256",
+                    "bad_request")
         path = self.cache / job.sha256
         try:
             if binary and not path.exists():
