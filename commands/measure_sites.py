@@ -285,6 +285,11 @@ def _new_rundirs(config, session: Session, sources: list[Path], swept: list[Benc
         if winner is None:
             click.echo(f"{bench.name}: no search confirmed a tree faster than the heuristic; "
                        f"sweeping its {k} hottest sites", err=True)
+        elif not winner.confirmed and winner.ci95 is not None:
+            click.echo(f"{bench.name}: its search stopped before confirming its best; that "
+                       f"best ({winner.speedup:.3f}x [{winner.ci95[0]:.3f}, "
+                       f"{winner.ci95[1]:.3f}] on the search's own pairs) is attributed if "
+                       "fresh pairs confirm it", err=True)
         exp = SitesExperiment(
             task=bench.name, benchmark=str(bench.directory.resolve()), size=bench_size,
             runs=runs or config.run.runs, max_pairs=max(max_pairs or config.measure.max_pairs,

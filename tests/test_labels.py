@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from dispatcher.core.decisions import Override
-from dispatcher.core.records import ConfirmEvent, StepEvent
+from dispatcher.core.records import Candidate, ConfirmEvent, FinishEvent, Pointer, StepEvent
 from dispatcher.core.rundir import KILL_HOOK_ENV, Rundir, SitesRundir, read_batch_log
 from dispatcher.core.site_records import (
     LabelEvent,
@@ -28,7 +28,7 @@ from dispatcher.core.site_records import (
 from dispatcher.core.tree import Tree, from_dumps
 from dispatcher.labels.ddmin import ddmin, split
 from dispatcher.labels.procedure import keeps_gain, pooled
-from dispatcher.labels.winner import tree_with, winner_decisions
+from dispatcher.labels.winner import confirmed_winner, tree_with, winner_decisions
 from dispatcher.running.measurement import Comparison
 from tests.test_tree import ROWS_0, ROWS_1, dump
 
@@ -419,3 +419,54 @@ def test_golden_labels_rundir_reads_round_trips_and_tabulates():
     text = report([GOLDEN], table)
     assert text[0].startswith("winner: ") and "69 decision(s)" in text[0]
     assert text[1].startswith("minimal subset: 1 decision(s) after 9 test(s), stopped: minimal")
+
+
+# -- the winner of a search stopped before its confirmation
+
+def _journal(path: Path, steps: list[tuple[int, float, tuple[float, float]]], best: int,
+             tail: list) -> Path:
+    """A search journal: one candidate per step (speedup and interval as given), its best
+    pointer at step ``best`` (0: the baseline), then ``tail`` (finish or confirm events)."""
+    path.mkdir(parents=True)
+    cands = {s: Candidate(candidate=0, dir=f"steps/{s:05d}/c0", mutation="flip",
+                          sha256=f"{s:064x}", energy=1 / x, speedup=x, ci95=ci)
+             for s, x, ci in steps}
+    base = Pointer(step=0, candidate=0, dir="baseline", energy=1.0)
+    events = [StepEvent(step=s, temperature=0.01, candidates=[cands[s]], chosen=0,
+                        accepted=True, incumbent=base,
+                        best=cands[best].pointer(best) if 0 < best <= s else base, rng=[])
+              for s, _, _ in steps]
+    with open(path / "journal.jsonl", "w") as f:
+        for e in [*events, *tail]:
+            f.write(e.model_dump_json() + "\n")
+    return path
+
+
+def test_a_search_stopped_before_confirming_gives_its_best_so_far_unconfirmed(tmp_path):
+    steps = [(1, 1.02, (0.99, 1.05)), (2, 1.20, (1.15, 1.25)), (3, 1.01, (0.98, 1.04))]
+    stopped = _journal(tmp_path / "stopped", steps, best=2,
+                       tail=[FinishEvent(reason="interrupted")])
+    got = confirmed_winner([stopped])
+    assert got is not None and not got.confirmed and got.dir == "steps/00002/c0"
+    assert got.speedup == 1.20 and got.ci95 == (1.15, 1.25)
+    # a best whose own interval holds 1 is no winner, confirmed or not
+    weak = _journal(tmp_path / "weak", [(1, 1.02, (0.99, 1.05))], best=1, tail=[])
+    assert confirmed_winner([weak]) is None
+    # a search that completed without a confirmation (the heuristic stayed best, or
+    # confirm: false) offers nothing
+    done = _journal(tmp_path / "done", steps, best=2, tail=[FinishEvent(reason="completed")])
+    assert confirmed_winner([done]) is None
+    # a confirmation anywhere wins over any unconfirmed best, even a higher one
+    confirmed = _journal(tmp_path / "confirmed", [(1, 1.05, (1.01, 1.09))], best=1, tail=[
+        ConfirmEvent(step=1, candidate=0, dir="steps/00001/c0", times=[1.0],
+                     reference_times=[1.04], speedup=1.04, ci95=(1.01, 1.07),
+                     significant=True), FinishEvent(reason="completed")])
+    got = confirmed_winner([stopped, confirmed])
+    assert got is not None and got.confirmed and got.speedup == 1.04
+    # a confirmation that found nothing: that search offers nothing, the stopped one does
+    refuted = _journal(tmp_path / "refuted", [(1, 1.30, (1.2, 1.4))], best=1, tail=[
+        ConfirmEvent(step=1, candidate=0, dir="steps/00001/c0", times=[1.0],
+                     reference_times=[1.0], speedup=1.0, ci95=(0.97, 1.03),
+                     significant=False), FinishEvent(reason="completed")])
+    got = confirmed_winner([refuted, stopped])
+    assert got is not None and got.rundir == str(stopped.resolve()) and not got.confirmed

@@ -36,7 +36,10 @@ class WinnerChoice(Record):
     speedup: Optional[float] = None
     ci95: Optional[tuple[float, float]] = None
     overrides: Optional[str] = None
-    later_fields: ClassVar[frozenset[str]] = frozenset({"overrides"})
+    # False: the best so far of a search stopped before its confirmation (its speedup is the
+    # search's own estimate); the attribution's first test confirms it or attributes nothing
+    confirmed: bool = True
+    later_fields: ClassVar[frozenset[str]] = frozenset({"overrides", "confirmed"})
 
 
 class SitesExperiment(Record):

@@ -6,7 +6,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from dispatcher.core.decisions import Override
-from dispatcher.core.records import ConfirmEvent, RecordError, read_experiment
+from dispatcher.core.records import (
+    ConfirmEvent,
+    FinishEvent,
+    RecordError,
+    StepEvent,
+    read_experiment,
+)
 from dispatcher.core.rundir import EXPERIMENT, RundirError, read_journal
 from dispatcher.core.site_records import SiteDecision, WinnerChoice
 from dispatcher.core.tree import DONT_INLINE, Tree, flip
@@ -16,8 +22,15 @@ def confirmed_winner(rundirs: Iterable[Path]) -> WinnerChoice | None:
     """The best tree the searches of ``rundirs`` confirmed faster than the heuristic: the
     highest confirmed speedup whose interval lies above 1 (None: none did).  A confirmation
     is fresh pairs of the search's best against the heuristic build (docs/measurement.md),
-    not the maximum of the noisy estimates the search compared along the way."""
-    best: WinnerChoice | None = None
+    not the maximum of the noisy estimates the search compared along the way.
+
+    A search stopped before its end (a budget, Ctrl-C) has no confirmation.  Only where no
+    search of the benchmark confirmed anything, such a search's best so far is taken when
+    its own pairs put it above 1, marked ``confirmed: false``: the attribution's first test
+    measures it again on fresh pairs against the heuristic and attributes nothing unless
+    that interval lies above 1 (docs/labels.md), so it serves as the confirmation."""
+    confirmed: WinnerChoice | None = None
+    unconfirmed: WinnerChoice | None = None
     for rundir in rundirs:
         try:
             events = read_journal(rundir / "journal.jsonl")
@@ -26,10 +39,37 @@ def confirmed_winner(rundirs: Iterable[Path]) -> WinnerChoice | None:
         for e in events:
             if isinstance(e, ConfirmEvent) and e.significant and e.speedup is not None \
                     and e.speedup > 1.0 and e.ci95 is not None and e.ci95[0] > 1.0 \
-                    and (best is None or e.speedup > (best.speedup or 0.0)):
-                best = WinnerChoice(rundir=str(rundir.resolve()), dir=e.dir,
-                                    speedup=e.speedup, ci95=e.ci95)
-    return best
+                    and (confirmed is None or e.speedup > (confirmed.speedup or 0.0)):
+                confirmed = WinnerChoice(rundir=str(rundir.resolve()), dir=e.dir,
+                                         speedup=e.speedup, ci95=e.ci95)
+        so_far = best_so_far(rundir, events)
+        if so_far is not None and (unconfirmed is None
+                                   or (so_far.speedup or 0.0) > (unconfirmed.speedup or 0.0)):
+            unconfirmed = so_far
+    return confirmed or unconfirmed
+
+
+def best_so_far(rundir: Path, events: Sequence[object]) -> WinnerChoice | None:
+    """The best candidate of a search that ended without its confirmation (stopped, not
+    finished, or finished without confirming), where the pairs it was judged on put its
+    interval wholly above 1; None otherwise."""
+    if any(isinstance(e, ConfirmEvent) for e in events):
+        return None
+    if any(isinstance(e, FinishEvent) and e.reason == "completed" for e in events):
+        return None  # it ended as planned: no confirmation means it had none to make
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    if not steps or steps[-1].best.step == 0:
+        return None
+    best = steps[-1].best
+    for e in steps:
+        if e.step != best.step:
+            continue
+        for c in e.candidates:
+            if c.candidate == best.candidate and c.dir == best.dir and c.speedup is not None \
+                    and c.speedup > 1.0 and c.ci95 is not None and c.ci95[0] > 1.0:
+                return WinnerChoice(rundir=str(rundir.resolve()), dir=c.dir,
+                                    speedup=c.speedup, ci95=c.ci95, confirmed=False)
+    return None
 
 
 def search_compiler(rundir: Path) -> str | None:
