@@ -107,7 +107,7 @@ class BackendSpec:
 MODULES: Mapping[str, str] = MappingProxyType({  # fixed: a new backend is a new line here
     "local": "dispatcher.running.local", "ssh": "dispatcher.running.ssh",
     "ray": "dispatcher.running.ray.cluster",
-    "simulated": "dispatcher.running.simulated.backend"})
+    "simulated": "dispatcher.running.simulated.spec"})
 
 
 def backend_spec(name: str) -> BackendSpec:

@@ -9,5 +9,7 @@ of slots fit on a 2-CPU machine.  Never the default: a config names ``backend: s
 
 ``model``: the performance model (data); ``programs``: the real trees and the simulated
 compile; ``backend``: the slots, the builder and the config section; ``ray_hosts``: the
-same slots hosted by the actors of a Ray cluster (``simulated.ray``).  docs/simulation.md.
+same slots hosted by the actors of a Ray cluster (``simulated.ray``, read by
+``ray_settings``); ``spec``: the backend's spec, starting one or the other.
+docs/simulation.md.
 """

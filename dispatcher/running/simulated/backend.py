@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from dispatcher.build.driver import BuildError, BuildResult
 from dispatcher.build.manifest import Benchmark
@@ -35,7 +35,6 @@ from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult, SampleProfile
 from dispatcher.core.validation import MAX_PARALLEL, KeyPathError, Reader, load_strict
 from dispatcher.running.agent_client import AgentError, WorkerLost
-from dispatcher.running.backend import Backend, BackendContext, BackendSpec
 from dispatcher.running.simulated.elf import ElfError, Layout, elf_bytes, layout, read_note
 from dispatcher.running.simulated.model import (
     ELSEWHERE_SHARE,
@@ -53,9 +52,7 @@ from dispatcher.running.simulated.programs import (
     functions_of,
     load_program,
 )
-
-if TYPE_CHECKING:
-    from dispatcher.running.simulated.ray_hosts import RayHosts
+from dispatcher.running.simulated.ray_settings import RayHosts, parse_section
 
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) \
     / "inlining-orchestrator" / "simulated"
@@ -382,24 +379,11 @@ def parse_config(section: dict, r: Reader) -> SimulatedConfig:
                            most=MAX_DEPTH)
     hosts = None
     if section.get("ray") is not None:
-        from dispatcher.running.simulated.ray_hosts import parse_section
         hosts = parse_section(section["ray"], r, slots)
     return SimulatedConfig(slots=slots, worker_class=worker_class, time_scale=time_scale,
                            compile_jobs=jobs, model=model, cache_dir=cache, depth=depth,
                            ray=hosts)
 
 
-def start(config: SimulatedConfig, context: BackendContext) -> Backend:
-    if config.ray is not None:  # the slots in Ray actors
-        from dispatcher.running.simulated.ray_hosts import RayHostedBackend
-        return RayHostedBackend(config)
-    return SimulatedBackend(config)
-
-
-BACKEND = BackendSpec(name="simulated", parse=parse_config,
-                      worker_classes=lambda c: [c.worker_class],
-                      master_cpus=lambda c: None, start=start, toolchain=simulated_compiler)
-
-
-__all__ = ["BACKEND", "SimulatedBackend", "SimulatedBinary", "SimulatedBuilder",
+__all__ = ["SimulatedBackend", "SimulatedBinary", "SimulatedBuilder",
            "SimulatedConfig", "SimulatedSlot", "World", "simulated_compiler"]
