@@ -321,16 +321,42 @@ class RayBuilder:
                            units_compiled=len(bench.units()))
 
 
+class BinaryRefs:
+    """Binaries put into Ray's object store by the master, each once while it is among the
+    last ``MAX_REFS`` asked for (a job in flight keeps its own reference; one asked for
+    again later is put again)."""
+
+    def __init__(self, ray: Any):
+        self.ray = ray
+        self._refs: OrderedDict[str, Any] = OrderedDict()  # sha256 -> ObjectRef
+        self._lock = threading.Lock()
+
+    def ref(self, sha256: str, path: Path) -> Any:
+        with self._lock:
+            ref = self._refs.get(sha256)
+            if ref is None:
+                ref = self.ray.put(path.read_bytes())
+                self._refs[sha256] = ref
+                while len(self._refs) > MAX_REFS:
+                    self._refs.popitem(last=False)
+            else:
+                self._refs.move_to_end(sha256)
+            return ref
+
+    def clear(self) -> None:
+        with self._lock:
+            self._refs.clear()
+
+
 class RayBackend:
     """Connects to the cluster and makes a slot per per-CPU resource of its live nodes,
     interleaved across nodes so that a queue of jobs spreads over the machines."""
 
     def __init__(self, config: RayConfig, agent_path: Path = AGENT_PATH):
         self.config = config
-        self._refs: OrderedDict[str, Any] = OrderedDict()  # sha256 -> ObjectRef
-        self._refs_lock = threading.Lock()
         self._closed = False
         self.ray = connect(config)
+        self._binaries = BinaryRefs(self.ray)
         try:
             from dispatcher.running.ray import actor as ray_actor
             from dispatcher.running.ray import build as ray_build
@@ -354,16 +380,7 @@ class RayBackend:
 
     def binary_ref(self, sha256: str, path: Path) -> Any:
         """The object holding the binary ``sha256``, put into the store once."""
-        with self._refs_lock:
-            ref = self._refs.get(sha256)
-            if ref is None:
-                ref = self.ray.put(path.read_bytes())
-                self._refs[sha256] = ref
-                while len(self._refs) > MAX_REFS:
-                    self._refs.popitem(last=False)  # a job in flight keeps its own reference
-            else:
-                self._refs.move_to_end(sha256)
-            return ref
+        return self._binaries.ref(sha256, path)
 
     def remote_builder(self) -> RayBuilder | None:
         """Compiles on the nodes offering ``ray.compile_resource`` (None: none does, or it
@@ -405,7 +422,7 @@ class RayBackend:
             for slot in self.slots:
                 slot.close()
         finally:
-            self._refs.clear()
+            self._binaries.clear()
             self.ray.shutdown()
 
 

@@ -35,7 +35,6 @@ import shutil
 import tempfile
 import threading
 import time
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +52,6 @@ from dispatcher.running.simulated.backend import (
 from dispatcher.running.simulated.ray_settings import RayHosts, parse_section
 
 NOT_IN_CACHE = "not_in_cache"  # the agent's code (workers/agent/protocol.py)
-MAX_REFS = 16  # binaries kept in the object store by the master
 CONTROL_CALLS = 2  # an actor's threads beyond its slots' jobs: hello, stats, close
 JOB_SLACK_S = 30.0
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -304,18 +302,17 @@ class RayHostedBackend:
     builder reads programs into) stays on the master."""
 
     def __init__(self, config: SimulatedConfig):
-        from dispatcher.running.ray.cluster import RayConfig, connect
+        from dispatcher.running.ray.cluster import BinaryRefs, RayConfig, connect
         assert config.ray is not None
         self.config = config
         self.hosts: RayHosts = config.ray
         self.world = World(config)  # the master's: the builder's programs and shapes
         self.builder = SimulatedBuilder(self.world, config.compile_jobs)
         self.actor_config = dataclasses.replace(config, ray=None)  # what an actor rebuilds
-        self._refs: OrderedDict[str, Any] = OrderedDict()
-        self._refs_lock = threading.Lock()
         self._closed = False
         self.ray = connect(RayConfig(address=self.hosts.address, auth=self.hosts.auth,
                                      token_file=self.hosts.token_file))
+        self._binaries = BinaryRefs(self.ray)
         try:
             self.actor_class = self.ray.remote(SlotHost)
             n = self.hosts.actors
@@ -335,16 +332,7 @@ class RayHostedBackend:
 
     def binary_ref(self, sha256: str, path: Path) -> Any:
         """The object holding the binary ``sha256``, put into the store once."""
-        with self._refs_lock:
-            ref = self._refs.get(sha256)
-            if ref is None:
-                ref = self.ray.put(path.read_bytes())
-                self._refs[sha256] = ref
-                while len(self._refs) > MAX_REFS:
-                    self._refs.popitem(last=False)  # a job in flight keeps its own reference
-            else:
-                self._refs.move_to_end(sha256)
-            return ref
+        return self._binaries.ref(sha256, path)
 
     def remote_builder(self) -> SimulatedBuilder:
         """Every compile is simulated, on the master."""
@@ -365,7 +353,7 @@ class RayHostedBackend:
             for host in getattr(self, "host_list", ()):
                 host.close()
         finally:
-            self._refs.clear()
+            self._binaries.clear()
             self.ray.shutdown()
 
 
