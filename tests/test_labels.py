@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -14,7 +15,8 @@ import pytest
 import yaml
 
 from dispatcher.core.decisions import Override
-from dispatcher.core.records import Candidate, ConfirmEvent, FinishEvent, Pointer, StepEvent
+from dispatcher.core.records import (Candidate, ConfirmEvent, FinishEvent, Pointer, RunRecord,
+                                     RunResult, StepEvent)
 from dispatcher.core.rundir import KILL_HOOK_ENV, Rundir, SitesRundir, read_batch_log
 from dispatcher.core.site_records import (
     LabelEvent,
@@ -119,6 +121,18 @@ def test_pooled_parts_mix_no_unresolved_part_and_need_the_fewest_pairs():
     assert pooled([a, lost], fewest=4, sha256="x").status == "unresolved"
     assert pooled([a, comparison([1.0], [1.0], stopped="failed", failed=1)], fewest=2,
                   sha256="x").status == "failed"
+
+
+def test_a_tests_cost_counts_the_runs_of_its_parts_measured_now_not_those_the_store_answered():
+    def timed(*walls: float) -> RunResult:
+        return RunResult(sha256="x", args=(), worker="local/cpu0", worker_class="local", cpu=0,
+                         records=tuple(RunRecord(wall_ns=int(w * 1e9), user_s=w, sys_s=0.0,
+                                                 maxrss_kb=1) for w in walls))
+    fresh = replace(comparison([1.0, 1.0], [0.9, 0.9]), results=[timed(1.0, 0.9, 1.0, 0.9)])
+    answered = replace(fresh, reused=True)
+    assert pooled([fresh], fewest=2, sha256="x").cpu_s == pytest.approx(3.8)
+    assert pooled([fresh, answered], fewest=2, sha256="x").cpu_s == pytest.approx(3.8)
+    assert pooled([answered], fewest=2, sha256="x").cpu_s == 0
 
 
 # --------------------------------------------------------------------------- decisions

@@ -206,7 +206,9 @@ def test_a_comparison_is_stored_and_answered_from_the_store(tmp_path):
     policy = PairingPolicy(min_pairs=2, max_pairs=4, half_width=1e-9)
     got = compare(first, policy, store=tmp_path)
     again = TimedScheduler({A: 1.0, B: 0.8})
-    assert compare(again, policy, store=tmp_path) == got and again.order == []
+    answered = compare(again, policy, store=tmp_path)
+    assert answered == got and again.order == []
+    assert answered.reused and not got.reused  # what a label's cost (cpu_s) leaves out
     compare(again, PairingPolicy(min_pairs=2, max_pairs=4, half_width=1e-9, must_beat=1.1),
             store=tmp_path)
     assert len(again.order) > 0

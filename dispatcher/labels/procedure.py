@@ -476,7 +476,8 @@ def pooled(parts: list[Comparison], fewest: int, sha256: str) -> Paired:
     for c in parts:
         runs += c.runs
         disturbed += c.disturbed
-        cpu += sum(rec.wall_s for r in c.results for rec in r.records)
+        if not c.reused:  # a comparison the store answered cost no worker time now
+            cpu += sum(rec.wall_s for r in c.results for rec in r.records)
         if c.resolved and c.stopped != "failed":
             reference += c.reference_times
             candidate += c.candidate_times

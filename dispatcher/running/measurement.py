@@ -102,6 +102,8 @@ class Comparison:
     failed: int = 0  # failed runs of the candidate
     dropped: int = 0  # pairs dropped because their runs were on different slots or disturbed
     min_pairs: int = 0  # the fewest pairs its policy asked for (0: stored before it was kept)
+    # Read back from the store: its runs cost no worker time this time (not saved, not compared).
+    reused: bool = field(default=False, compare=False)
 
     @property
     def pairs(self) -> int:
@@ -398,7 +400,7 @@ class MeasurementService:
             return None
         if any(self.judge.stored(r) is not r for r in stored.results):
             return None
-        return replace(stored, min_pairs=policy.min_pairs)
+        return replace(stored, min_pairs=policy.min_pairs, reused=True)
 
     def _compare_and_store(self, key: str, reference: RunJob, candidate: RunJob,
                            worker_class: str, ticket: object,
