@@ -174,7 +174,7 @@ def measure_sites(rundirs, batch_log, tasks_file, trees, sweep, config_path, siz
         session.close()
         raise
     labellers = [SiteLabeller(rd, bench, session.builds, measurements, stop)
-                 for rd, bench in jobs]
+                 for rd, bench in sorted(jobs, key=_gain_first)]
 
     def interrupt(signum, frame):
         if stop.is_set():
@@ -234,6 +234,14 @@ def measure_sites(rundirs, batch_log, tasks_file, trees, sweep, config_path, siz
         sys.exit(130)
     if failed:
         sys.exit(1)
+
+
+def _gain_first(job: tuple[SitesRundir, Benchmark]) -> float:
+    """The order benchmarks are labelled in: the largest winner first, sweeps last (stable
+    otherwise), so that a budget or a Ctrl-C stopping the stage leaves the labels that would
+    teach least: a winner's decisions are where the measured gains are."""
+    winner = job[0].experiment.winner
+    return -(winner.speedup or 1.0) if winner is not None else 0.0
 
 
 def _tree_option(value: str) -> tuple[Benchmark, Path]:
