@@ -209,7 +209,11 @@ def test_the_budget_stops_the_search_and_the_campaign_goes_on(tmp_path):
     for r in searches:  # stopped early, as by Ctrl-C: resumable
         assert finish_reasons(r) == ["interrupted"]
     spent = plan.WorkerClock().seconds(searches)
-    assert 120 <= spent < 240, spent
+    # The search's share is 120 worker-seconds.  At 4 slots and time_scale 0.02 the searches
+    # spend about 200 of them per real second, so what runs between two reads of the clock
+    # (every 0.3 s, later on a loaded machine) and the jobs in flight when they stop add to it;
+    # the 500 steps of the two searches would have spent over 2,000.
+    assert 120 <= spent < 600, spent
     assert "Traceback" not in got.stderr
 
 
