@@ -116,7 +116,7 @@ class Paired(Record):
     pairs: int = 0
     runs: int = 0  # every run of both binaries, disturbed ones included
     disturbed: int = 0
-    cpu_s: float = 0.0  # worker seconds its runs took now (the label's cost; 0: the store answered)
+    cpu_s: float = 0.0  # worker seconds its runs took now (its cost; 0: the store answered)
     why: Optional[str] = None  # one line, for every status but measured
 
     @property
