@@ -15,8 +15,15 @@ import pytest
 import yaml
 
 from dispatcher.core.decisions import Override
-from dispatcher.core.records import (Candidate, ConfirmEvent, FinishEvent, Pointer, RunRecord,
-                                     RunResult, StepEvent)
+from dispatcher.core.records import (
+    Candidate,
+    ConfirmEvent,
+    FinishEvent,
+    Pointer,
+    RunRecord,
+    RunResult,
+    StepEvent,
+)
 from dispatcher.core.rundir import KILL_HOOK_ENV, Rundir, SitesRundir, read_batch_log
 from dispatcher.core.site_records import (
     LabelEvent,
