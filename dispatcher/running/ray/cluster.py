@@ -530,6 +530,23 @@ _NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 MAX_SLOTS = 100_000
 
 
+def parse_connection(d: dict, r: Reader, section: str) -> tuple[str, str, Optional[Path]]:
+    """``address``, ``auth`` and ``token_file`` of a section that joins a Ray cluster (``ray``,
+    ``simulated.ray``), with their defaults: auto, token, none."""
+    address = d.get("address", "auto")
+    if not isinstance(address, str) or not (address == "auto" or _ADDRESS_RE.match(address)):
+        raise r.fail(f"{section}.address", "auto or the head's host:port", address)
+    auth = d.get("auth", "token")
+    if auth not in ("token", "none"):
+        raise r.fail(f"{section}.auth", "token or none", auth)
+    token_file = d.get("token_file")
+    token = None if token_file is None else r.local_path(token_file, f"{section}.token_file")
+    if token is not None and auth != "token":
+        raise r.fail(f"{section}.token_file", f"no token file with {section}.auth: none",
+                     token_file)
+    return address, auth, token
+
+
 def parse_config(section: dict, r: Reader) -> RayConfig:
     """The ``ray:`` section."""
     d = r.section({"ray": section}, "ray", {"address", "auth", "token_file", "resource_prefix",
@@ -539,15 +556,7 @@ def parse_config(section: dict, r: Reader) -> RayConfig:
     if isinstance(address, str) and address.startswith("ray://"):
         raise r.fail("ray.address", "auto or the head's host:port (the master runs on a node "
                      "of the cluster: Ray Client addresses cannot hold its binaries)", address)
-    if not isinstance(address, str) or not (address == "auto" or _ADDRESS_RE.match(address)):
-        raise r.fail("ray.address", "auto or the head's host:port", address)
-    auth = d.get("auth", RayConfig.auth)
-    if auth not in ("token", "none"):
-        raise r.fail("ray.auth", "token or none", auth)
-    token_file = d.get("token_file")
-    token = None if token_file is None else r.local_path(token_file, "ray.token_file")
-    if token is not None and auth != "token":
-        raise r.fail("ray.token_file", "no token file with ray.auth: none", token_file)
+    address, auth, token = parse_connection(d, r, "ray")
     prefix = d.get("resource_prefix", DEFAULT_PREFIX)
     if not isinstance(prefix, str) or not _RESOURCE_RE.match(prefix):
         raise r.fail("ray.resource_prefix", "a resource name prefix of letters, digits and _",

@@ -3,15 +3,14 @@
 it without importing them."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from dispatcher.core.validation import Reader
+from dispatcher.running.ray.cluster import parse_connection
 
 MAX_ACTORS = 10_000
-_ADDRESS_RE = re.compile(r"^[A-Za-z0-9._%-]+:[0-9]{1,5}$|^\[[0-9A-Fa-f:.%]+\]:[0-9]{1,5}$")
 
 
 @dataclass(frozen=True)
@@ -29,21 +28,11 @@ def parse_section(value: Any, r: Reader, slots: int) -> RayHosts:
     """``simulated.ray`` (``slots``: simulated.slots, which the actors share)."""
     d = r.section({"simulated.ray": value}, "simulated.ray",
                   {"address", "actors", "auth", "token_file", "start_timeout"})
-    address = d.get("address", RayHosts.address)
-    if not isinstance(address, str) or not (address == "auto" or _ADDRESS_RE.match(address)):
-        raise r.fail("simulated.ray.address", "auto or the head's host:port", address)
+    address, auth, token = parse_connection(d, r, "simulated.ray")
     actors = r.positive_int(d, "actors", "simulated.ray.actors", min(RayHosts.actors, slots),
                             most=MAX_ACTORS)
     if actors > slots:
         raise r.fail("simulated.ray.actors", f"at most simulated.slots ({slots})", actors)
-    auth = d.get("auth", RayHosts.auth)
-    if auth not in ("token", "none"):
-        raise r.fail("simulated.ray.auth", "token or none", auth)
-    token_raw = d.get("token_file")
-    token = None if token_raw is None else r.local_path(token_raw, "simulated.ray.token_file")
-    if token is not None and auth != "token":
-        raise r.fail("simulated.ray.token_file", "no token file with simulated.ray.auth: none",
-                     token_raw)
     start_timeout = r.positive_number(d, "start_timeout", "simulated.ray.start_timeout",
                                       RayHosts.start_timeout, most=3600,
                                       what="a positive number of seconds")
