@@ -55,6 +55,7 @@ from dispatcher.running.backend import (
     BackendUnavailable,
     PermanentLoss,
 )
+from dispatcher.running.ray.connection import parse_connection
 from workers.agent.protocol import CHECKSUM_MISMATCH, DEFAULT_LOCK_WAIT_S, NOT_IN_CACHE
 
 if TYPE_CHECKING:
@@ -524,27 +525,9 @@ def discover_nodes(ray: Any, config: RayConfig) -> list[RayNode]:
 
 # --------------------------------------------------------------------------- configuration
 
-_ADDRESS_RE = re.compile(r"^[A-Za-z0-9._%-]+:[0-9]{1,5}$|^\[[0-9A-Fa-f:.%]+\]:[0-9]{1,5}$")
 _RESOURCE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 MAX_SLOTS = 100_000
-
-
-def parse_connection(d: dict, r: Reader, section: str) -> tuple[str, str, Optional[Path]]:
-    """``address``, ``auth`` and ``token_file`` of a section that joins a Ray cluster (``ray``,
-    ``simulated.ray``), with their defaults: auto, token, none."""
-    address = d.get("address", "auto")
-    if not isinstance(address, str) or not (address == "auto" or _ADDRESS_RE.match(address)):
-        raise r.fail(f"{section}.address", "auto or the head's host:port", address)
-    auth = d.get("auth", "token")
-    if auth not in ("token", "none"):
-        raise r.fail(f"{section}.auth", "token or none", auth)
-    token_file = d.get("token_file")
-    token = None if token_file is None else r.local_path(token_file, f"{section}.token_file")
-    if token is not None and auth != "token":
-        raise r.fail(f"{section}.token_file", f"no token file with {section}.auth: none",
-                     token_file)
-    return address, auth, token
 
 
 def parse_config(section: dict, r: Reader) -> RayConfig:

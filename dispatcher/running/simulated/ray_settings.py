@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from dispatcher.core.validation import Reader
-from dispatcher.running.ray.cluster import parse_connection
+from dispatcher.running.ray.connection import parse_connection
 
 MAX_ACTORS = 10_000
 
