@@ -29,7 +29,7 @@ from analysis.policy_training import KEY, combine, encode, reward_sites, table_s
 from dispatcher.build.policy_file import policy_text
 
 REPO = Path(__file__).resolve().parent.parent
-LABELS = REPO / "results" / "labels"
+LABELS = REPO / "results" / "first-labels" / "labels"
 # nbody: unmeasured sites and sites without features; fannkuch: both actions; orbit: inline
 SMALL = ("nbody", "fannkuch", "orbit")
 
