@@ -188,6 +188,8 @@ def measure_sites(rundirs, batch_log, tasks_file, trees, sweep, config_path, siz
             if stop.is_set():
                 break
             labeller.run()
+            if labeller.status.state == "interrupted":  # its compiler was stopped by a
+                stop.set()  # Ctrl-C (or a user's kill): the others are not begun
 
     previous = signal.signal(signal.SIGINT, interrupt)
     faulthandler.register(signal.SIGUSR1, all_threads=True)

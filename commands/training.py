@@ -246,7 +246,8 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
                        f"({c.rundir.path})", err=True)
     for c in chains:
         click.echo(f"{c.status.state:12} {c.rundir.path}")
-    if stop.is_set():
+    # A chain whose compiler a Ctrl-C (or a user's kill) stopped is interrupted too.
+    if stop.is_set() or any(c.status.state == "interrupted" for c in chains):
         unfinished = [c.rundir.path for c in chains if c.status.state != "finished"]
         if unfinished:
             again = " ".join(f"--resume {shlex.quote(str(p))}" for p in unfinished)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dispatcher.build.driver import build_benchmark
+from dispatcher.build.driver import BuildError, BuildInterrupted, build_benchmark
 from dispatcher.build.manifest import resolve_benchmark
 from dispatcher.build.service import CompileError, CompileJob, CompileService, OverridesMismatch
 from dispatcher.config import (
@@ -282,6 +282,28 @@ def test_compile_failure_is_reported(compiler, store, tmp_path):
         assert "Error" in err.value.output
     finally:
         service.close()
+
+
+@pytest.mark.parametrize("sig", ["INT", "TERM", "HUP"])
+def test_a_compiler_stopped_by_a_ctrl_c_is_an_interruption_not_a_failed_build(tmp_path, sig):
+    """Ctrl-C reaches a compiler started in the instant before it leaves the terminal's
+    process group: it dies of SIGINT.  That says nothing about what it compiled, so it is
+    not a failed build (a search would record its candidate as "compile failed")."""
+    fake = tmp_path / "ocamlopt"
+    fake.write_text(f"#!/bin/sh\nkill -s {sig} $$\n")
+    fake.chmod(0o755)
+    bench = resolve_benchmark(str(small_benchmark(tmp_path)))
+    with pytest.raises(BuildInterrupted, match=f"tiny: compiling arith.ml: stopped by SIG{sig}"):
+        build_benchmark(bench, tmp_path / "out", fake)
+
+
+def test_a_compiler_that_crashes_is_a_failed_build(tmp_path):
+    fake = tmp_path / "ocamlopt"
+    fake.write_text("#!/bin/sh\nkill -s SEGV $$\n")
+    fake.chmod(0o755)
+    bench = resolve_benchmark(str(small_benchmark(tmp_path)))
+    with pytest.raises(BuildError, match="compiling arith.ml failed .exit -11."):
+        build_benchmark(bench, tmp_path / "out", fake)
 
 
 def test_entries_the_compiler_would_pass_over_are_refused(compiler, store):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -220,6 +221,30 @@ def test_a_resume_runs_with_the_recorded_settings_not_the_configs(compiler, tmp_
     assert all(r.aslr is False and r.env_pad is None for r in records)
     assert all(r.perf is None and r.migrations is None for r in records)
     assert Rundir(rundir).experiment == recorded
+
+
+def test_a_compiler_a_ctrl_c_stopped_interrupts_the_chain_and_records_no_step(compiler,
+                                                                             tmp_path):
+    """A compiler that died of SIGINT (a Ctrl-C that reached it in the instant before it left
+    the master's process group) is an interruption: its candidate is not journaled as "compile
+    failed", the chain ends interrupted, and the command says how to resume."""
+    prefix = tmp_path / "prefix"
+    (prefix / "bin").mkdir(parents=True)
+    wrapper = prefix / "bin" / "ocamlopt.opt"  # every compile with a proposal is Ctrl-C'd
+    wrapper.write_text('#!/bin/sh\ncase " $* " in *" -inlining-overrides "*) kill -INT $$;; '
+                       f'esac\nexec {shlex.quote(str(compiler.ocamlopt))} "$@"\n')
+    wrapper.chmod(0o755)
+    cfg = config(tmp_path, tmp_path / "store", algorithm="sa", seed=1)
+    (tmp_path / "t.txt").write_text("lens\n")
+    env = {**os.environ, "INLINING_COMPILER_PREFIX": str(prefix)}
+    proc = subprocess.run(command(cfg, "--tasks", str(tmp_path / "t.txt"), "--steps", "3"),
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 130, proc.stderr
+    rundir = Rundir(only_rundir(tmp_path))
+    assert rundir.baseline() is not None and rundir.last_step() is None
+    last = rundir.events()[-1]
+    assert isinstance(last, FinishEvent) and last.reason == "interrupted"
+    assert f"--resume {rundir.path}" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_sa_rundir_contents_and_ctrl_c(compiler, tmp_path):

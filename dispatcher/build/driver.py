@@ -9,6 +9,7 @@ import errno
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -28,6 +29,17 @@ class BuildResult:
     compiler_output: str
     units_compiled: int = 0  # units this build ran ``ocamlopt -c`` for
     units_reused: int = 0  # units restored from the unit cache instead
+
+
+class BuildInterrupted(KeyboardInterrupt):
+    """The compiler was stopped by a signal meant for the user's command, not by its input:
+    Ctrl-C reaches a compiler started in the instant before it leaves the terminal's process
+    group (CPython's subprocess drops the master's handlers, then calls ``setsid``).  A Ctrl-C,
+    so nothing is recorded about the candidate; a resume compiles it again."""
+
+
+# What a terminal or a user's kill sends to stop a command, never a compiler's own failure.
+_INTERRUPTING = {-signal.SIGINT, -signal.SIGTERM, -signal.SIGHUP}
 
 
 class BuildError(RuntimeError):
@@ -251,6 +263,9 @@ def build_benchmark(
         text = proc.stdout.decode("utf-8", errors="replace")
         if text:
             log.append(text.rstrip("\n"))
+        if proc.returncode in _INTERRUPTING:
+            raise BuildInterrupted(f"{bench.name}: {what}: stopped by "
+                                   f"{signal.Signals(-proc.returncode).name}")
         if proc.returncode != 0:
             raise build_error(bench, what, proc.returncode, text, "\n".join(log))
 

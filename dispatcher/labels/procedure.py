@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Optional, TypeVar
 
+from dispatcher.build.driver import BuildInterrupted
 from dispatcher.build.manifest import Benchmark
 from dispatcher.build.service import CompileError, CompileJob, CompileResult, CompileService
 from dispatcher.core.decisions import Override, override_reach, read_overrides
@@ -130,7 +131,7 @@ class SiteLabeller:
         """The whole procedure; how it ended goes to the journal and ``status``."""
         try:
             self._run()
-        except Interrupted:
+        except (Interrupted, BuildInterrupted):  # a compiler the Ctrl-C reached: the same
             self.status.state = "interrupted"
             self._finish("interrupted")
         except ReferenceFailed as exc:

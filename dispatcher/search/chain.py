@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Protocol
 
+from dispatcher.build.driver import BuildInterrupted
 from dispatcher.build.manifest import Benchmark
 from dispatcher.build.service import CompileService
 from dispatcher.core.records import BaselineEvent, Experiment, FinishEvent, Pointer
@@ -59,7 +60,7 @@ class Chain(ChainCore):
     def run(self) -> None:
         try:
             self._run()
-        except Interrupted:
+        except (Interrupted, BuildInterrupted):  # a compiler the Ctrl-C reached: the same
             self.status.state = "interrupted"
             self.finish("interrupted")
         except Exception as exc:  # recorded in the rundir, never lost silently
