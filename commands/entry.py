@@ -1,24 +1,55 @@
 """The console scripts' entry points: each imports its command only after Ctrl-C is made
 quiet, so a Ctrl-C while the imports run (pandas, pydantic, sklearn: up to a second) ends the
 command with one line and exit status 130, not a traceback from an import.  Stdlib only, and
-nothing imported here before the guard is up.  From the command's start on, each command
+guarded from this module's first statement on.  From the command's start on, each command
 handles Ctrl-C itself (click: "Aborted!"; run_training_experiments: its --resume line)."""
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+try:  # from the first statement on: a Ctrl-C while this module itself runs (its imports
+    # take a few milliseconds, more on a loaded machine) would otherwise be a traceback
+    import signal
+    import sys
+    from collections.abc import Iterator
+    from contextlib import contextmanager
+
+    def _exit_interrupted(prog: str) -> None:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        sys.stderr.flush()
+        raise SystemExit(130)
+
+    def _interrupted_while_starting(signum: int, frame: object) -> None:
+        """Ctrl-C before a command's guard is up: one line and exit status 130."""
+        _exit_interrupted(sys.argv[0].rsplit("/", 1)[-1] if sys.argv[0] else "command")
+
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+except KeyboardInterrupt:
+    import sys
+    sys.stderr.write(f"{sys.argv[0].rsplit('/', 1)[-1]}: interrupted\n")
+    raise SystemExit(130) from None
 
 
 @contextmanager
 def quiet_interrupt(prog: str) -> Iterator[None]:
-    """A KeyboardInterrupt inside is one line on stderr and exit status 130."""
+    """A KeyboardInterrupt inside is one line on stderr and exit status 130.  Ctrl-C is a
+    KeyboardInterrupt again from here on: after the block, the command handles it itself."""
     try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         yield
     except KeyboardInterrupt:
-        sys.stderr.write(f"{prog}: interrupted\n")
-        sys.stderr.flush()
-        raise SystemExit(130) from None
+        _exit_interrupted(prog)
+    except Exception as exc:  # Python 3.11 wraps one raised in a class's __set_name__
+        if not _caused_by_ctrl_c(exc):
+            raise
+        _exit_interrupted(prog)
+
+
+def _caused_by_ctrl_c(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def _launch(prog: str, module: str) -> None:
