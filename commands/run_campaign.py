@@ -4,9 +4,10 @@ Search the training split, measure sites, assign rewards, train the policy with 
 validation, measure it with the baselines on the evaluation split and the optimal trees, then
 publish (``commands.campaign_plan`` says which command each stage runs and with what).  Each
 stage runs as its own command in the campaign directory, its tables on this command's stdout
-and in ``<dir>/logs/<stage>.out``, its progress on stderr.  The state is in
-``<dir>/campaign.json``: a stage done is skipped (and shown); one stopped half-way (Ctrl-C, a
-kill, a crash) continues through its command's own resume when ``run-campaign`` is run again.
+and in ``<dir>/logs/<stage>.out`` (earlier runs of it: ``<stage>.1.out``, ...), its progress
+on stderr.  The state is in ``<dir>/campaign.json``: a stage done is skipped (and shown); one
+stopped half-way (Ctrl-C, a kill, a crash) continues through its command's own resume when
+``run-campaign`` is run again.
 
 The search and the sweeps share the budget (``budget.worker_hours``): worker-seconds spent
 running binaries, read from the experiments' journals while they run.  When the search has
@@ -77,6 +78,7 @@ class _Child:
 
     def __init__(self, argv: list[str], cwd: Path, log: Path):
         log.parent.mkdir(parents=True, exist_ok=True)
+        _keep_earlier(log)
         self.log = log.open("w", encoding="utf-8")
         exe = Path(sys.executable).parent / argv[0]
         # its tables go to a pipe: rich would lay them out for an unbounded width
@@ -109,6 +111,18 @@ class _Child:
     def close(self) -> None:
         self.copier.join(timeout=10)
         self.log.close()
+
+
+def _keep_earlier(log: Path) -> None:
+    """A stage run again (a resume) writes ``<stage>.out`` afresh, the one the published
+    README quotes; what its earlier runs printed is kept as ``<stage>.1.out``, ``.2``, ...
+    in the order they ran."""
+    if not log.exists() or log.stat().st_size == 0:
+        return
+    k = 1
+    while (earlier := log.with_name(f"{log.stem}.{k}{log.suffix}")).exists():
+        k += 1
+    log.rename(earlier)
 
 
 def run_stage(campaign: plan.Campaign, name: str, argv: list[str],

@@ -248,6 +248,11 @@ def test_ctrl_c_stops_the_stage_and_a_rerun_continues_it(tmp_path):
     assert "started 1 time(s) before: continuing" in again.stderr
     assert "--resume" in again.stderr  # through the search's own resume
     assert plan.experiments(c.batch_log, plan.SEARCHES) == before  # no new rundir
+    # the first run's log is kept beside the resumed run's
+    logs = c.dir / "logs"
+    assert "interrupted " in (logs / "search.1.out").read_text()
+    assert "finished " in (logs / "search.out").read_text()
+    assert "interrupted " not in (logs / "search.out").read_text()
     for r in before:
         assert finish_reasons(r) == ["interrupted", "completed"]
     stages = state(tmp_path)
