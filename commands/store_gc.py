@@ -33,8 +33,9 @@ def _size(n: int) -> str:
 def store_gc(config_path: Path | None, batch_logs: tuple[Path, ...],
              rundirs: tuple[Path, ...], keep_units: bool) -> None:
     """Remove from the store what no rundir needs: compiled candidates no rundir names,
-    binaries no unfinished rundir can run next, the compile cache of units and the local
-    agents' copies.  Measurements are kept.  Prints the store's size before and after.
+    binaries no unfinished rundir can run next, the compile cache of units, the local agents'
+    copies and the remembered compile failures (compiled again when next asked for).
+    Measurements are kept.  Prints the store's size before and after.
     Refuses while a command has the store open."""
     try:
         config = load_config(config_path)
@@ -61,8 +62,8 @@ def store_gc(config_path: Path | None, batch_logs: tuple[Path, ...],
     click.echo(f"kept {report.kept} compiled candidates named by {needs.rundirs} rundirs, "
                f"{report.kept_binaries} with their binary; removed {report.entries} candidates, "
                f"{report.binaries} binaries, {report.units} compiled units, "
-               f"{report.worker_cache} agent copies, {report.leftovers} leftovers of killed "
-               "writers")
+               f"{report.worker_cache} agent copies, {report.failures} remembered compile "
+               f"failures, {report.leftovers} leftovers of killed writers")
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ import yaml
 from dispatcher.build.driver import BuildError, BuildInterrupted, build_benchmark
 from dispatcher.build.manifest import resolve_benchmark
 from dispatcher.build.service import CompileError, CompileJob, CompileService, OverridesMismatch
+from dispatcher.build.toolchain import Compiler
 from dispatcher.config import (
     MAX_ATTEMPTS,
     MAX_BACKOFF_S,
@@ -34,6 +35,7 @@ from dispatcher.core.tree import Tree, to_overrides
 from dispatcher.running.local import LocalBackend
 from dispatcher.running.scheduler import Scheduler
 from dispatcher.running.ssh import MAX_CACHE_MB
+from dispatcher.storage.gc import Needs, collect
 from dispatcher.storage.store import Store, unpack
 
 REPO = Path(__file__).resolve().parent.parent
@@ -304,6 +306,70 @@ def test_a_compiler_that_crashes_is_a_failed_build(tmp_path):
     bench = resolve_benchmark(str(small_benchmark(tmp_path)))
     with pytest.raises(BuildError, match="compiling arith.ml failed .exit -11."):
         build_benchmark(bench, tmp_path / "out", fake)
+
+
+def fake_compiler(root: Path, script: str) -> Compiler:
+    """A compiler prefix whose ocamlopt.opt is ``script`` (sh), counting its runs in
+    ``root/runs``."""
+    prefix = root / "prefix"
+    (prefix / "bin").mkdir(parents=True, exist_ok=True)
+    ocamlopt = prefix / "bin" / "ocamlopt.opt"
+    ocamlopt.write_text(f"#!/bin/sh\necho run >> {root / 'runs'}\n{script}\n")
+    ocamlopt.chmod(0o755)
+    return Compiler(prefix)
+
+
+def runs_of(root: Path) -> int:
+    return len((root / "runs").read_text().splitlines()) if (root / "runs").exists() else 0
+
+
+def test_a_compile_that_fails_for_good_is_remembered_until_store_gc(tmp_path):
+    """A candidate the compiler refuses (or one past the build budget: 300 s each time) is
+    not compiled again to fail again: the store remembers why, with the whole output, in
+    another process too; store-gc forgets it (a fixed compiler is another compiler anyway)."""
+    compiler = fake_compiler(tmp_path, 'echo "Error: this candidate is refused"; exit 2')
+    bench = resolve_benchmark(str(small_benchmark(tmp_path)))
+    root = tmp_path / "store"
+    messages: list[str] = []
+    for attempt in range(2):
+        service = CompileService(Store(root), compiler)
+        try:
+            with pytest.raises(CompileError) as err:
+                service.compile(CompileJob(bench))
+        finally:
+            service.close()
+            service.store.close()
+        assert "compiling arith.ml failed (exit 2): Error: this candidate is refused" \
+            in str(err.value)
+        assert "Error: this candidate is refused" in err.value.output
+        messages.append(str(err.value))
+        assert runs_of(tmp_path) == 1  # the second time from the store, without a compile
+        assert (err.value.remembered is not None) == (attempt == 1)
+    assert messages[0] == messages[1]  # word for word: a table run again reads the same
+    report = collect(root, Needs())
+    assert report.failures == 1
+    service = CompileService(Store(root), compiler)
+    try:
+        with pytest.raises(CompileError, match="exit 2") as err:
+            service.compile(CompileJob(bench))
+        assert runs_of(tmp_path) == 2 and err.value.remembered is None
+    finally:
+        service.close()
+
+
+def test_a_compile_killed_by_a_signal_is_not_remembered(tmp_path, store):
+    """Killed (the OOM killer, a user's kill): nothing says the same inputs fail again."""
+    compiler = fake_compiler(tmp_path, "kill -s KILL $$")
+    bench = resolve_benchmark(str(small_benchmark(tmp_path)))
+    service = CompileService(store, compiler)
+    try:
+        for tries in (1, 2):
+            with pytest.raises(CompileError, match="exit -9"):
+                service.compile(CompileJob(bench))
+            assert runs_of(tmp_path) == tries
+        assert store.failure_keys() == []
+    finally:
+        service.close()
 
 
 def test_entries_the_compiler_would_pass_over_are_refused(compiler, store):
@@ -577,6 +643,11 @@ def test_run_benchmark_bad_input(tmp_path, case):
                 **{k: v[1] for k, v in _BAD_OVERRIDES.items()}}[case]
     assert expected in err[0]
     assert not proc.stdout  # nothing was run
+    if case == "compile_failure":  # asked again: the same line, without compiling again
+        again = run_cli(*args, "--config", str(config))
+        lines = [line for line in again.stderr.splitlines() if line.strip()]
+        assert again.returncode == proc.returncode and lines[-1] == err[0], again.stderr
+        assert len(lines) == 2 and "broken: not compiled again: it failed on " in lines[0]
 
 
 def test_submit_survives_a_compile_that_finishes_at_once(compiler, store, tmp_path):

@@ -43,14 +43,18 @@ _INTERRUPTING = {-signal.SIGINT, -signal.SIGTERM, -signal.SIGHUP}
 
 
 class BuildError(RuntimeError):
-    """Compiling or linking a benchmark failed; ``output`` holds the full compiler output."""
+    """Compiling or linking a benchmark failed; ``output`` holds the full compiler output.
+    ``lasting``: the same inputs would fail the same way again (the compiler said no, or ran
+    past the build budget), not a failure of the moment (a tool that could not be started, a
+    compiler killed by a signal, a policy host that failed)."""
 
-    def __init__(self, summary: str, output: str) -> None:
+    def __init__(self, summary: str, output: str, lasting: bool = False) -> None:
         super().__init__(" ".join(summary.split()))
         self.output = output
+        self.lasting = lasting
 
     def __reduce__(self) -> tuple:  # picklable across worker processes
-        return (type(self), (str(self), self.output))
+        return (type(self), (str(self), self.output, self.lasting))
 
 
 @dataclass(frozen=True)
@@ -173,7 +177,7 @@ def build_error(bench: Benchmark, what: str, exit_status: int, text: str,
                 output: str) -> BuildError:
     """The error of a build command that failed: one line saying why, the whole output."""
     return BuildError(f"{bench.name}: {what} failed (exit {exit_status}): "
-                      f"{_first_error_line(text)}", output)
+                      f"{_first_error_line(text)}", output, lasting=exit_status > 0)
 
 
 def build_benchmark(
@@ -255,7 +259,7 @@ def build_benchmark(
         except subprocess.TimeoutExpired:
             output = "\n".join(log)
             raise BuildError(f"{bench.name}: {what}: timed out (build budget {timeout:g} s)",
-                             output) from None
+                             output, lasting=True) from None
         except OSError as e:
             log.append(str(e))
             raise BuildError(f"{bench.name}: {what}: cannot run {cmd[0]} ({e})",
@@ -321,7 +325,8 @@ def build_benchmark(
                 earlier[name] = _sha256(outdir / name)
     run(link_command(ocamlopt, use_flags, units, binary.name), f"linking {binary.name}")
     if not binary.is_file():
-        raise BuildError(f"{bench.name}: linking {binary.name}: no binary produced", "\n".join(log))
+        raise BuildError(f"{bench.name}: linking {binary.name}: no binary produced",
+                         "\n".join(log), lasting=True)
     return BuildResult(
         binary=binary,
         decision_files=sorted(outdir.glob("*.decisions.sexp")),

@@ -55,7 +55,15 @@ from dispatcher.build.policies import (
 from dispatcher.build.policy_host import PolicyHost
 from dispatcher.build.toolchain import Compiler
 from dispatcher.core.decisions import DUMP_NAME, Override, overrides_text
-from dispatcher.storage.store import Artifact, Store, StoreError, compile_key, store_error, unit_key
+from dispatcher.storage.store import (
+    Artifact,
+    CompileFailure,
+    Store,
+    StoreError,
+    compile_key,
+    store_error,
+    unit_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -118,12 +126,17 @@ def _full_disk(output: str) -> bool:
     return any(text in output for text in _DISK_ERRORS)
 
 
-class CompileError(RuntimeError):
-    """A candidate that does not compile; ``output`` holds the compiler's full output."""
+_KEPT_OUTPUT = 200_000  # characters of a failed build's output kept with its failure
 
-    def __init__(self, message: str, output: str):
+
+class CompileError(RuntimeError):
+    """A candidate that does not compile; ``output`` holds the compiler's full output,
+    ``remembered`` when it failed (seconds since the epoch) if it was not compiled again."""
+
+    def __init__(self, message: str, output: str, remembered: float | None = None):
         super().__init__(message)
         self.output = output
+        self.remembered = remembered
 
 
 class OverridesMismatch(CompileError):
@@ -305,6 +318,12 @@ class CompileService:
         cached = self.store.artifact(key)
         if cached is not None:
             return CompileResult(cached, True, time.monotonic() - t0)
+        failed = self.store.failure(key)
+        if failed is not None:  # the same error, word for word: tables rerun read the same
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(failed.time))
+            log.warning("%s: not compiled again: it failed on %s (store-gc forgets it)",
+                        job.benchmark.name, when)
+            raise CompileError(failed.error, failed.output, remembered=failed.time)
         try:
             staging = self.store.staging_dir(key)
         except OSError as exc:
@@ -330,6 +349,9 @@ class CompileService:
                     # search must not go on as if the candidate did not compile
                     raise StoreError(f"{self.store.root}: cannot compile in the store: "
                                      f"{exc}") from None
+                if exc.lasting:  # not compiled again to fail again
+                    self.store.remember_failure(key, CompileFailure(
+                        str(exc), exc.output[-_KEPT_OUTPUT:], time.time()))
                 raise CompileError(str(exc), exc.output) from None
             check_override_rounds(job, result.decision_files, result.compiler_output)
             # Keep what analysis needs, not the object files.
@@ -397,10 +419,11 @@ class CompileService:
             try:
                 return run(PolicyChannel(host.base, job.policy.identity())), "master"
             except BuildError as exc:
+                # not remembered: a host answers in time, or not, as the machine's load says
                 if host.errors:
                     raise BuildError(f"{job.benchmark.name}: policy {job.policy}: "
                                      f"{host.errors[0]} ({exc})", exc.output) from None
-                raise
+                raise BuildError(str(exc), exc.output) from None
 
     def close(self, wait: bool = True) -> None:
         """``wait=False``: queued compiles are cancelled and a running one stops before its

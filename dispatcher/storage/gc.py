@@ -11,7 +11,9 @@ compiles to the same binary), so the store is a cache and collecting it loses no
   that has not finished (``--resume`` compares against them at once); other binaries are
   compiled again if ever needed;
 - compiled entries no rundir names (e.g. run-benchmark's), unit entries (the incremental
-  compile cache, refilled by the next compiles), the local agents' binary cache and what
+  compile cache, refilled by the next compiles), the local agents' binary cache, the
+  remembered compile failures (so a candidate that failed is compiled again: after a
+  compiler fix, or on a quieter machine for one that ran past the build budget) and what
   killed writers left are removed.
 
 It runs only while no other process has the store open (its lock held alone), so nothing it
@@ -114,6 +116,7 @@ class Collected:
     binaries: int = 0  # binaries removed from kept entries
     units: int = 0
     worker_cache: int = 0
+    failures: int = 0  # remembered compile failures forgotten
     leftovers: int = 0  # staging directories and temporary files of killed writers
 
 
@@ -152,6 +155,9 @@ def collect(root: Path, needs: Needs, keep_units: bool = False) -> Collected:
         for path in store.worker_cache.iterdir():  # hard links: relinked when a job needs one
             path.unlink()
             report.worker_cache += 1
+        for key in store.failure_keys():
+            store.drop_failure(key)
+            report.failures += 1
         _remove_empty_fans(store)
         report.after = disk_usage(store.root)
         return report
@@ -160,7 +166,9 @@ def collect(root: Path, needs: Needs, keep_units: bool = False) -> Collected:
 
 
 def _remove_empty_fans(store: Store) -> None:
-    for area in (store.compiled, store.units, store.measurements):
+    for area in (store.compiled, store.units, store.measurements, store.failures):
+        if not area.is_dir():
+            continue
         for fan in area.iterdir():
             try:
                 fan.rmdir()  # only if empty

@@ -11,6 +11,8 @@ Layout (every write is a temporary name, then a rename, so a crash never leaves 
     <root>/measurements/<bb>/<bkey>.<mkey>.json   one job's results on one worker class
     <root>/comparisons/<cc>/<key>.json             paired comparisons (running.measurement)
     <root>/worker-cache/<sha256>     binaries handed to local agents
+    <root>/failures/<kk>/<key>.json  candidates that failed to compile in a way that lasts
+                                     (the compiler's error, a build past its budget)
 
 A compile key hashes (compiler identity, benchmark sources, flags, canonical overrides): one
 whole candidate.  Beneath it, a unit key hashes (compiler identity, one unit's compile inputs as
@@ -65,7 +67,7 @@ OVERRIDES = "overrides.sexp"
 COMPILER_OUTPUT = "compiler-output.txt"
 LOCK = "lock"
 USERS = "users"
-AREAS = ("compiled", "units", "measurements", "comparisons", "worker-cache", USERS)
+AREAS = ("compiled", "units", "measurements", "comparisons", "worker-cache", "failures", USERS)
 
 
 class StoreError(RuntimeError):
@@ -189,6 +191,19 @@ class Artifact:
 
 
 @dataclass(frozen=True)
+class CompileFailure:
+    """Why a candidate did not compile: the one-line error, the compiler's whole output, and
+    when (seconds since the epoch)."""
+
+    error: str
+    output: str
+    time: float
+
+    def to_json(self) -> dict:
+        return {"version": 1, "error": self.error, "output": self.output, "time": self.time}
+
+
+@dataclass(frozen=True)
 class UnitEntry:
     """One compiled unit as stored: ``files`` maps each file name to its sha256."""
 
@@ -227,6 +242,7 @@ class Store:
         self.measurements = self.root / "measurements"
         self.worker_cache = self.root / "worker-cache"
         self.units = self.root / "units"
+        self.failures = self.root / "failures"
         self._lock = threading.Lock()
         self._lock_fd: int | None = None
         self._user: tuple[Path, int] | None = None  # this Store's file in users/, its fd
@@ -499,6 +515,33 @@ class Store:
         except OSError:
             return
         shutil.rmtree(aside, ignore_errors=True)
+
+    # -- compiles that failed
+
+    def _failure_path(self, key: str) -> Path:
+        return self.failures / key[:2] / f"{key}.json"
+
+    def remember_failure(self, key: str, failure: CompileFailure) -> None:
+        """Keep why candidate ``key`` did not compile, so the same inputs are not compiled
+        again to fail again (a build past its budget costs the whole budget each time).
+        Best effort: a failure that cannot be written is compiled again next time."""
+        try:
+            write_json_atomic(self._failure_path(key), failure.to_json())
+        except OSError:
+            pass
+
+    def failure(self, key: str) -> CompileFailure | None:
+        try:
+            data = json.loads(self._failure_path(key).read_text(encoding="utf-8"))
+            return CompileFailure(str(data["error"]), str(data["output"]), float(data["time"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # none, or unreadable: compiled again
+
+    def failure_keys(self) -> list[str]:
+        return [p.stem for fan in _subdirs(self.failures) for p in fan.glob("*.json")]
+
+    def drop_failure(self, key: str) -> None:
+        self._failure_path(key).unlink(missing_ok=True)
 
     # -- measurements
 

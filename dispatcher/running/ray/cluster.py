@@ -304,7 +304,7 @@ class RayBuilder:
         if not reply["ok"]:
             if reply["exit"] is None:
                 raise BuildError(f"{bench.name}: {reply['what']}: timed out (build budget "
-                                 f"{timeout:g} s)", reply["output"])
+                                 f"{timeout:g} s)", reply["output"], lasting=True)
             raise build_error(bench, reply["what"], reply["exit"], reply["text"],
                               reply["output"])
         outdir.mkdir(parents=True, exist_ok=True)
