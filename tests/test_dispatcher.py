@@ -292,7 +292,11 @@ def test_a_compiler_stopped_by_a_ctrl_c_is_an_interruption_not_a_failed_build(tm
     process group: it dies of SIGINT.  That says nothing about what it compiled, so it is
     not a failed build (a search would record its candidate as "compile failed")."""
     fake = tmp_path / "ocamlopt"
-    fake.write_text(f"#!/bin/sh\nkill -s {sig} $$\n")
+    # as a terminal delivers it: a suite run by nohup, or in the background of a script,
+    # inherits SIGHUP or SIGINT ignored, which sh cannot undo
+    fake.write_text(f"#!{sys.executable}\nimport os, signal\n"
+                    f"signal.signal(signal.SIG{sig}, signal.SIG_DFL)\n"
+                    f"os.kill(os.getpid(), signal.SIG{sig})\n")
     fake.chmod(0o755)
     bench = resolve_benchmark(str(small_benchmark(tmp_path)))
     with pytest.raises(BuildInterrupted, match=f"tiny: compiling arith.ml: stopped by SIG{sig}"):

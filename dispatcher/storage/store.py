@@ -233,6 +233,11 @@ class UnitEntry:
 
 
 class Store:
+    # What ``close`` releases, None until taken: a Ctrl-C inside ``__init__`` leaves a Store
+    # that ``__del__`` closes without an error
+    _lock_fd: int | None = None
+    _user: tuple[Path, int] | None = None
+
     def __init__(self, root: Path):
         """Open (creating it if need be) the store at ``root``: StoreError if it cannot be
         used (not a directory, not writable, a full disk).  Holds a shared lock on it until
@@ -244,8 +249,6 @@ class Store:
         self.units = self.root / "units"
         self.failures = self.root / "failures"
         self._lock = threading.Lock()
-        self._lock_fd: int | None = None
-        self._user: tuple[Path, int] | None = None  # this Store's file in users/, its fd
         if self.root.exists() and not self.root.is_dir():
             raise StoreError(f"{self.root}: the store must be a directory; this is not one")
         try:
