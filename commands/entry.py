@@ -28,28 +28,30 @@ except KeyboardInterrupt:
     raise SystemExit(130) from None
 
 
+_ctrl_c_seen: list[bool] = []  # appended to by the guard's handler
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    _ctrl_c_seen.append(True)
+    raise KeyboardInterrupt
+
+
 @contextmanager
 def quiet_interrupt(prog: str) -> Iterator[None]:
-    """A KeyboardInterrupt inside is one line on stderr and exit status 130.  Ctrl-C is a
-    KeyboardInterrupt again from here on: after the block, the command handles it itself."""
+    """A Ctrl-C inside is one line on stderr and exit status 130, whatever the import it
+    broke made of it: Python 3.11 wraps one raised in a class's ``__set_name__`` in a
+    RuntimeError, pydantic's compiled core one raised while it builds a model's schema in a
+    SchemaError.  After the block Ctrl-C is a KeyboardInterrupt again, the command's own."""
     try:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, _raise_interrupt)
         yield
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     except KeyboardInterrupt:
         _exit_interrupted(prog)
-    except Exception as exc:  # Python 3.11 wraps one raised in a class's __set_name__
-        if not _caused_by_ctrl_c(exc):
+    except Exception:
+        if not _ctrl_c_seen:
             raise
         _exit_interrupted(prog)
-
-
-def _caused_by_ctrl_c(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, KeyboardInterrupt):
-            return True
-        seen = seen.__cause__
-    return False
 
 
 def _launch(prog: str, module: str) -> None:
