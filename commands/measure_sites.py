@@ -214,28 +214,31 @@ def measure_sites(rundirs, batch_log, tasks_file, trees, sweep, config_path, siz
                 break
             time.sleep(0.5)
     finally:
-        signal.signal(signal.SIGINT, previous)
         session.close(abort=stop.is_set())
-    report_lost_workers(session)
-    for lab in labellers:
-        lab.rundir.close()
-    _write_tables(labellers, labels_dir)
-    failed = [lab for lab in labellers if lab.status.state == "failed"]
-    for lab in failed:
-        click.echo(f"{lab.status.task}: failed: {lab.status.error} ({lab.rundir.path})",
-                   err=True)
-    for lab in labellers:
-        click.echo(f"{lab.status.state if lab.status.state != 'running' else 'not started':12}"
-                   f" {lab.rundir.path}")
-    if stop.is_set():
+    # Until the command ends a Ctrl-C stays the graceful stop's, so the tables are written
+    # whenever it comes: run-campaign's budget stop may come just as the work ends.
+    try:
+        report_lost_workers(session)
+        for lab in labellers:
+            lab.rundir.close()
+        _write_tables(labellers, labels_dir)
+        failed = [lab for lab in labellers if lab.status.state == "failed"]
+        for lab in failed:
+            click.echo(f"{lab.status.task}: failed: {lab.status.error} ({lab.rundir.path})",
+                       err=True)
+        for lab in labellers:
+            state = lab.status.state if lab.status.state != "running" else "not started"
+            click.echo(f"{state:12} {lab.rundir.path}")
         unfinished = [lab.rundir.path for lab in labellers if lab.status.state != "finished"]
-        if unfinished:
+        if stop.is_set() and unfinished:  # a stop that came after the work stopped nothing
             again = " ".join(f"--resume {shlex.quote(str(p))}" for p in unfinished)
             conf = f"--config {shlex.quote(str(config_path))} " if config_path else ""
             click.echo(f"interrupted; to continue: measure-sites {conf}{again}", err=True)
-        sys.exit(130)
-    if failed:
-        sys.exit(1)
+            sys.exit(130)
+        if failed:
+            sys.exit(1)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _gain_first(job: tuple[SitesRundir, Benchmark]) -> float:

@@ -37,6 +37,7 @@ from dispatcher.planning import (
     plan_chains,
     task_benchmarks,
 )
+from dispatcher.running.scheduler import Scheduler
 from dispatcher.search.chain import Chain, ChainStatus
 from dispatcher.session import Session
 from dispatcher.storage.store import StoreError
@@ -214,14 +215,24 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
         else:
             _show_plain(chains, threads, busy_now)
     finally:
-        signal.signal(signal.SIGINT, previous)
         # Stopped: the agents are closed at once, killing their runs (a resume runs them
         # again), and no compile is waited for.
         session.close(abort=stop.is_set())
+    # Until the command ends a Ctrl-C stays the graceful stop's, so the report is written
+    # whenever it comes: run-campaign's budget stop may come just as the search ends.
+    try:
+        _report(chains, session, scheduler, stop, time.monotonic() - t0, config_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _report(chains: list[Chain], session: Session, scheduler: Scheduler, stop: threading.Event,
+            wall: float, config_path: Path | None) -> None:
+    """What the chains did, one line each, the plots, and the exit status: 130 with the
+    --resume line if a stop left chains unfinished, 1 if one failed."""
     report_lost_workers(session)
     # What the workers did: the share of slot time spent running jobs (a step that waits for
     # its slowest candidate leaves the others idle; search.mode: async does not).
-    wall = time.monotonic() - t0
     busy = sum(scheduler.busy_s.values()) / max(wall * len(scheduler.slots), 1e-9)
     click.echo(f"worker slots busy {100 * min(busy, 1.0):.1f}% of {wall:.1f} s "
                f"({len(scheduler.slots)} slot{'s' if len(scheduler.slots) != 1 else ''})",
@@ -229,6 +240,8 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
     if not stop.is_set():  # matplotlib takes seconds to import: not while the user waits
         from analysis.plots import plot_experiment
         for c in chains:
+            if stop.is_set():
+                break
             try:
                 plot_experiment(c.rundir.path)
             except Exception as exc:  # a plot is a convenience: never lose the run over it
@@ -246,14 +259,14 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
                        f"({c.rundir.path})", err=True)
     for c in chains:
         click.echo(f"{c.status.state:12} {c.rundir.path}")
-    # A chain whose compiler a Ctrl-C (or a user's kill) stopped is interrupted too.
-    if stop.is_set() or any(c.status.state == "interrupted" for c in chains):
-        unfinished = [c.rundir.path for c in chains if c.status.state != "finished"]
-        if unfinished:
-            again = " ".join(f"--resume {shlex.quote(str(p))}" for p in unfinished)
-            conf = f"--config {shlex.quote(str(config_path))} " if config_path else ""
-            click.echo(f"interrupted; to continue: run_training_experiments {conf}{again}",
-                       err=True)
+    unfinished = [c.rundir.path for c in chains if c.status.state != "finished"]
+    # A chain whose compiler a Ctrl-C (or a user's kill) stopped is interrupted too; a stop
+    # that came after every chain had ended stopped nothing.
+    if unfinished and (stop.is_set() or any(c.status.state == "interrupted" for c in chains)):
+        again = " ".join(f"--resume {shlex.quote(str(p))}" for p in unfinished)
+        conf = f"--config {shlex.quote(str(config_path))} " if config_path else ""
+        click.echo(f"interrupted; to continue: run_training_experiments {conf}{again}",
+                   err=True)
         sys.exit(130)
     if failed:
         sys.exit(1)
