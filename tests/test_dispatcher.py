@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -318,7 +319,7 @@ def fake_compiler(root: Path, script: str) -> Compiler:
     prefix = root / "prefix"
     (prefix / "bin").mkdir(parents=True, exist_ok=True)
     ocamlopt = prefix / "bin" / "ocamlopt.opt"
-    ocamlopt.write_text(f"#!/bin/sh\necho run >> {root / 'runs'}\n{script}\n")
+    ocamlopt.write_text(f"#!/bin/sh\necho run >> {shlex.quote(str(root / 'runs'))}\n{script}\n")
     ocamlopt.chmod(0o755)
     return Compiler(prefix)
 
