@@ -305,9 +305,7 @@ def test_a_compiler_stopped_by_a_ctrl_c_is_an_interruption_not_a_failed_build(tm
 
 
 def test_a_compiler_that_crashes_is_a_failed_build(tmp_path):
-    fake = tmp_path / "ocamlopt"
-    fake.write_text("#!/bin/sh\nkill -s SEGV $$\n")
-    fake.chmod(0o755)
+    fake = fake_compiler(tmp_path, "kill -s SEGV $$").ocamlopt
     bench = resolve_benchmark(str(small_benchmark(tmp_path)))
     with pytest.raises(BuildError, match="compiling arith.ml failed .exit -11."):
         build_benchmark(bench, tmp_path / "out", fake)

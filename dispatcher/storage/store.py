@@ -202,6 +202,11 @@ class CompileFailure:
     def to_json(self) -> dict:
         return {"version": 1, "error": self.error, "output": self.output, "time": self.time}
 
+    @classmethod
+    def from_json(cls, data: dict) -> CompileFailure:
+        """KeyError, TypeError or ValueError for a record that is not one."""
+        return cls(str(data["error"]), str(data["output"]), float(data["time"]))
+
 
 @dataclass(frozen=True)
 class UnitEntry:
@@ -535,8 +540,8 @@ class Store:
 
     def failure(self, key: str) -> CompileFailure | None:
         try:
-            data = json.loads(self._failure_path(key).read_text(encoding="utf-8"))
-            return CompileFailure(str(data["error"]), str(data["output"]), float(data["time"]))
+            return CompileFailure.from_json(
+                json.loads(self._failure_path(key).read_text(encoding="utf-8")))
         except (OSError, ValueError, KeyError, TypeError):
             return None  # none, or unreadable: compiled again
 
