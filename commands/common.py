@@ -9,7 +9,7 @@ import logging
 import sys
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any, Callable, TypeVar
+from typing import IO, Any, Callable, NoReturn, TypeVar
 
 import click
 
@@ -17,6 +17,26 @@ from dispatcher.running.backend import BackendUnavailable
 from dispatcher.session import Session
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+USER_ERROR = 2  # the exit status of every bad input, in every command
+
+
+class UserError(click.ClickException):
+    """Bad input or a refused request: one line on stderr, ``<command>: <message>``, and exit
+    status ``USER_ERROR``.  The one user-error path of every command: click prints it and exits
+    (in-process too, under ``CliRunner``), after ``with`` blocks (sessions, locks) have closed."""
+
+    exit_code = USER_ERROR
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        ctx = click.get_current_context(silent=True)
+        prog = ctx.info_name if ctx is not None and ctx.info_name else "command"
+        click.echo(f"{prog}: {self.format_message()}", err=True)
+
+
+def fail(message: str) -> NoReturn:
+    """End the command with ``message`` as its one-line error (``UserError``)."""
+    raise UserError(message)
 
 
 def backend_errors_in_one_line(command: F) -> F:
@@ -27,7 +47,7 @@ def backend_errors_in_one_line(command: F) -> F:
         try:
             return command(*args, **kwargs)
         except BackendUnavailable as exc:
-            raise click.ClickException(str(exc)) from None
+            raise UserError(str(exc)) from None
     return wrapper  # type: ignore[return-value]
 
 

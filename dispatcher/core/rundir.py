@@ -42,7 +42,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -599,6 +599,46 @@ def read_batch_log(path: Path) -> list[BatchEntry]:
         except RecordError as exc:
             raise RundirError(str(exc)) from None
     return entries
+
+
+def resolve_listed_rundir(batch_log: Path | None, rundir: str) -> Path:
+    """Where a batch log's rundir is: an absolute one as is; a relative one beside the batch
+    log (the experiments' working directory), or, when nothing is there but the name exists
+    from the current directory, that (a batch log copied away from its rundirs)."""
+    p = Path(rundir)
+    if p.is_absolute() or batch_log is None:
+        return p
+    beside = batch_log.parent / p
+    if beside.exists() or not p.exists():
+        return beside
+    return p
+
+
+def rundirs_of_batch_log(path: Path, kinds: Iterable[str] | None = None
+                         ) -> list[tuple[BatchEntry, Path]]:
+    """The one reader of a batch log's rundirs: each entry (of these algorithms, or all) with
+    its rundir resolved by ``resolve_listed_rundir``, in order, once each (a rundir listed twice
+    keeps its first line).  RundirError, one line naming the file, for a missing or unreadable
+    batch log or an entry without a rundir."""
+    if not path.is_file():
+        raise RundirError(f"{path}: batch log not found")
+    try:
+        entries = read_batch_log(path)
+    except OSError as exc:
+        raise RundirError(f"{path}: cannot read the batch log: {exc.strerror}") from None
+    wanted = None if kinds is None else set(kinds)
+    seen: set[Path] = set()
+    out = []
+    for i, entry in enumerate(entries):
+        if not entry.rundir:
+            raise RundirError(f"{path}: entry {i + 1} has no rundir")
+        rundir = resolve_listed_rundir(path, entry.rundir)
+        key = rundir.resolve()
+        if key in seen or (wanted is not None and entry.algorithm not in wanted):
+            continue
+        seen.add(key)
+        out.append((entry, rundir))
+    return out
 
 
 def batch_log_lists(path: Path, rundir: Path) -> bool:
