@@ -6,9 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import sys
 from collections.abc import Iterator
-from datetime import datetime
 from typing import IO, Any, Callable, NoReturn, TypeVar
 
 import click
@@ -78,10 +76,3 @@ def report_lost_workers(session: Session) -> None:
     for line in session.lost_workers():
         click.echo(line, err=True)
 
-
-def progress(line: str) -> None:
-    """A progress line on stderr as a long command goes: on a terminal as it is; otherwise (a
-    log file, a pipe) after a timestamp, so a log read later says when each thing ended."""
-    if not sys.stderr.isatty():
-        line = f"{datetime.now().strftime('%Y-%m-%d %H:%M:%S')} {line}"
-    click.echo(line, err=True)

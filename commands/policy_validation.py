@@ -25,7 +25,7 @@ import click
 import pandas as pd
 
 from analysis.policy_training import TrainingSet, train
-from commands.common import closing_session, progress
+from commands.common import closing_session
 from dispatcher.build.manifest import Benchmark, Size
 from dispatcher.build.policies import PolicyError, parse_policy
 from dispatcher.build.policy_file import save_policy_file
@@ -34,6 +34,7 @@ from dispatcher.compare import Contender, Failure, compare_with_heuristic, pairi
 from dispatcher.config import Config
 from dispatcher.core.stats import geomean_speedup_ci
 from dispatcher.session import Session
+from pipeline.longrun import progress
 
 GATE = 0.95  # the worst held-out measured speedup a kept policy may have
 EXIT_GATE = 3  # train-policy's exit status when the kept policy fails the gate

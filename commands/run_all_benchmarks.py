@@ -31,7 +31,6 @@ from analysis.sources import SourcesError, benchmark_of
 from commands.common import (
     backend_errors_in_one_line,
     closing_session,
-    progress,
     show_warnings,
 )
 from dispatcher.build.manifest import Benchmark, ManifestError
@@ -42,6 +41,7 @@ from dispatcher.config import MAX_RUNS, ConfigError, load_config
 from dispatcher.core.decisions import DecisionFileError, Override, read_overrides
 from dispatcher.running.measurement import Comparison
 from dispatcher.session import Session
+from pipeline.longrun import progress
 
 PROG = "run-all-benchmarks"
 

@@ -37,7 +37,6 @@ from analysis.results import Outcome, format_speedup
 from commands.common import (
     backend_errors_in_one_line,
     closing_session,
-    progress,
     show_warnings,
 )
 from dispatcher import baselines as base
@@ -55,6 +54,7 @@ from dispatcher.compare import Contender, Failure, compare_with_heuristic, pairi
 from dispatcher.config import MAX_RUNS, ConfigError, load_config
 from dispatcher.core.stats import geomean_speedup_ci
 from dispatcher.session import Session
+from pipeline.longrun import progress
 
 PROG = "run-plugin-benchmark"
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]")
