@@ -18,7 +18,6 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from contextlib import closing
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -32,38 +31,20 @@ from dispatcher.build.policy_file import save_policy_file
 from dispatcher.build.service import CompileJob
 from dispatcher.compare import Contender, Failure, compare_with_heuristic, pairing_policy
 from dispatcher.config import Config
-from dispatcher.core.stats import geomean_speedup_ci
+from dispatcher.core.figures import Figure
 from dispatcher.session import Session
 from pipeline.longrun import progress
+from pipeline.policy.selection import (  # noqa: F401  (train-policy reads them here)
+    EXIT_GATE,
+    GATE,
+    FoldMeasure,
+    choose_measured,
+    gate_line,
+    geomean,
+    worst,
+)
 
-GATE = 0.95  # the worst held-out measured speedup a kept policy may have
-EXIT_GATE = 3  # train-policy's exit status when the kept policy fails the gate
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]")
-
-
-@dataclass(frozen=True)
-class FoldMeasure:
-    """One fold's policy measured on its held-out benchmark against the heuristic
-    (speedup = heuristic time / policy time, with its 95% interval), or why it was not."""
-
-    classifier: str
-    held_out: str
-    policy: Path
-    speedup: float | None = None
-    low: float | None = None
-    high: float | None = None
-    pairs: int = 0
-    size_ratio: float | None = None  # the policy build's binary size / the heuristic's
-    error: str | None = None  # one line: why there is no speedup
-
-    @property
-    def measured(self) -> bool:
-        return self.speedup is not None and self.low is not None and self.high is not None
-
-    def figure(self) -> str:
-        if not self.measured:
-            return f"not measured ({self.error})"
-        return f"{self.speedup:.3f} [{self.low:.3f}, {self.high:.3f}]"
 
 
 def subset(ts: TrainingSet, keep: pd.Series) -> TrainingSet:
@@ -117,26 +98,28 @@ def measure_folds(config: Config, folds: Mapping[tuple[str, str], Path],
                 name, bench, path = got.contender.tag
                 measure = _measure_of(session, got, name, bench, path)
                 got_all.append(measure)
-                size = (f", binary {measure.size_ratio:.3f}x the heuristic's"
-                        if measure.size_ratio is not None else "")
-                progress(f"fold {name}, {bench} held out: speedup {measure.figure()}"
+                ratio = measure.figure.size_ratio
+                size = f", binary {ratio:.3f}x the heuristic's" if ratio is not None else ""
+                progress(f"fold {name}, {bench} held out: speedup {measure.text()}"
                          f"{size}")
     return got_all
 
 
 def _measure_of(session: Session, got, name: str, bench: str, path: Path) -> FoldMeasure:
     if got.failure in (Failure.COMPILE, Failure.HEURISTIC):
-        return FoldMeasure(name, bench, path, error=f"compile failed: {_line(got.error)}")
+        return FoldMeasure(name, bench, path, Figure(
+            error=f"compile failed: {_line(got.error)}", compiled=False))
     if got.failure is Failure.MEASURE:
-        return FoldMeasure(name, bench, path, error=f"not measured: {_line(got.error)}")
+        return FoldMeasure(name, bench, path,
+                           Figure(error=f"not measured: {_line(got.error)}"))
     compared = got.comparison
     assert compared is not None
     if not compared.resolved:
-        return FoldMeasure(name, bench, path, pairs=compared.pairs,
-                           error=compared.unresolved_line())
+        return FoldMeasure(name, bench, path, Figure(pairs=compared.pairs,
+                                                     error=compared.unresolved_line()))
     if compared.failed:
-        return FoldMeasure(name, bench, path, pairs=compared.pairs,
-                           error="a run of the policy's build failed")
+        return FoldMeasure(name, bench, path, Figure(
+            pairs=compared.pairs, error="a run of the policy's build failed"))
     speedup, low, high = compared.interval
     ratio = None
     if got.compiled is not None:
@@ -145,41 +128,11 @@ def _measure_of(session: Session, got, name: str, bench: str, path: Path) -> Fol
             ratio = got.compiled.binary.stat().st_size / heuristic.binary.stat().st_size
         except OSError:  # a binary the store dropped: the size is informative only
             ratio = None
-    return FoldMeasure(name, bench, path, speedup, low, high, compared.pairs, ratio)
+    return FoldMeasure(name, bench, path, Figure(speedup, low, high, compared.pairs, ratio))
 
 
 def _line(error: object) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-
-
-def worst(measures: Sequence[FoldMeasure]) -> FoldMeasure | None:
-    """The fold with the lowest measured speedup; None when any fold is not measured (a
-    policy whose worst case is unknown has no worst case to compare)."""
-    if not measures or not all(m.measured for m in measures):
-        return None
-    return min(measures, key=lambda m: (m.speedup, m.held_out))
-
-
-def choose_measured(measures: Sequence[FoldMeasure], classifiers: Sequence[str]
-                    ) -> str | None:
-    """The classifier whose worst held-out measured speedup is best (the first given on a
-    tie); only classifiers with every fold measured compete.  None when none has."""
-    best: tuple[float, str] | None = None
-    for name in classifiers:
-        w = worst([m for m in measures if m.classifier == name])
-        if w is not None and w.speedup is not None and (best is None or w.speedup > best[0]):
-            best = (w.speedup, name)
-    return best[1] if best else None
-
-
-def geomean(measures: Sequence[FoldMeasure]) -> str:
-    """The geometric mean of measured speedups with its interval, as run-plugin-benchmark
-    reports a split's."""
-    got = [(m.speedup, m.low, m.high) for m in measures if m.measured]
-    if not got or len(got) != len(measures):
-        return "-"
-    g, low, high = geomean_speedup_ci(got)  # type: ignore[arg-type]
-    return f"{g:.3f} [{low:.3f}, {high:.3f}]"
 
 
 def report(measures: Sequence[FoldMeasure], scores: pd.DataFrame,
@@ -193,9 +146,9 @@ def report(measures: Sequence[FoldMeasure], scores: pd.DataFrame,
                f"{'size':>6} pairs")
     for m in sorted(measures, key=lambda m: (classifiers.index(m.classifier), m.held_out)):
         a = acc.get((m.classifier, m.held_out), math.nan)
-        size = f"{m.size_ratio:.3f}" if m.size_ratio is not None else "-"
-        click.echo(f"  {m.classifier:10} {m.held_out:20} {a:7.3f}  {m.figure():24} "
-                   f"{size:>6} {m.pairs}")
+        size = f"{m.figure.size_ratio:.3f}" if m.figure.size_ratio is not None else "-"
+        click.echo(f"  {m.classifier:10} {m.held_out:20} {a:7.3f}  {m.text():24} "
+                   f"{size:>6} {m.figure.pairs}")
     for name in classifiers:
         mine = [m for m in measures if m.classifier == name]
         w = worst(mine)
@@ -203,25 +156,8 @@ def report(measures: Sequence[FoldMeasure], scores: pd.DataFrame,
             missing = ", ".join(m.held_out for m in mine if not m.measured)
             click.echo(f"{name}: no worst held-out speedup (not measured: {missing})")
         else:
-            click.echo(f"{name}: worst held-out measured speedup {w.figure()} ({w.held_out}); "
+            click.echo(f"{name}: worst held-out measured speedup {w.text()} ({w.held_out}); "
                        f"geometric mean {geomean(mine)} over {len(mine)} benchmarks")
-
-
-def gate_line(chosen: str, measures: Sequence[FoldMeasure], gate: float = GATE
-              ) -> tuple[bool, str]:
-    """(passed, the one line that says so) for the kept classifier's folds."""
-    w = worst([m for m in measures if m.classifier == chosen])
-    if w is None:
-        missing = ", ".join(m.held_out for m in measures
-                            if m.classifier == chosen and not m.measured) or "no fold"
-        return False, (f"FAIL: {chosen} has no measured worst held-out speedup (not "
-                       f"measured: {missing}); the gate needs every fold measured")
-    assert w.speedup is not None
-    if w.speedup < gate:
-        return False, (f"FAIL: {chosen}'s worst held-out measured speedup {w.figure()} "
-                       f"({w.held_out}) is below the gate {gate:.2f}")
-    return True, (f"PASS: {chosen}'s worst held-out measured speedup {w.figure()} "
-                  f"({w.held_out}) is at or above the gate {gate:.2f}")
 
 
 def scores_with_measures(scores: pd.DataFrame, measures: Sequence[FoldMeasure]
@@ -229,9 +165,10 @@ def scores_with_measures(scores: pd.DataFrame, measures: Sequence[FoldMeasure]
     """The held-out scores with each fold's measured speedup, interval, pairs and binary size
     ratio (empty where not measured): what ``<out>.scores.csv`` keeps."""
     table = pd.DataFrame([{"classifier": m.classifier, "held_out": m.held_out,
-                           "measured_speedup": m.speedup, "measured_low": m.low,
-                           "measured_high": m.high, "measured_pairs": m.pairs,
-                           "size_ratio": m.size_ratio} for m in measures],
+                           "measured_speedup": m.figure.speedup,
+                           "measured_low": m.figure.low, "measured_high": m.figure.high,
+                           "measured_pairs": m.figure.pairs,
+                           "size_ratio": m.figure.size_ratio} for m in measures],
                          columns=["classifier", "held_out", "measured_speedup",
                                   "measured_low", "measured_high", "measured_pairs",
                                   "size_ratio"])

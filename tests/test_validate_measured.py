@@ -11,14 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from commands.policy_validation import (
-    FoldMeasure,
-    choose_measured,
-    gate_line,
-    scores_with_measures,
-    worst,
-)
+from commands.policy_validation import scores_with_measures
 from dispatcher.build.policy_file import read_policy_file
+from dispatcher.core.figures import Figure
+from pipeline.policy.selection import FoldMeasure, choose_measured, gate_line, worst
 from tests.test_rewards import _cli, tiny_search_config
 from tests.test_train_from_labels import sites_table
 
@@ -28,8 +24,9 @@ P = Path("x.policy")
 def fold(classifier: str, bench: str, speedup: float | None, width: float = 0.01,
          error: str | None = None) -> FoldMeasure:
     if speedup is None:
-        return FoldMeasure(classifier, bench, P, error=error or "not measured: lost")
-    return FoldMeasure(classifier, bench, P, speedup, speedup - width, speedup + width, 4)
+        return FoldMeasure(classifier, bench, P, Figure(error=error or "not measured: lost"))
+    return FoldMeasure(classifier, bench, P,
+                       Figure(speedup, speedup - width, speedup + width, 4))
 
 
 def test_the_kept_classifier_is_the_one_whose_worst_fold_is_best():

@@ -1,0 +1,87 @@
+"""Which classifier ``train-policy --validate measured`` keeps, and the gate it must pass.
+
+Each leave-one-benchmark-out fold's policy is measured on the benchmark it never saw
+(``FoldMeasure``); a classifier is judged by its worst such fold, because one held-out
+benchmark where its answers cost everything (docs/policies.md, "lu") is what a user would meet.
+The campaign imports ``GATE`` and ``EXIT_GATE`` from here: they are this rule's numbers.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dispatcher.core.figures import Figure, format_speedup
+from dispatcher.core.stats import geomean_speedup_ci
+
+GATE = 0.95  # the worst held-out measured speedup a kept policy may have
+EXIT_GATE = 3  # train-policy's exit status when the kept policy fails the gate
+
+
+@dataclass(frozen=True)
+class FoldMeasure:
+    """One fold's policy measured on its held-out benchmark against the heuristic: its
+    ``figure`` (speedup = heuristic time / policy time), or why there is none."""
+
+    classifier: str
+    held_out: str
+    policy: Path
+    figure: Figure
+
+    @property
+    def measured(self) -> bool:
+        return self.figure.ok
+
+    @property
+    def speedup(self) -> float | None:
+        return self.figure.speedup
+
+    def text(self) -> str:
+        """The figure as the report writes it, or why there is none."""
+        return self.figure.text(missing=f"not measured ({self.figure.error})")
+
+
+def worst(measures: Sequence[FoldMeasure]) -> FoldMeasure | None:
+    """The fold with the lowest measured speedup; None when any fold is not measured (a
+    policy whose worst case is unknown has no worst case to compare)."""
+    if not measures or not all(m.measured for m in measures):
+        return None
+    return min(measures, key=lambda m: (m.speedup, m.held_out))
+
+
+def choose_measured(measures: Sequence[FoldMeasure], classifiers: Sequence[str]
+                    ) -> str | None:
+    """The classifier whose worst held-out measured speedup is best (the first given on a
+    tie); only classifiers with every fold measured compete.  None when none has."""
+    best: tuple[float, str] | None = None
+    for name in classifiers:
+        w = worst([m for m in measures if m.classifier == name])
+        if w is not None and w.speedup is not None and (best is None or w.speedup > best[0]):
+            best = (w.speedup, name)
+    return best[1] if best else None
+
+
+def geomean(measures: Sequence[FoldMeasure]) -> str:
+    """The geometric mean of measured speedups with its interval, as run-plugin-benchmark
+    reports a split's; ``-`` unless every fold is measured."""
+    got = [(m.figure.speedup, m.figure.low, m.figure.high) for m in measures if m.measured]
+    if not got or len(got) != len(measures):
+        return "-"
+    return format_speedup(*geomean_speedup_ci(got))  # type: ignore[arg-type]
+
+
+def gate_line(chosen: str, measures: Sequence[FoldMeasure], gate: float = GATE
+              ) -> tuple[bool, str]:
+    """(passed, the one line that says so) for the kept classifier's folds."""
+    w = worst([m for m in measures if m.classifier == chosen])
+    if w is None:
+        missing = ", ".join(m.held_out for m in measures
+                            if m.classifier == chosen and not m.measured) or "no fold"
+        return False, (f"FAIL: {chosen} has no measured worst held-out speedup (not "
+                       f"measured: {missing}); the gate needs every fold measured")
+    assert w.speedup is not None
+    if w.speedup < gate:
+        return False, (f"FAIL: {chosen}'s worst held-out measured speedup {w.text()} "
+                       f"({w.held_out}) is below the gate {gate:.2f}")
+    return True, (f"PASS: {chosen}'s worst held-out measured speedup {w.text()} "
+                  f"({w.held_out}) is at or above the gate {gate:.2f}")
