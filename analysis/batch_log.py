@@ -43,7 +43,7 @@ from dispatcher.core.records import (
     StepEvent,
     pooled_pairs,
 )
-from dispatcher.core.rundir import RundirError, SitesRundir, read_batch_log, read_journal
+from dispatcher.core.rundir import RundirError, SitesRundir, read_journal
 from dispatcher.core.site_records import SITES_KIND, LabelEvent, is_sites_rundir
 from dispatcher.core.stats import paired_speedup_ci, speedup_ci
 
@@ -52,45 +52,6 @@ STALE_AFTER_S = 3600.0
 COLUMNS = ("task", "rundir", "algorithm", "steps_done", "steps_planned", "best_speedup",
            "ci_low", "ci_high", "last_update", "status", "confirmed", "significant",
            "canaries", "canary_alarms", "pairs", "none_better", "unresolved")
-
-
-class AnalysisError(RuntimeError):
-    """A fatal problem with an input file; the message is one line and names the file."""
-
-
-# --------------------------------------------------------------------------- batch log
-
-def load_batch_log(path: Path) -> list[BatchEntry]:
-    """The batch log's entries, one per rundir (a rundir listed twice keeps its first line)."""
-    if not path.is_file():
-        raise AnalysisError(f"{path}: batch log not found")
-    try:
-        entries = read_batch_log(path)
-    except RundirError as exc:
-        raise AnalysisError(f"{exc} (batch log)") from None
-    except OSError as exc:
-        raise AnalysisError(f"{path}: cannot read the batch log: {exc.strerror}") from None
-    seen, out = set(), []
-    for i, entry in enumerate(entries):
-        if not entry.rundir:
-            raise AnalysisError(f"{path}: entry {i + 1} has no rundir")
-        key = str(resolve_rundir(path, entry.rundir))
-        if key not in seen:
-            seen.add(key)
-            out.append(entry)
-    return out
-
-
-def resolve_rundir(batch_log: Path | None, rundir: str) -> Path:
-    """A batch-log rundir: absolute as is; relative ones are taken relative to the batch log's
-    directory (the experiments' working directory) if that exists, else to the current one."""
-    p = Path(rundir)
-    if p.is_absolute() or batch_log is None:
-        return p
-    beside = batch_log.parent / p
-    if beside.exists() or not p.exists():
-        return beside
-    return p
 
 
 # --------------------------------------------------------------------------- summaries
@@ -291,15 +252,14 @@ def summarize_speedup(summary: Summary, events: Sequence[Event], best: Pointer |
         summary.significant = low > 1.0 or high < 1.0
 
 
-def summaries(batch_log: Path | None, entries: list[BatchEntry],
-              rundirs: list[Path] | None = None, now: float | None = None,
-              stale_after: float = STALE_AFTER_S) -> list[Summary]:
-    """Summaries of the batch log's experiments, or of ``rundirs`` only if given."""
+def summaries(listed: Sequence[tuple[BatchEntry, Path]], rundirs: list[Path] | None = None,
+              now: float | None = None, stale_after: float = STALE_AFTER_S) -> list[Summary]:
+    """Summaries of a batch log's experiments (``rundirs_of_batch_log``), or of ``rundirs``
+    only if given (labelled as the batch log lists them, when it does)."""
     now = time.time() if now is None else now
-    by_path = {resolve_rundir(batch_log, e.rundir).resolve(): e for e in entries}
     if rundirs is None:
-        return [summarize(resolve_rundir(batch_log, e.rundir), e, now, stale_after)
-                for e in entries]
+        return [summarize(path, e, now, stale_after) for e, path in listed]
+    by_path = {path.resolve(): e for e, path in listed}
     out = []
     for r in rundirs:
         entry = by_path.get(r.resolve())

@@ -14,22 +14,12 @@ from pathlib import Path
 
 import click
 
-from analysis.batch_log import (
-    STALE_AFTER_S,
-    AnalysisError,
-    load_batch_log,
-    print_csv,
-    print_table,
-    resolve_rundir,
-    summaries,
-)
+from analysis.batch_log import STALE_AFTER_S, print_csv, print_table, summaries
+from commands.common import fail
 from dispatcher.core.records import BatchEntry
-from dispatcher.core.rundir import RundirError
+from dispatcher.core.rundir import RundirError, rundirs_of_batch_log
 
-
-def _fail(message: str) -> None:
-    click.echo(f"batch-log: {message}", err=True)
-    sys.exit(2)
+Listed = list[tuple[BatchEntry, Path]]  # the batch log's entries, each with its rundir
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -47,19 +37,19 @@ def batch_log(batch_log, as_csv, plot, export_path, rundirs, stale_after):
     95% confidence interval, last update and status; optionally plot or export them."""
     explicit_log = batch_log is not None
     batch_log = batch_log if explicit_log else Path("batch.log")
-    entries: list[BatchEntry] = []
+    listed: Listed = []
     try:
         if explicit_log or not rundirs or batch_log.is_file():
-            entries = load_batch_log(batch_log)
-    except AnalysisError as exc:
-        _fail(str(exc))
+            listed = rundirs_of_batch_log(batch_log)
+    except RundirError as exc:
+        fail(str(exc))
     selected = list(rundirs) if rundirs else None
     if export_path is not None:
-        _export(batch_log, entries, selected, export_path)
+        _export(listed, selected, export_path)
         return
-    rows = summaries(batch_log, entries, selected, stale_after=stale_after)
+    rows = summaries(listed, selected, stale_after=stale_after)
     if plot:
-        _plot(batch_log, entries, selected, rows)
+        _plot(listed, selected, rows)
         return
     if as_csv:
         print_csv(rows)
@@ -72,32 +62,32 @@ def batch_log(batch_log, as_csv, plot, export_path, rundirs, stale_after):
         sys.exit(1)
 
 
-def _selected_paths(batch_log, entries, selected) -> list[tuple[Path, bool]]:
+def _selected_paths(listed: Listed, selected: list[Path] | None) -> list[tuple[Path, bool]]:
     """(path, explicitly asked for) of every selected rundir."""
     if selected is not None:
         return [(p, True) for p in selected]
-    return [(resolve_rundir(batch_log, e.rundir), False) for e in entries]
+    return [(path, False) for _, path in listed]
 
 
-def _plot(batch_log, entries, selected, rows) -> None:
+def _plot(listed: Listed, selected: list[Path] | None, rows) -> None:
     from analysis.plots import plot_experiment
 
     failed = False
-    for (path, explicit), s in zip(_selected_paths(batch_log, entries, selected), rows):
+    for (path, explicit), s in zip(_selected_paths(listed, selected), rows):
         if s.status == "missing":
             click.echo(f"batch-log: {path}: rundir missing, not plotted", err=True)
             failed = failed or explicit
             continue
         try:
             click.echo(str(plot_experiment(path)))
-        except (RundirError, AnalysisError) as exc:
+        except RundirError as exc:
             click.echo(f"batch-log: {exc}", err=True)
             failed = True
     if failed:
         sys.exit(1)
 
 
-def _export(batch_log, entries, selected, out: Path) -> None:
+def _export(listed: Listed, selected: list[Path] | None, out: Path) -> None:
     from analysis.export import (
         ExportError,
         MeasurementWarning,
@@ -109,12 +99,12 @@ def _export(batch_log, entries, selected, out: Path) -> None:
     try:
         export_format(out)  # before reading everything: e.g. pyarrow missing
     except ExportError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     paths = []
-    for path, explicit in _selected_paths(batch_log, entries, selected):
+    for path, explicit in _selected_paths(listed, selected):
         if not path.is_dir():
             if explicit:
-                _fail(f"{path}: no such rundir")
+                fail(f"{path}: no such rundir")
             click.echo(f"batch-log: {path}: rundir missing, skipped", err=True)
             continue
         paths.append(path)
@@ -129,11 +119,10 @@ def _export(batch_log, entries, selected, out: Path) -> None:
                 warnings.showwarning(w.message, w.category, w.filename, w.lineno)
         write_table(table, out)
     except (ExportError, RundirError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except OSError as exc:
-        _fail(f"{out}: cannot write: {exc.strerror or exc}")
+        fail(f"{out}: cannot write: {exc.strerror or exc}")
     click.echo(f"{out}: {len(table)} runs from {len(paths)} rundirs", err=True)
-
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from analysis.batch_log import best_times, load_batch_log, summaries
+from analysis.batch_log import best_times, summaries
 from analysis.export import PARQUET_MISSING, measurements_table
 from analysis.plots import plot_experiment
 from commands.batch_log import batch_log
@@ -35,7 +35,7 @@ from dispatcher.core.records import (
     StepEvent,
     event_from_json,
 )
-from dispatcher.core.rundir import Rundir, append_batch_log
+from dispatcher.core.rundir import Rundir, append_batch_log, rundirs_of_batch_log
 
 NOW = time.time()
 GC = {"minor_collections": 12, "major_collections": 3, "minor_words": 123456,
@@ -237,7 +237,7 @@ def test_best_times_pool_remeasures_of_the_same_binary():
 
 def test_summaries_of_every_experiment(batch):
     log, paths = batch
-    rows = by_task(summaries(log, load_batch_log(log)))
+    rows = by_task(summaries(rundirs_of_batch_log(log)))
     assert list(rows) == ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
     expect = {"alpha": ("finished", 4, 4), "beta": ("running", 2, 10),
               "gamma": ("interrupted", 1, 5), "delta": ("failed", 0, 5),
@@ -336,7 +336,7 @@ def test_torn_last_line_is_ignored(batch):
     with open(journal, "a") as f:
         f.write('{"event": "step", "step": 3, "candid')
     before = journal.read_bytes()
-    rows = by_task(summaries(log, load_batch_log(log)))
+    rows = by_task(summaries(rundirs_of_batch_log(log)))
     assert rows["beta"].status == "running" and rows["beta"].steps_done == 2
     result = run_cli(str(log))
     assert result.exit_code == 0 and result.stderr == ""
@@ -506,7 +506,7 @@ def test_golden_rundirs_of_both_versions_summarize_export_and_plot(tmp_path):
     """Real rundirs, written by format version 1 and 2 (tests/golden), read by every analysis
     path: the table, the export (re-measurements included) and the plot."""
     log = GOLDEN / "batch.log"
-    rows = summaries(log, load_batch_log(log))
+    rows = summaries(rundirs_of_batch_log(log))
     assert [(s.rundir, s.status, s.steps_done, s.steps_planned) for s in rows] == [
         ("rundir-v1", "finished", 4, 4), ("rundir-v2", "finished", 4, 4)]
     for s in rows:
