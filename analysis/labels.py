@@ -18,7 +18,7 @@ import pandas as pd
 from dispatcher.core.decisions import dump_files, feature_rows, read_dumps, site_location
 from dispatcher.core.rundir import RundirError, SitesRundir
 from dispatcher.core.site_records import REFERENCE_DIR, LabelEvent, MinimalEvent, WinnerEvent
-from dispatcher.search.focus import site_function
+from dispatcher.core.sites import site_function
 
 TABLE = "sites"
 ID_COLUMNS = ["benchmark", "unit", "round", "key", "callee", "location",

@@ -1,5 +1,5 @@
 """The CSV files of ``results/``: a comparison of a build with the heuristic written as its
-paired run times per worker (README.md, "results/"), and the ``Outcome`` it is judged as.
+paired run times per worker (README.md, "results/").
 
 Shared by ``run-all-benchmarks`` (optimal trees) and ``run-plugin-benchmark`` (policies), so
 both write one layout; ``summary_rows`` is the table ``run-plugin-benchmark --baselines`` writes
@@ -10,11 +10,10 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol
 
-from analysis.results import Outcome
+from dispatcher.core.comparison import Comparison
+from dispatcher.core.figures import Figure
 from dispatcher.core.files import atomic_output
-from dispatcher.running.measurement import Comparison
 
 HEURISTIC = "heuristic"  # the overrides column of the heuristic's paired runs
 
@@ -66,26 +65,6 @@ def write_csv(path: Path, rows: list[list[str]]) -> Path:
         with open(tmp, "w", newline="") as f:
             csv.writer(f, lineterminator="\n").writerows(rows)
     return path
-
-
-def outcome(name: str, hyper: str, c: Comparison) -> Outcome:
-    speedup, low, high = c.interval
-    return Outcome(name, hyper, speedup, low, high, c.pairs, c.worker, c.stopped)
-
-
-class Figure(Protocol):
-    """A speedup against the heuristic with its interval and binary size ratio (None: none)."""
-
-    @property
-    def speedup(self) -> float | None: ...
-    @property
-    def low(self) -> float | None: ...
-    @property
-    def high(self) -> float | None: ...
-    @property
-    def pairs(self) -> int: ...
-    @property
-    def size_ratio(self) -> float | None: ...
 
 
 SUMMARY_HEADER = ["benchmark", "split", "build", "speedup", "low", "high", "pairs",

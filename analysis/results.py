@@ -30,6 +30,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
+from dispatcher.core.comparison import Comparison
+from dispatcher.core.figures import Figure
+
 # ``<rewards>/<bench>/<model>/<hyper>/no-optimal.txt``: why assign-rewards wrote no optimal.sexp
 # there (a weak fit, docs/rewards.md); run-all-benchmarks reports that setting as skipped
 WITHHELD = "no-optimal.txt"
@@ -37,23 +40,24 @@ WITHHELD = "no-optimal.txt"
 
 @dataclass(frozen=True)
 class Outcome:
-    """One optimal tree measured against the heuristic (``speedup`` None: no pairs)."""
+    """One optimal tree (or policy) measured against the heuristic: which, and its ``figure``
+    (no speedup: no pairs, ``stopped`` says why)."""
 
     benchmark: str
     hyper: str
-    speedup: float | None
-    low: float | None = None
-    high: float | None = None
-    pairs: int = 0
+    figure: Figure = Figure()
     worker: str | None = None
     stopped: str = ""
 
-    @property
-    def significant(self) -> bool | None:
-        """Whether the 95% interval excludes 1 (None without an interval)."""
-        if self.low is None or self.high is None:
-            return None
-        return not self.low <= 1.0 <= self.high
+    @classmethod
+    def of(cls, benchmark: str, hyper: str, c: Comparison) -> Outcome:
+        """A comparison with the heuristic, judged (no speedup when unresolved)."""
+        speedup, low, high = c.interval
+        return cls(benchmark, hyper, Figure(speedup, low, high, c.pairs), c.worker, c.stopped)
+
+    def text(self) -> str:
+        """Its speedup and interval, or ``-`` and why there is none."""
+        return self.figure.text(f"- ({self.stopped or 'not measured'})")
 
 
 @dataclass(frozen=True)
@@ -77,11 +81,12 @@ def _measured(outcomes: Iterable[Outcome]) -> dict[str, dict[str, float]]:
     """benchmark -> hyper -> speedup, for outcomes with a speedup."""
     out: dict[str, dict[str, float]] = {}
     for o in outcomes:
-        if o.speedup is not None:
-            if not o.speedup > 0 or math.isinf(o.speedup):
-                raise ValueError(f"{o.benchmark} {o.hyper}: speedup {o.speedup!r} is not "
+        speedup = o.figure.speedup
+        if speedup is not None:
+            if not speedup > 0 or math.isinf(speedup):
+                raise ValueError(f"{o.benchmark} {o.hyper}: speedup {speedup!r} is not "
                                  "positive and finite")
-            out.setdefault(o.benchmark, {})[o.hyper] = o.speedup
+            out.setdefault(o.benchmark, {})[o.hyper] = speedup
     return out
 
 
@@ -131,12 +136,12 @@ def choose(outcomes: Sequence[Outcome]) -> Regret | None:
 
 def faster(o: Outcome) -> bool:
     """Measured significantly faster than the heuristic: the 95% interval lies above 1."""
-    return o.speedup is not None and o.low is not None and o.high is not None and o.low > 1.0
+    return o.figure.ok and o.figure.low is not None and o.figure.low > 1.0
 
 
 def slower(o: Outcome) -> bool:
     """Measured significantly slower than the heuristic: the 95% interval lies below 1."""
-    return o.speedup is not None and o.low is not None and o.high is not None and o.high < 1.0
+    return o.figure.ok and o.figure.high is not None and o.figure.high < 1.0
 
 
 @dataclass(frozen=True)
@@ -166,7 +171,7 @@ class Recommendation:
 
 
 def _figure(o: Outcome) -> str:
-    return f"{o.benchmark} {format_speedup(o)}, {o.pairs} pairs"
+    return f"{o.benchmark} {o.text()}, {o.figure.pairs} pairs"
 
 
 def recommend(outcomes: Sequence[Outcome]) -> Recommendation:
@@ -185,8 +190,8 @@ def recommend(outcomes: Sequence[Outcome]) -> Recommendation:
     if not eligible:
         gained = [r for r in ranked if gains[r.hyper]]
         if not gained:
-            best = max((o for o in outcomes if o.speedup is not None),
-                       key=lambda o: (o.speedup or 0.0, o.low or 0.0))
+            best = max((o for o in outcomes if o.figure.speedup is not None),
+                       key=lambda o: (o.figure.speedup or 0.0, o.figure.low or 0.0))
             return Recommendation(None, benchmarks=benchmarks, reason=(
                 "no optimal tree measured significantly faster than the heuristic (95% "
                 f"interval above 1); the fastest: {best.hyper} on {_figure(best)}"))
@@ -209,16 +214,8 @@ def recommend(outcomes: Sequence[Outcome]) -> Recommendation:
 # --------------------------------------------------------------------------- printing
 
 
-def format_speedup(o: Outcome) -> str:
-    if o.speedup is None:
-        return f"- ({o.stopped or 'not measured'})"
-    if o.low is None or o.high is None:
-        return f"{o.speedup:.3f}"
-    return f"{o.speedup:.3f} [{o.low:.3f}, {o.high:.3f}]"
-
-
 def _significant(o: Outcome) -> str:
-    s = o.significant
+    s = o.figure.significant
     return "-" if s is None else "yes" if s else "no"
 
 
@@ -244,8 +241,8 @@ def print_tables(outcomes: Sequence[Outcome], file: TextIO | None = None) -> Non
     measured = table("benchmark", "hyperparameters", "speedup [95% CI]", "significant",
                      "pairs", "worker", right=("speedup [95% CI]", "pairs"))
     for o in sorted(outcomes, key=lambda o: (o.benchmark, o.hyper)):
-        measured.add_row(o.benchmark, o.hyper, format_speedup(o), _significant(o),
-                         str(o.pairs), o.worker or "-")
+        measured.add_row(o.benchmark, o.hyper, o.text(), _significant(o),
+                         str(o.figure.pairs), o.worker or "-")
     console.print(measured)
     summaries = per_benchmark(outcomes)
     if not summaries:

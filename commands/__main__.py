@@ -13,20 +13,7 @@ with quiet_interrupt("commands"):  # a Ctrl-C during the imports: one line, exit
 
     import click
 
-COMMANDS = {
-    "run-benchmark": "commands.run_benchmark:run_benchmark",
-    "check-benchmarks": "commands.check_benchmarks:check_benchmarks",
-    "run_training_experiments": "commands.training:run_training_experiments",
-    "batch-log": "commands.batch_log:batch_log",
-    "assign-rewards": "commands.assign_rewards:assign_rewards",
-    "run-all-benchmarks": "commands.run_all_benchmarks:run_all_benchmarks",
-    "store-gc": "commands.store_gc:store_gc",
-    "train-policy": "commands.train_policy:train_policy",
-    "run-plugin-benchmark": "commands.run_plugin_benchmark:run_plugin_benchmark",
-    "measure-sites": "commands.measure_sites:measure_sites",
-    "export-dataset": "commands.export_dataset:export_dataset",
-    "run-campaign": "commands.run_campaign:run_campaign",
-}
+    from commands.registry import COMMANDS
 
 
 class _Commands(click.Group):

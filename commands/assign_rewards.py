@@ -7,13 +7,9 @@ from pathlib import Path
 
 import click
 
-from analysis.batch_log import AnalysisError, load_batch_log, resolve_rundir
 from analysis.models import DEFAULT_ALPHAS, DEFAULT_GAMMAS, MODELS, TARGETS, grid
-
-
-def _fail(message: str) -> None:
-    click.echo(f"assign-rewards: {message}", err=True)
-    sys.exit(2)
+from commands.common import fail
+from pipeline.rewards import Fitted, RewardsInputError, candidates_of, fit_each, rundirs_to_fit
 
 
 def _floats(option: str, values: tuple[str, ...], default: tuple[float, ...],
@@ -26,7 +22,7 @@ def _floats(option: str, values: tuple[str, ...], default: tuple[float, ...],
             except ValueError:
                 v = float("nan")
             if not low < v <= high:
-                _fail(f"{option} {part!r}: expected numbers in ({low:g}, {high:g}]")
+                fail(f"{option} {part!r}: expected numbers in ({low:g}, {high:g}]")
             out.append(v)
     return out or list(default)
 
@@ -63,67 +59,49 @@ def assign_rewards(rundirs, batch_log, out, benchmarks, models, gammas, alphas, 
     the optimal tree (an overrides file) per model and hyperparameters under OUT: one line
     each, its predicted speedup with its held-out fit, or why none was written (a held-out
     R^2 below --min-r2, fewer supported calls than --min-supported)."""
-    # scipy and scikit-learn load here, when the command runs, not when it is imported
-    from analysis.extract import ExtractError, extract
-    from analysis.rewards import RewardError, assign, best_measured, write
-    paths = list(rundirs)
-    if batch_log is not None or not paths:
-        log = batch_log or Path("batch.log")
-        try:
-            entries = load_batch_log(log)
-        except AnalysisError as exc:
-            _fail(str(exc))
-        if not entries:
-            _fail(f"{log}: the batch log lists no experiment")
-        paths += [resolve_rundir(log, e.rundir) for e in entries]
-    hypers = grid(models or MODELS, _floats("--gamma", gammas, DEFAULT_GAMMAS, 0.0, 1.0),
-                  _floats("--alpha", alphas, DEFAULT_ALPHAS, 0.0, 1e6), targets or TARGETS)
     try:
-        by_bench = extract(paths)
-    except ExtractError as exc:
-        _fail(str(exc))
-    if benchmarks:
-        unknown = sorted(set(benchmarks) - set(by_bench))
-        if unknown:
-            _fail(f"no rundir of benchmark {', '.join(unknown)} "
-                  f"(found: {', '.join(sorted(by_bench)) or 'none'})")
-        by_bench = {b: by_bench[b] for b in benchmarks}
-    if min_r2 != min_r2 or min_r2 > 1:  # NaN, or more than a perfect fit
-        _fail(f"--min-r2 {min_r2}: expected a number at most 1")
-    errors = 0
-    for bench, candidates in sorted(by_bench.items()):
-        try:
-            result = assign(candidates, hypers, rounds, seed)
-        except RewardError as exc:
-            click.echo(f"assign-rewards: {exc}", err=True)
-            errors += 1
-            continue
-        try:
-            written = write(result, out, min_r2, min_supported)
-        except OSError as exc:
-            _fail(f"{out}: cannot write the results: {exc.strerror or exc}")
-        table = result.scores_table()
-        best = table[table["spearman"].notna()].sort_values("spearman", ascending=False).head(1)
-        trees = sum(w.optimal is not None for w in written)
-        line = (f"{bench}: {len(result.measured)} candidates, {len(result.expanded.nodes)} "
-                f"nodes ({len(result.constant)} constant), {trees} optimal trees "
-                f"in {out / bench}")
-        if trees < len(written):
-            line += f" ({len(written) - trees} withheld: weak fit, below)"
-        if len(best):
-            b = best.iloc[0]
-            line += (f"; best held-out Spearman {b['spearman']:.3f} ({b['model']} "
-                     f"{b['hyperparameters']}, {b['split']} split)")
-        click.echo(line)
-        click.echo(f"{bench}: {best_measured(result.measured)}")
-        for w in written:
-            click.echo(w.line(bench))
-        unresolved = int(candidates.table["unresolved"].fillna(False).astype(bool).sum())
-        if unresolved:
-            click.echo(f"{bench}: {unresolved} candidate(s) unresolved (fewer undisturbed "
-                       "pairs than the chain's minimum): left out, no speedup", err=True)
+        paths = rundirs_to_fit(rundirs, batch_log)
+        hypers = grid(models or MODELS, _floats("--gamma", gammas, DEFAULT_GAMMAS, 0.0, 1.0),
+                      _floats("--alpha", alphas, DEFAULT_ALPHAS, 0.0, 1e6), targets or TARGETS)
+        by_bench = candidates_of(paths, benchmarks)
+        if min_r2 != min_r2 or min_r2 > 1:  # NaN, or more than a perfect fit
+            fail(f"--min-r2 {min_r2}: expected a number at most 1")
+        errors = 0
+        for fitted in fit_each(by_bench, hypers, rounds, seed, out, min_r2, min_supported):
+            if fitted.error is not None:
+                click.echo(f"assign-rewards: {fitted.error}", err=True)
+                errors += 1
+            else:
+                _said(fitted, out)
+    except RewardsInputError as exc:
+        fail(str(exc))
     if errors:
         sys.exit(1)
+
+
+def _said(fitted: Fitted, out: Path) -> None:
+    """A benchmark's rewards in a line, its best measured candidate, a line per fit, and its
+    unresolved candidates on stderr."""
+    from analysis.rewards import best_measured
+    bench, result = fitted.benchmark, fitted.result
+    assert result is not None
+    trees = sum(w.optimal is not None for w in fitted.written)
+    line = (f"{bench}: {len(result.measured)} candidates, {len(result.expanded.nodes)} "
+            f"nodes ({len(result.constant)} constant), {trees} optimal trees "
+            f"in {out / bench}")
+    if trees < len(fitted.written):
+        line += f" ({len(fitted.written) - trees} withheld: weak fit, below)"
+    if fitted.best is not None:
+        b = fitted.best
+        line += (f"; best held-out Spearman {b['spearman']:.3f} ({b['model']} "
+                 f"{b['hyperparameters']}, {b['split']} split)")
+    click.echo(line)
+    click.echo(f"{bench}: {best_measured(result.measured)}")
+    for w in fitted.written:
+        click.echo(w.line(bench))
+    if fitted.unresolved:
+        click.echo(f"{bench}: {fitted.unresolved} candidate(s) unresolved (fewer undisturbed "
+                   "pairs than the chain's minimum): left out, no speedup", err=True)
 
 
 main = assign_rewards

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from commands.common import fail
 from dispatcher.build.checks import check_benchmark
 from dispatcher.build.driver import BuildError
 from dispatcher.build.manifest import ManifestError, bundled_benchmarks, resolve_benchmark
@@ -33,7 +34,7 @@ def check_benchmarks(benchmarks: tuple[str, ...], sizes: tuple[str, ...], runs: 
         benches = [resolve_benchmark(b) for b in benchmarks] or bundled_benchmarks()
         compiler = locate_compiler()
     except (ManifestError, CompilerNotFound) as exc:
-        raise click.ClickException(str(exc)) from None
+        fail(str(exc))
     failed = 0
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="check-benchmarks-") as tmp:
@@ -65,8 +66,6 @@ def check_benchmarks(benchmarks: tuple[str, ...], sizes: tuple[str, ...], runs: 
                f"{time.monotonic() - started:.1f} s", err=True)
     if failed:
         sys.exit(1)
-
-
 
 
 def main() -> None:

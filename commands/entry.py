@@ -9,8 +9,10 @@ try:  # from the first statement on: a Ctrl-C while this module itself runs (its
     # take a few milliseconds, more on a loaded machine) would otherwise be a traceback
     import signal
     import sys
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from contextlib import contextmanager
+
+    from commands.registry import COMMANDS, entry_point, module_of
 
     def _exit_interrupted(prog: str) -> None:
         sys.stderr.write(f"{prog}: interrupted\n")
@@ -61,49 +63,15 @@ def _launch(prog: str, module: str) -> None:
     main()
 
 
-def run_benchmark() -> None:
-    _launch("run-benchmark", "commands.run_benchmark")
+def _entry_point(prog: str) -> Callable[[], None]:
+    module = module_of(prog)
+
+    def launch() -> None:
+        _launch(prog, module)
+    launch.__name__ = launch.__qualname__ = entry_point(prog)
+    return launch
 
 
-def check_benchmarks() -> None:
-    _launch("check-benchmarks", "commands.check_benchmarks")
-
-
-def batch_log() -> None:
-    _launch("batch-log", "commands.batch_log")
-
-
-def run_training_experiments() -> None:
-    _launch("run_training_experiments", "commands.training")
-
-
-def assign_rewards() -> None:
-    _launch("assign-rewards", "commands.assign_rewards")
-
-
-def run_all_benchmarks() -> None:
-    _launch("run-all-benchmarks", "commands.run_all_benchmarks")
-
-
-def store_gc() -> None:
-    _launch("store-gc", "commands.store_gc")
-
-
-def train_policy() -> None:
-    _launch("train-policy", "commands.train_policy")
-
-
-def run_plugin_benchmark() -> None:
-    _launch("run-plugin-benchmark", "commands.run_plugin_benchmark")
-
-
-def measure_sites() -> None:
-    _launch("measure-sites", "commands.measure_sites")
-
-
-def export_dataset() -> None:
-    _launch("export-dataset", "commands.export_dataset")
-
-
-def run_campaign() -> None:
-    _launch("run-campaign", "commands.run_campaign")
+# One entry point per command (``run_benchmark`` for run-benchmark), the console scripts' targets
+for _prog in COMMANDS:
+    globals()[entry_point(_prog)] = _entry_point(_prog)

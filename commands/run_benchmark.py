@@ -4,31 +4,36 @@ from __future__ import annotations
 
 import statistics
 import sys
-from contextlib import closing
-from dataclasses import replace
 from pathlib import Path
 
 import click
 
-from commands.common import backend_errors_in_one_line, closing_session, show_warnings
+from commands.common import backend_errors_in_one_line, closing_session, fail, show_warnings
 from dispatcher.build.manifest import ManifestError, resolve_benchmark
 from dispatcher.build.policies import PolicyError, PolicySpec, parse_policy
-from dispatcher.build.service import CompileError, CompileJob, OverridesMismatch
+from dispatcher.build.service import CompileJob
 from dispatcher.build.toolchain import CompilerNotFound
-from dispatcher.compare import Contender, compare_with_heuristic, pairing_policy, run_job
+from dispatcher.compare import Compared, Contender, run_job
 from dispatcher.config import MAX_RUNS, ConfigError, load_config
+from dispatcher.core.comparison import share_range
 from dispatcher.core.decisions import (
     DecisionDump,
     DecisionFileError,
     override_reach,
     read_overrides,
 )
-from dispatcher.core.jobs import RunJob
+from dispatcher.core.figures import format_speedup
 from dispatcher.core.records import RunResult
-from dispatcher.running.agent_client import AgentError
-from dispatcher.running.measurement import ShareJudge, share_range
+from dispatcher.running.measurement import ShareJudge
 from dispatcher.session import Session
 from dispatcher.storage.store import StoreError
+from pipeline.evaluation import (
+    EvaluationError,
+    SlotRuns,
+    compare_one,
+    compile_build,
+    run_on_every_slot,
+)
 
 
 def summary_lines(results: list[RunResult], dumps: list[DecisionDump]) -> list[str]:
@@ -56,16 +61,6 @@ def summary_lines(results: list[RunResult], dumps: list[DecisionDump]) -> list[s
                 lines.append(f"{r.worker}: failed run: {rec.failure}")
                 break
     return lines
-
-
-def cached_results(session: Session, job: RunJob) -> list[RunResult]:
-    """Per worker, the latest stored result of exactly ``job`` with at least ``job.runs`` runs,
-    cut to its first ``job.runs`` runs: what a fresh job of that many runs would have measured
-    there (the first runs of a job, after the binary arrived), so ``--runs N`` shows N."""
-    latest = {r.worker: r for cls in session.worker_classes
-              for r in session.store.job_measurements(job, cls)
-              if len(r.records) >= job.runs}
-    return [r.model_copy(update={"records": r.records[:job.runs]}) for r in latest.values()]
 
 
 @click.command()
@@ -107,97 +102,55 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
         session = Session(config, compile_jobs=1)
     except (ConfigError, ManifestError, DecisionFileError, CompilerNotFound, StoreError,
             PolicyError) as exc:
-        raise click.ClickException(str(exc)) from None
+        fail(str(exc))
     runs = runs or config.run.runs
     show_warnings()
-    errors: list[str] = []
-    results: list[RunResult] = []
-    cached = False
     speedup = None
+    judge = ShareJudge(config.measure.min_cpu_share)
+    build = CompileJob(bench, overrides, policy=policy)
     with closing_session(session):
         try:
-            build = CompileJob(bench, overrides, policy=policy)
-            compiled = session.builds.compile(build)
-        except OverridesMismatch as exc:
-            raise click.ClickException(f"{decisions}: {exc}") from None
-        except CompileError as exc:
-            raise click.ClickException(f"{bench.name}: compile failed: {exc}") from None
-        except StoreError as exc:
-            raise click.ClickException(str(exc)) from None
+            compiled = compile_build(session, build, decisions)
+        except EvaluationError as exc:
+            fail(str(exc))
         if decisions:
             unreached = override_reach(overrides, compiled.artifact.dumps()).line(decisions)
             if unreached:
                 click.echo(unreached, err=True)
-        job = run_job(config, bench_size, compiled, runs)
-        if not remeasure:
-            results = cached_results(session, job)
-            if results:
-                cached = True
-        judge = ShareJudge(config.measure.min_cpu_share)
-        if results:
-            results = [judge(r) for r in results]
-        else:
-            scheduler = session.start_workers().scheduler
-            futures = [scheduler.submit(job, slot=slot.name) for slot in scheduler.slots]
-            for f in futures:
-                try:
-                    results.append(judge(f.result()))
-                except AgentError as exc:
-                    errors.append(str(exc))
-            results = rerun_disturbed(scheduler, job, results, judge, errors)
-            for r in results:  # what was measured is kept, whatever else failed
-                try:
-                    session.store.add_measurement(r, job)
-                except StoreError as exc:
-                    errors.append(str(exc))
-        if ((decisions or policy) and compare and not csv_only and results
-                and not any(r.failed for r in results)):
-            speedup = speedup_line(session, Contender(None, bench, build, bench_size), runs,
-                                   remeasure)
-    if not results:
-        raise click.ClickException(errors[0])
-    for e in errors:
-        click.echo(f"error: {e}", err=True)
-    if cached:
-        click.echo(f"cached: the first {runs} run{'s' if runs != 1 else ''} per worker of a "
-                   "job measured before with the same binary, arguments, expected output and "
-                   "settings (--remeasure to measure again)", err=True)
-
-    label = " ".join(str(x) for x in (decisions, policy and f"policy:{policy}") if x) \
-        or "heuristic"
-    for r in results:
-        click.echo(",".join([r.worker, label, *(f"{rec.wall_s:.6f}" if rec.usable
-                                                 else "disturbed" if rec.failure is None
-                                                 else "failed" for rec in r.records)]))
-    warning = share_warning(results, runs, judge.floor)
-    if warning:
-        click.echo(warning, err=True)
+        got = run_on_every_slot(session, run_job(config, bench_size, compiled, runs), judge,
+                                remeasure)
+        if ((decisions or policy) and compare and not csv_only and got.results
+                and not any(r.failed for r in got.results)):
+            speedup = speedup_line(compare_one(
+                session, Contender(None, bench, build, bench_size), runs, remeasure))
+    if not got.results:
+        fail(got.errors[0])
+    _report(got, runs, judge.floor, " ".join(str(x) for x in (
+        decisions, policy and f"policy:{policy}") if x) or "heuristic")
     if not csv_only:
-        for line in summary_lines(results, compiled.artifact.dumps()):
+        for line in [*summary_lines(got.results, compiled.artifact.dumps()),
+                     *([speedup] if speedup else [])]:
             click.echo(line, err=not summary)
-        if speedup:
-            click.echo(speedup, err=not summary)
-    if errors or any(r.failed for r in results):
+    if got.errors or any(r.failed for r in got.results):
         sys.exit(1)
 
 
-def rerun_disturbed(scheduler, job: RunJob, results: list[RunResult], judge: ShareJudge,
-                    errors: list[str]) -> list[RunResult]:
-    """Each worker's runs with those it lost to disturbance run again, once, on the same
-    slot (as many as were lost, so a worker returns between N and 2N runs, as the agent does
-    for runs that migrated); judged the same way.  Runs that failed are not run again."""
-    out = []
-    for r in results:
-        missing = job.runs - len(r.times)
-        if missing > 0 and not r.failed:
-            try:
-                extra = judge(scheduler.submit(replace(job, runs=missing),
-                                               slot=r.worker).result())
-                r = r.model_copy(update={"records": r.records + extra.records})
-            except AgentError as exc:
-                errors.append(str(exc))
-        out.append(r)
-    return out
+def _report(got: SlotRuns, runs: int, floor: float, label: str) -> None:
+    """The errors and the cached note on stderr, a CSV line per worker, the disturbance
+    warning."""
+    for e in got.errors:
+        click.echo(f"error: {e}", err=True)
+    if got.cached:
+        click.echo(f"cached: the first {runs} run{'s' if runs != 1 else ''} per worker of a "
+                   "job measured before with the same binary, arguments, expected output and "
+                   "settings (--remeasure to measure again)", err=True)
+    for r in got.results:
+        click.echo(",".join([r.worker, label, *(f"{rec.wall_s:.6f}" if rec.usable
+                                                 else "disturbed" if rec.failure is None
+                                                 else "failed" for rec in r.records)]))
+    warning = share_warning(got.results, runs, floor)
+    if warning:
+        click.echo(warning, err=True)
 
 
 def share_warning(results: list[RunResult], runs: int, floor: float) -> str | None:
@@ -218,17 +171,10 @@ def share_warning(results: list[RunResult], runs: int, floor: float) -> str | No
     return line
 
 
-def speedup_line(session: Session, contender: Contender[None], runs: int,
-                 remeasure: bool) -> str:
-    """The speedup of the contender's build over the heuristic build: paired, interleaved, on
-    one slot, as the search measures a candidate (docs/measurement.md)."""
-    pairing = pairing_policy(session.config, runs)
-    try:
-        with closing(compare_with_heuristic(session, [contender], runs, pairing,
-                                            remeasure)) as outcomes:
-            got = next(iter(outcomes))
-    except StoreError as exc:  # said, not raised: the runs above stand
-        return f"speedup over the heuristic: not measured ({exc})"
+def speedup_line(got: Compared[None] | StoreError) -> str:
+    """The speedup of the build over the heuristic build, or why there is none."""
+    if isinstance(got, StoreError):  # said, not raised: the runs above stand
+        return f"speedup over the heuristic: not measured ({got})"
     compared = got.comparison
     if compared is None:
         return f"speedup over the heuristic: not measured ({got.error})"
@@ -237,8 +183,7 @@ def speedup_line(session: Session, contender: Contender[None], runs: int,
     speedup, low, high = compared.interval
     if speedup is None:
         return f"speedup over the heuristic: none ({compared.stopped}, no pairs)"
-    interval = "" if low is None else f" [{low:.3f}, {high:.3f}]"
-    return (f"speedup over the heuristic: {speedup:.3f}{interval} (95% interval, "
+    return (f"speedup over the heuristic: {format_speedup(speedup, low, high)} (95% interval, "
             f"{compared.pairs} pairs on {compared.worker}, stopped: {compared.stopped})")
 
 

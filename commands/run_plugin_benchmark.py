@@ -23,46 +23,31 @@ also ``<results>/plugin_<name>.summary.csv``).
 """
 from __future__ import annotations
 
-import math
 import re
 import sys
-from contextlib import closing
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import NoReturn
 
 import click
 
-from analysis.result_files import csv_rows, outcome, summary_rows, write_csv
-from analysis.results import Outcome, format_speedup
-from commands.common import (
-    backend_errors_in_one_line,
-    closing_session,
-    show_warnings,
-)
+from analysis.results import Outcome
+from commands.common import backend_errors_in_one_line, closing_session, fail, show_warnings
 from dispatcher import baselines as base
-from dispatcher.build.manifest import (
-    SPLITS,
-    Benchmark,
-    ManifestError,
-    bundled_benchmarks,
-    resolve_benchmark,
-)
+from dispatcher.build.manifest import SPLITS, Benchmark
 from dispatcher.build.policies import PolicyError, PolicySpec, parse_policy
-from dispatcher.build.service import CompileJob
 from dispatcher.build.toolchain import CompilerNotFound
-from dispatcher.compare import Contender, Failure, compare_with_heuristic, pairing_policy
+from dispatcher.compare import pairing_policy
 from dispatcher.config import MAX_RUNS, ConfigError, load_config
-from dispatcher.core.stats import geomean_speedup_ci
+from dispatcher.core.figures import Figure, against, geomean_figure
+from dispatcher.core.stats import geomean
 from dispatcher.session import Session
+from pipeline import evaluation
+from pipeline.evaluation import Evaluated, EvaluationError
 from pipeline.longrun import progress
 
 PROG = "run-plugin-benchmark"
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def _fail(message: str) -> NoReturn:
-    click.echo(f"{PROG}: {message}", err=True)
-    sys.exit(2)
+_NONE = Figure()
 
 
 def policy_name(spec: PolicySpec, given: str | None) -> str:
@@ -70,26 +55,8 @@ def policy_name(spec: PolicySpec, given: str | None) -> str:
     raw = given or (Path(spec.source).stem if spec.source else spec.kind)
     name = _NAME_BAD.sub("_", raw)
     if not name.strip("._"):
-        _fail(f"--name {given!r}: expected letters, digits, '.', '_' or '-'")
+        fail(f"--name {given!r}: expected letters, digits, '.', '_' or '-'")
     return name
-
-
-def select(names: tuple[str, ...]) -> list[Benchmark]:
-    """Benchmarks by name or directory, or whole splits (training, test, all)."""
-    chosen: dict[Path, Benchmark] = {}
-    for name in names or ("all",):
-        try:
-            if name == "all":
-                found = bundled_benchmarks()
-            elif name in SPLITS:
-                found = bundled_benchmarks(name)
-            else:
-                found = [resolve_benchmark(name)]
-        except ManifestError as exc:
-            _fail(str(exc))
-        for b in found:
-            chosen.setdefault(b.directory.resolve(), b)
-    return list(chosen.values())
 
 
 def summary_lines(outcomes: list[Outcome], splits: dict[str, str]) -> list[str]:
@@ -97,19 +64,14 @@ def summary_lines(outcomes: list[Outcome], splits: dict[str, str]) -> list[str]:
     significantly faster or slower than the heuristic."""
     lines = []
     for split in SPLITS:
-        mine = [o for o in outcomes if splits.get(o.benchmark) == split
-                and o.speedup is not None]
+        mine = [o.figure for o in outcomes if splits.get(o.benchmark) == split
+                and o.figure.speedup is not None]
         if not mine:
             continue
-        with_ci = [(o.speedup, o.low, o.high) for o in mine
-                   if o.low is not None and o.high is not None and o.speedup is not None]
-        faster = sum(1 for o in mine if o.low is not None and o.low > 1)
-        slower = sum(1 for o in mine if o.high is not None and o.high < 1)
-        if len(with_ci) == len(mine):
-            g, low, high = geomean_speedup_ci(with_ci)
-            mean = f"{g:.3f} [{low:.3f}, {high:.3f}]"
-        else:
-            mean = "- (a benchmark has no interval)"
+        faster = sum(1 for f in mine if f.low is not None and f.low > 1)
+        slower = sum(1 for f in mine if f.high is not None and f.high < 1)
+        g = geomean_figure(mine)
+        mean = g.text() if g is not None else "- (a benchmark has no interval)"
         lines.append(f"{split}: geometric mean speedup {mean} over {len(mine)} benchmark"
                      f"{'s' if len(mine) != 1 else ''}; significantly faster {faster}, "
                      f"slower {slower}")
@@ -154,113 +116,67 @@ def run_plugin_benchmark(policy: str, benchmarks: tuple[str, ...], name: str | N
         spec = parse_policy(policy)
         config = load_config(config_path)
     except (PolicyError, ConfigError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     label = policy_name(spec, name)
     if (tune_on or retune) and not baselines:
-        _fail("--tune-on, --retune: only with --baselines")
-    benches = select(benchmarks)
-    tuning_benches = select(tune_on or ("training",)) if baselines else []
-    size_name = size or config.run.size
+        fail("--tune-on, --retune: only with --baselines")
     try:
-        sizes = {b.name: b.size(size_name) for b in [*benches, *tuning_benches]}
-    except ManifestError as exc:
-        _fail(str(exc))
-    splits = {b.name: b.split for b in benches}
-    runs = runs or config.run.runs
-    pairing = pairing_policy(config, runs, max_pairs)
-    try:
+        benches = evaluation.select(benchmarks)
+        tuning_benches = evaluation.select(tune_on or ("training",)) if baselines else []
+        size_name = size or config.run.size
+        sizes = evaluation.sizes_of([*benches, *tuning_benches], size_name)
+        runs = runs or config.run.runs
+        pairing = pairing_policy(config, runs, max_pairs)
         session = Session(config)
-    except CompilerNotFound as exc:
-        _fail(str(exc))
-    show_warnings()
-    outcomes: list[Outcome] = []
-    errors = 0
-
-    def error(message: str) -> None:
-        nonlocal errors
-        errors += 1
-        click.echo(f"{PROG}: {message}", err=True)
-
-    contenders: list[Contender] = [
-        Contender((label, bench), bench, CompileJob(bench, policy=spec), sizes[bench.name])
-        for bench in benches]
-    others: list[str] = []  # the baselines' names, in the table's order
-    figures: dict[tuple[str, str], base.Measured] = {}  # (build, benchmark) -> figure
-    with closing_session(session):
+        show_warnings()
+        with closing_session(session):
+            tuning = (tune_global(session, results, tuning_benches, sizes, size_name, runs,
+                                  pairing, retune) if baselines else None)
+            contenders, others = evaluation.policy_contenders(spec, label, benches, sizes,
+                                                              tuning)
+            steps = list(_reported(evaluation.measure_policy(
+                session, contenders, label, spec, results, runs, pairing), label))
+        splits = {b.name: b.split for b in benches}
+        print_table([s.outcome for s in steps if s.tag[0] == label and s.outcome is not None],
+                    splits, label)
         if baselines:
-            tuning = tune_global(session, results, tuning_benches, sizes, size_name, runs,
-                                 pairing, retune)
-            extra: list[tuple[str, tuple[str, ...] | None]] = [("never-inline", None),
-                                                                ("always-inline", None)]
-            if tuning.chosen is not None:
-                extra.insert(0, (f"global-{tuning.chosen}", tuning.flags))
-            for build, flags in extra:
-                if build == label:
-                    continue
-                others.append(build)
-                for bench in benches:
-                    job = (CompileJob(bench, flags=base.setting_flags(bench, flags))
-                           if flags is not None else CompileJob(bench, policy=parse_policy(build)))
-                    contenders.append(Contender((build, bench), bench, job, sizes[bench.name]))
-        with closing(compare_with_heuristic(session, contenders, runs, pairing)) as compared_all:
-            for got in compared_all:
-                build, bench = got.contender.tag
-                figures[(build, bench.name)] = base.measured_of(session, got)
-                if build != label:
-                    measured_baseline(results, got, build, figures[(build, bench.name)])
-                    continue
-                if got.failure in (Failure.COMPILE, Failure.HEURISTIC):
-                    error(f"{bench.name}: compile failed: {got.error}")
-                elif got.failure is Failure.MEASURE:
-                    error(f"{bench.name}: not measured: {got.error}")
-                else:
-                    compared = got.comparison
-                    assert compared is not None
-                    path = results / bench.name / "plugins" / f"plugin_{label}.csv"
-                    try:
-                        write_csv(path, csv_rows(compared, str(spec), ()))
-                    except OSError as exc:  # the comparison is in the store: a rerun writes it
-                        _fail(f"{results}: cannot write the results: {exc.strerror or exc}")
-                    got_outcome = outcome(bench.name, label, compared)
-                    outcomes.append(got_outcome)
-                    figure = (f"speedup {format_speedup(got_outcome)} ({compared.pairs} "
-                              f"pairs on {compared.worker})" if compared.resolved
-                              else f"no speedup, {compared.unresolved_line()}")
-                    progress(f"{bench.name}: {figure} -> {path}")
-                    if compared.failed:
-                        error(f"{bench.name}: a run of the policy's build failed")
-    print_table(outcomes, splits, label)
-    if baselines:
-        print_baselines(figures, label, others, benches, splits)
-        path = results / f"plugin_{label}.summary.csv"
-        try:
-            write_csv(path, summary_rows(
-                (b.name, b.split, build, figures.get((build, b.name), base.Measured()),
-                 None if build == label else base.against(
-                     figures.get((label, b.name), base.Measured()),
-                     figures.get((build, b.name), base.Measured())))
-                for b in benches for build in [label, *others]))
-        except OSError as exc:
-            _fail(f"{path}: cannot write the summary: {exc.strerror or exc}")
-        progress(f"summary -> {path}")
-    if errors:
+            figures = {(s.tag[0], s.tag[1].name): s.figure for s in steps}
+            print_baselines(figures, label, others, benches, splits)
+            path = evaluation.write_summary(results, label, others, benches, figures)
+            progress(f"summary -> {path}")
+    except (CompilerNotFound, EvaluationError) as exc:
+        fail(str(exc))
+    if any(s.errors for s in steps):
         sys.exit(1)
+
+
+def _reported(steps: Iterable[Evaluated], label: str) -> Iterator[Evaluated]:
+    """Each comparison as it ends, with its progress line and its errors on stderr."""
+    for step in steps:
+        build, bench = step.tag
+        m, c = step.figure, step.comparison
+        if build != label:
+            size = f", binary {m.size_ratio:.3f}x" if m.size_ratio is not None else ""
+            progress(f"{bench.name}: {build}: speedup {m.cell()}{size}"
+                     + (f" ({m.error})" if m.error else ""))
+        elif c is not None and step.outcome is not None:
+            figure = (f"speedup {step.outcome.text()} ({c.pairs} pairs on {c.worker})"
+                      if c.resolved else f"no speedup, {c.unresolved_line()}")
+            progress(f"{bench.name}: {figure} -> {step.csv}")
+        for line in step.errors:
+            click.echo(f"{PROG}: {line}", err=True)
+        yield step
 
 
 def tune_global(session: Session, results: Path, benches: list[Benchmark],
                 sizes: dict, size_name: str, runs: int, pairing, retune: bool) -> base.Tuning:
     """The global setting (``dispatcher.baselines.tune``), with a progress line per comparison
     and one line on the choice."""
-    def each(tag: tuple[str, str], m: base.Measured) -> None:
-        progress(f"tuning {tag[0]} on {tag[1]}: speedup {m.figure()}"
+    def each(tag: tuple[str, str], m: Figure) -> None:
+        progress(f"tuning {tag[0]} on {tag[1]}: speedup {m.cell()}"
                  + (f" ({m.error})" if m.error else ""))
-    try:
-        tuning = base.tune(session, results, benches, sizes, size_name, runs, pairing, retune,
-                           on_each=each, say=progress)
-    except base.BaselineError as exc:
-        _fail(str(exc))
-    except OSError as exc:
-        _fail(f"{results / base.RECORD}: cannot write the choice: {exc.strerror or exc}")
+    tuning = evaluation.tune_global(session, results, benches, sizes, size_name, runs,
+                                    pairing, retune, on_each=each, say=progress)
     where = (f"reused from {results / base.RECORD}" if tuning.reused
              else f"recorded in {results / base.RECORD}")
     if tuning.chosen is None:
@@ -268,27 +184,12 @@ def tune_global(session: Session, results: Path, benches: list[Benchmark],
     else:
         g = tuning.table[tuning.chosen]["geomean"]
         click.echo(f"global setting: {tuning.chosen} ({' '.join(tuning.flags)}), training "
-                   f"geometric mean speedup {g[0]:.3f} [{g[1]:.3f}, {g[2]:.3f}] over "
+                   f"geometric mean speedup {Figure(*g).text()} over "
                    f"{len(tuning.benchmarks)} benchmarks ({where})")
     return tuning
 
 
-def measured_baseline(results: Path, got, build: str, m: base.Measured) -> None:
-    """A baseline's comparison written as ``plugin_<build>.csv`` (the policies' layout), one
-    progress line; a baseline that does not compile is said, not an error."""
-    bench = got.contender.bench
-    if got.comparison is not None:
-        path = results / bench.name / "plugins" / f"plugin_{build}.csv"
-        try:
-            write_csv(path, csv_rows(got.comparison, build, ()))
-        except OSError as exc:
-            _fail(f"{results}: cannot write the results: {exc.strerror or exc}")
-    size = f", binary {m.size_ratio:.3f}x" if m.size_ratio is not None else ""
-    progress(f"{bench.name}: {build}: speedup {m.figure()}{size}"
-             + (f" ({m.error})" if m.error else ""))
-
-
-def print_baselines(figures: dict[tuple[str, str], base.Measured], label: str,
+def print_baselines(figures: dict[tuple[str, str], Figure], label: str,
                     others: list[str], benches: list[Benchmark],
                     splits: dict[str, str]) -> None:
     """Per benchmark and baseline: the baseline's speedup against the heuristic and its size,
@@ -300,36 +201,38 @@ def print_baselines(figures: dict[tuple[str, str], base.Measured], label: str,
                f"{'size':>6}  {label} against it [95% CI]")
     ordered = sorted(benches, key=lambda b: (splits.get(b.name, ""), b.name))
     for b in ordered:
-        mine = figures.get((label, b.name), base.Measured())
+        mine = figures.get((label, b.name), _NONE)
         for build in [label, *others]:
-            m = figures.get((build, b.name), base.Measured())
+            m = figures.get((build, b.name), _NONE)
             size = f"{m.size_ratio:.3f}" if m.size_ratio is not None else "-"
-            vs = "-" if build == label else base.against(mine, m).figure()
-            click.echo(f"{b.name:20} {splits.get(b.name, ''):9} {build:24} {m.figure():24} "
+            vs = "-" if build == label else against(mine, m).cell()
+            click.echo(f"{b.name:20} {splits.get(b.name, ''):9} {build:24} {m.cell():24} "
                        f"{size:>6}  {vs}")
     for split in SPLITS:
         names = [b.name for b in ordered if splits.get(b.name) == split]
-        if not names:
-            continue
-        for build in [label, *others]:
-            g = base.geomean(figures.get((build, n), base.Measured()) for n in names)
-            line = f"{split}: {build}: geometric mean speedup {_ci(g)}"
-            if build != label:
-                rel = base.geomean(base.against(figures.get((label, n), base.Measured()),
-                                                figures.get((build, n), base.Measured()))
-                                   for n in names)
-                line += f"; {label} against it {_ci(rel)}"
-            sizes = [r for n in names
-                     if (r := figures.get((build, n), base.Measured()).size_ratio)]
-            if len(sizes) == len(names):
-                line += (f"; binary size geometric mean "
-                         f"{math.exp(sum(math.log(x) for x in sizes) / len(sizes)):.3f}x")
-            click.echo(line + f" over {len(names)} benchmark{'s' if len(names) != 1 else ''}")
+        for build in [label, *others] if names else []:
+            click.echo(_split_line(figures, label, build, split, names))
 
 
-def _ci(g: tuple[float, float, float] | None) -> str:
-    return "- (a benchmark has no figure)" if g is None else \
-        f"{g[0]:.3f} [{g[1]:.3f}, {g[2]:.3f}]"
+def _split_line(figures: dict[tuple[str, str], Figure], label: str, build: str, split: str,
+                names: list[str]) -> str:
+    """A build's geometric means over a split's benchmarks: its speedup, the policy against
+    it, its binary size."""
+    line = (f"{split}: {build}: geometric mean speedup "
+            f"{_mean(figures.get((build, n), _NONE) for n in names)}")
+    if build != label:
+        line += f"; {label} against it " + _mean(
+            against(figures.get((label, n), _NONE), figures.get((build, n), _NONE))
+            for n in names)
+    sizes = [r for n in names if (r := figures.get((build, n), _NONE).size_ratio)]
+    if len(sizes) == len(names):
+        line += f"; binary size geometric mean {geomean(sizes):.3f}x"
+    return line + f" over {len(names)} benchmark{'s' if len(names) != 1 else ''}"
+
+
+def _mean(figures: Iterable[Figure]) -> str:
+    g = geomean_figure(figures)
+    return "- (a benchmark has no figure)" if g is None else g.text()
 
 
 def print_table(outcomes: list[Outcome], splits: dict[str, str], label: str) -> None:
@@ -337,11 +240,12 @@ def print_table(outcomes: list[Outcome], splits: dict[str, str], label: str) -> 
                "time, paired, 95% interval)")
     click.echo(f"{'benchmark':24} {'split':9} {'speedup [95% CI]':28} {'significant':12} pairs")
     for o in sorted(outcomes, key=lambda o: (splits.get(o.benchmark, ""), o.benchmark)):
-        sig = o.significant
-        word = "-" if sig is None else ("faster" if sig and o.speedup and o.speedup > 1
-                                       else "slower" if sig else "no")
+        f = o.figure
+        word = "-" if f.significant is None else (
+            "faster" if f.significant and f.speedup and f.speedup > 1
+            else "slower" if f.significant else "no")
         click.echo(f"{o.benchmark:24} {splits.get(o.benchmark, ''):9} "
-                   f"{format_speedup(o):28} {word:12} {o.pairs}")
+                   f"{o.text():28} {word:12} {f.pairs}")
     for line in summary_lines(outcomes, splits):
         click.echo(line)
 

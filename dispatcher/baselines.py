@@ -12,8 +12,7 @@ measured when run again.
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +21,8 @@ from typing import Any
 from dispatcher.build.manifest import ALLOWED_FLAGS, ALLOWED_VALUE_FLAGS, Benchmark, Size
 from dispatcher.build.service import CompileJob
 from dispatcher.compare import Compared, Contender, Failure, compare_with_heuristic
+from dispatcher.core.figures import Figure, geomean_figure
 from dispatcher.core.files import atomic_output
-from dispatcher.core.stats import geomean_speedup_ci
 from dispatcher.running.measurement import PairingPolicy
 from dispatcher.session import Session
 
@@ -78,45 +77,22 @@ def setting_flags(bench: Benchmark, flags: Sequence[str]) -> tuple[str, ...]:
     return (*kept, *flags)
 
 
-@dataclass(frozen=True)
-class Measured:
-    """One build against its benchmark's heuristic build: speedup (heuristic time / its time)
-    with its 95% interval and the binary's size relative to the heuristic's, or why not."""
-
-    speedup: float | None = None
-    low: float | None = None
-    high: float | None = None
-    pairs: int = 0
-    size_ratio: float | None = None
-    error: str | None = None
-    compiled: bool = True  # False: the build itself failed (an extreme that does not compile)
-
-    @property
-    def ok(self) -> bool:
-        return self.speedup is not None and self.low is not None and self.high is not None
-
-    def figure(self) -> str:
-        if self.ok:
-            return f"{self.speedup:.3f} [{self.low:.3f}, {self.high:.3f}]"
-        return "does not compile" if not self.compiled else "-"
-
-
-def measured_of(session: Session, got: Compared[Any]) -> Measured:
+def measured_of(session: Session, got: Compared[Any]) -> Figure:
     """What ``compare_with_heuristic`` handed back, as a figure with the binary size ratio."""
     if got.failure is Failure.COMPILE:
-        return Measured(error=f"does not compile: {_line(got.error)}", compiled=False)
+        return Figure(error=f"does not compile: {_line(got.error)}", compiled=False)
     if got.failure is Failure.HEURISTIC:
-        return Measured(error=f"the heuristic build failed: {_line(got.error)}")
+        return Figure(error=f"the heuristic build failed: {_line(got.error)}")
     if got.failure is Failure.MEASURE:
-        return Measured(error=f"not measured: {_line(got.error)}")
+        return Figure(error=f"not measured: {_line(got.error)}")
     c = got.comparison
     assert c is not None
     if not c.resolved:
-        return Measured(pairs=c.pairs, error=c.unresolved_line())
+        return Figure(pairs=c.pairs, error=c.unresolved_line())
     if c.failed:
-        return Measured(pairs=c.pairs, error="a run of its build failed")
+        return Figure(pairs=c.pairs, error="a run of its build failed")
     speedup, low, high = c.interval
-    return Measured(speedup, low, high, c.pairs, size_ratio(session, got))
+    return Figure(speedup, low, high, c.pairs, size_ratio(session, got))
 
 
 def size_ratio(session: Session, got: Compared[Any]) -> float | None:
@@ -135,34 +111,11 @@ def _line(error: object) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def geomean(figures: Iterable[Measured]) -> tuple[float, float, float] | None:
-    """The geometric mean with its interval (``geomean_speedup_ci``); None when any figure
-    is missing (a mean over fewer benchmarks than asked would compare unlike things)."""
-    got = list(figures)
-    if not got or not all(m.ok for m in got):
-        return None
-    return geomean_speedup_ci([(m.speedup, m.low, m.high) for m in got])  # type: ignore[misc]
-
-
-def against(a: Measured, b: Measured) -> Measured:
-    """``a`` against ``b``, both measured against the same heuristic build: the ratio of their
-    speedups (b's time / a's time), its interval from the two (independent comparisons: log
-    standard errors added in quadrature).  Not a paired comparison of the two builds."""
-    if not (a.ok and b.ok):
-        return Measured(error="one of the two has no figure")
-    assert a.speedup and a.low and a.high and b.speedup and b.low and b.high
-    z = 1.959963984540054
-    se = math.hypot(math.log(a.high / a.low) / (2 * z), math.log(b.high / b.low) / (2 * z))
-    log_ratio = math.log(a.speedup) - math.log(b.speedup)
-    return Measured(math.exp(log_ratio), math.exp(log_ratio - z * se),
-                    math.exp(log_ratio + z * se), min(a.pairs, b.pairs))
-
-
 def measure_all(session: Session, contenders: Sequence[Contender[Any]], runs: int,
-                pairing: PairingPolicy, on_each=None) -> dict[Any, Measured]:
+                pairing: PairingPolicy, on_each=None) -> dict[Any, Figure]:
     """Every contender against its heuristic build, by tag; ``on_each(tag, measured)`` as each
     ends (a progress line)."""
-    out: dict[Any, Measured] = {}
+    out: dict[Any, Figure] = {}
     with closing(compare_with_heuristic(session, contenders, runs, pairing)) as compared:
         for got in compared:
             m = measured_of(session, got)
@@ -239,12 +192,12 @@ def tune(session: Session, results: Path, benches: Sequence[Benchmark],
     best: tuple[float, str] | None = None
     for setting in GRID:
         figures = {b.name: got[(setting, b.name)] for b in benches}
-        g = geomean(figures.values())
-        table[setting] = {"geomean": list(g) if g else None,
+        g = geomean_figure(figures.values())
+        table[setting] = {"geomean": [g.speedup, g.low, g.high] if g else None,
                           "benchmarks": {n: [m.speedup, m.low, m.high, m.size_ratio]
                                          for n, m in figures.items()}}
-        if g is not None and (best is None or g[0] > best[0]):
-            best = (g[0], setting)
+        if g is not None and g.speedup is not None and (best is None or g.speedup > best[0]):
+            best = (g.speedup, setting)
     chosen = best[1] if best else None
     tuning = Tuning(chosen, GRID[chosen] if chosen else (), names, size_name, table)
     results.mkdir(parents=True, exist_ok=True)

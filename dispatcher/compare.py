@@ -20,10 +20,11 @@ from typing import Any, Generic, TypeVar
 from dispatcher.build.manifest import Benchmark, Size
 from dispatcher.build.service import CompileError, CompileJob, CompileResult
 from dispatcher.config import Config
+from dispatcher.core.comparison import Comparison
 from dispatcher.core.decisions import OverrideReach, override_reach
 from dispatcher.core.jobs import RunJob
 from dispatcher.running.agent_client import AgentError
-from dispatcher.running.measurement import Comparison, PairingPolicy, ReferenceFailed
+from dispatcher.running.measurement import PairingPolicy, ReferenceFailed
 from dispatcher.session import Session
 
 T = TypeVar("T")

@@ -18,16 +18,14 @@ from dispatcher.baselines import (
     GRID,
     RECORD,
     BaselineError,
-    Measured,
-    against,
     check_grid,
-    geomean,
     read_record,
     setting_flags,
 )
 from dispatcher.build.manifest import resolve_benchmark
 from dispatcher.build.policies import Advice, AlwaysInlinePolicy, parse_policy
 from dispatcher.build.policy_file import save_policy_file
+from dispatcher.core.figures import Figure, against, geomean_figure
 from tests.test_rewards import _cli, tiny_search_config
 
 
@@ -47,21 +45,21 @@ def test_the_grid_is_allow_listed_and_replaces_the_level_only():
 
 
 def test_the_policy_against_a_baseline_is_the_ratio_of_speedups():
-    a, b = Measured(1.2, 1.1, 1.3, 5), Measured(1.0, 0.95, 1.05, 4)
+    a, b = Figure(1.2, 1.1, 1.3, 5), Figure(1.0, 0.95, 1.05, 4)
     r = against(a, b)
     assert r.speedup == pytest.approx(1.2) and r.pairs == 4
     assert r.low < 1.2 < r.high  # type: ignore[operator]
     # wider than either interval alone (two measurements' uncertainty)
     assert math.log(r.high / r.low) > math.log(1.3 / 1.1)  # type: ignore[operator]
-    assert not against(a, Measured(error="x", compiled=False)).ok
-    assert Measured(error="x", compiled=False).figure() == "does not compile"
-    assert geomean([a, b]) is not None and geomean([a, Measured()]) is None
+    assert not against(a, Figure(error="x", compiled=False)).ok
+    assert Figure(error="x", compiled=False).cell() == "does not compile"
+    assert geomean_figure([a, b]) is not None and geomean_figure([a, Figure()]) is None
 
 
 def test_the_summary_csv_layout():
-    rows = summary_rows([("kahan", "test", "p", Measured(1.2, 1.1, 1.3, 5, 1.01), None),
-                         ("kahan", "test", "never-inline", Measured(0.5, 0.4, 0.6, 3, 0.9),
-                          Measured(2.4, 2.0, 2.9, 3))])
+    rows = summary_rows([("kahan", "test", "p", Figure(1.2, 1.1, 1.3, 5, 1.01), None),
+                         ("kahan", "test", "never-inline", Figure(0.5, 0.4, 0.6, 3, 0.9),
+                          Figure(2.4, 2.0, 2.9, 3))])
     assert rows[0] == SUMMARY_HEADER
     assert rows[1] == ["kahan", "test", "p", "1.200000", "1.100000", "1.300000", "5",
                        "1.010000", "", "", ""]

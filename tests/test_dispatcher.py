@@ -233,8 +233,8 @@ def test_cli_reports_a_strict_config_error_in_one_line(tmp_path, text, message):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     proc = run_cli("hamming", "--config", str(path))
-    assert proc.returncode == 1
-    assert proc.stderr.splitlines() == [f"Error: {path}: {message}"]
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [f"run-benchmark: {path}: {message}"]
 
 
 # -- store and compile service
@@ -636,7 +636,7 @@ def test_run_benchmark_bad_input(tmp_path, case):
     proc = run_cli(*args, "--config", str(config))
     assert proc.returncode != 0
     err = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(err) == 1 and err[0].startswith("Error: "), proc.stderr
+    assert len(err) == 1 and err[0].startswith("run-benchmark: "), proc.stderr
     assert "Traceback" not in proc.stderr
     expected = {"unknown_bench": "no-such-benchmark", "bad_sexp": "bad.sexp",
                 "missing_sexp": "nope.sexp", "bad_config": "config.yaml",

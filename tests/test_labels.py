@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from dispatcher.core.comparison import Comparison
 from dispatcher.core.decisions import Override
 from dispatcher.core.records import (
     Candidate,
@@ -38,7 +39,6 @@ from dispatcher.core.tree import Tree, from_dumps
 from dispatcher.labels.ddmin import ddmin, split
 from dispatcher.labels.procedure import keeps_gain, pooled
 from dispatcher.labels.winner import confirmed_winner, tree_with, winner_decisions
-from dispatcher.running.measurement import Comparison
 from tests.test_tree import ROWS_0, ROWS_1, dump
 
 REPO = Path(__file__).resolve().parent.parent

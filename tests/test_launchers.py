@@ -2,29 +2,74 @@
 the caller's working directory (the research tool's users typed ./scripts/run-benchmark)."""
 from __future__ import annotations
 
+import ast
 import configparser
+import importlib
 import os
+import signal
 import subprocess
 from pathlib import Path
+
+from commands.registry import COMMANDS, entry_point
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def console_scripts() -> list[str]:
+def imported(module: str):
+    """``module``, imported with pytest's Ctrl-C handler kept (commands.entry sets its own)."""
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        return importlib.import_module(module)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+
+
+def console_scripts() -> dict[str, str]:
     cfg = configparser.ConfigParser()
     cfg.read(REPO / "setup.cfg")
     lines = cfg["options.entry_points"]["console_scripts"].strip().splitlines()
-    return [line.split("=")[0].strip() for line in lines]
+    return dict((part.strip() for part in line.split("=")) for line in lines)
+
+
+def test_setup_cfg_installs_the_registrys_commands():
+    """setup.cfg cannot read the registry: it must name the same commands, each through its
+    entry point."""
+    assert "run-benchmark" in COMMANDS and "run_training_experiments" in COMMANDS
+    assert console_scripts() == {name: f"commands.entry:{entry_point(name)}" for name in COMMANDS}
+
+
+def test_every_command_has_its_entry_point_and_click_command():
+    """Each entry point exists; each registered module defines the click command named and the
+    ``main`` the entry point calls (read on the source: importing every command is slow)."""
+    entry = imported("commands.entry")
+    for name, target in COMMANDS.items():
+        assert callable(getattr(entry, entry_point(name))), name
+        module, function = target.split(":")
+        path = REPO / (module.replace(".", "/") + ".py")
+        defined = set()
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef):
+                defined.add(node.name)
+            elif isinstance(node, ast.Assign):
+                defined.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        assert {function, "main"} <= defined, (name, path)
 
 
 def test_every_command_has_a_launcher():
-    commands = console_scripts()
-    assert "run-benchmark" in commands and "run_training_experiments" in commands
-    for name in commands:
+    for name in COMMANDS:
         link = REPO / "scripts" / name
         assert link.is_symlink() and os.readlink(link) == "_launch", name
     launchers = {p.name for p in (REPO / "scripts").iterdir() if p.is_symlink()}
-    assert launchers == set(commands)  # none left for a command that is gone
+    assert launchers == set(COMMANDS)  # none left for a command that is gone
+
+
+def test_python_m_commands_lists_the_registry():
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(imported("commands.__main__").main, ["--help"])
+    assert result.exit_code == 0
+    listed = result.output.split("Commands:")[1].split()
+    assert set(COMMANDS) <= set(listed)
 
 
 def test_a_launcher_runs_the_command_where_it_is_called(tmp_path):

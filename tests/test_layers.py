@@ -14,7 +14,14 @@ import pytest
 from dispatcher import LAYERS
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("dispatcher", "workers", "analysis", "commands")
+PACKAGES = ("dispatcher", "workers", "analysis", "pipeline", "commands")
+# What analysis/ may read of dispatcher/ besides ``core``: the build's file formats (a
+# benchmark's manifest, a policy file), which it reads as data
+BUILD_FORMATS = ("dispatcher.build.manifest", "dispatcher.build.policy_file")
+# The commands every command may import; no command imports another
+COMMAND_COMMON = ("commands", "commands.common", "commands.entry", "commands.registry")
+MAX_COMMAND_FUNCTION = 60  # lines, def line to last line
+MAX_COMMANDS_LINES = 2800
 
 def _module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
@@ -88,8 +95,20 @@ def _violations() -> list[tuple[str, str, str]]:
         for target in sorted(imported):
             top, target_top = importer.split(".")[0], target.split(".")[0]
             why = None
-            if top in ("dispatcher", "workers") and target_top in ("analysis", "commands"):
+            if top in ("dispatcher", "workers") and target_top in ("analysis", "pipeline",
+                                                                   "commands"):
                 why = f"{top}/ may not import {target_top}/"
+            elif top == "analysis" and target_top in ("pipeline", "commands"):
+                why = f"analysis/ may not import {target_top}/"
+            elif top == "analysis" and target_top == "dispatcher" \
+                    and target != "dispatcher.core" \
+                    and not target.startswith("dispatcher.core.") \
+                    and target not in BUILD_FORMATS:
+                why = "analysis/ imports only dispatcher.core and the build's formats"
+            elif top == "pipeline" and target_top == "commands":
+                why = "pipeline/ may not import commands/"
+            elif top == target_top == "commands" and target not in COMMAND_COMMON:
+                why = "a command imports another (only commands.common, entry and registry)"
             elif top == "workers" and target_top == "dispatcher":
                 why = "workers/ runs alone on worker machines: no dispatcher/"
             elif top == target_top == "dispatcher" and _layer(target) > _layer(importer):
@@ -169,3 +188,36 @@ def test_imports_are_found_wherever_they_are():
     assert "dispatcher.running.backend" in GRAPH["dispatcher.running.local"]
     assert "workers.agent.spawn" in GRAPH["workers.agent.runner"]
     assert "dispatcher.build.service" in GRAPH["dispatcher.running.backend"]  # TYPE_CHECKING
+
+
+def test_analysis_reads_only_core_and_the_build_formats():
+    """The rule by name, so that a change to it is seen here: what analysis/ imports of
+    dispatcher/ today."""
+    used = {t for name, targets in GRAPH.items() if name.startswith("analysis")
+            for t in targets if t.startswith("dispatcher")}
+    assert used <= {t for t in MODULES if t.startswith("dispatcher.core")} | set(BUILD_FORMATS)
+    assert "dispatcher.core.comparison" in GRAPH["analysis.result_files"]
+    assert "dispatcher.core.sites" in GRAPH["analysis.labels"]
+
+
+def _functions(path: Path) -> list[tuple[str, int]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return [(node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno is not None]
+
+
+def test_commands_are_thin():
+    """A command parses its arguments, calls one entry point and words the result: no
+    function in commands/ over MAX_COMMAND_FUNCTION lines, counted from its def line (its
+    decorators aside) to its last."""
+    long = [f"{MODULES[m].relative_to(ROOT)}: {name} has {lines} lines"
+            for m in sorted(MODULES) if m.split(".")[0] == "commands"
+            for name, lines in _functions(MODULES[m]) if lines > MAX_COMMAND_FUNCTION]
+    assert not long, "\n".join(long)
+
+
+def test_commands_are_small():
+    total = sum(len(MODULES[m].read_text(encoding="utf-8").splitlines())
+                for m in MODULES if m.split(".")[0] == "commands")
+    assert total < MAX_COMMANDS_LINES, f"commands/ has {total} lines"

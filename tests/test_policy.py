@@ -355,12 +355,13 @@ def test_bad_policy_names_and_files_in_one_line(tmp_path):
             parse_policy(name)
         assert str(err.value).startswith(f"policy {name}: ") and message in str(err.value)
         assert "\n" not in str(err.value)
-    for arg, start in (("bogus", "Error: policy 'bogus': expected heuristic"),
-                       (str(tmp_path / "bad.sexp"), f"Error: policy {tmp_path}/bad.sexp: ")):
+    for arg, start in (("bogus", "run-benchmark: policy 'bogus': expected heuristic"),
+                       (str(tmp_path / "bad.sexp"),
+                        f"run-benchmark: policy {tmp_path}/bad.sexp: ")):
         proc = subprocess.run([sys.executable, "-m", "commands", "run-benchmark", "kahan",
                                "--policy", arg], cwd=REPO, capture_output=True, text=True,
                               timeout=120)
-        assert proc.returncode == 1 and proc.stdout == ""
+        assert proc.returncode == 2 and proc.stdout == ""
         lines = proc.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith(start), proc.stderr
 

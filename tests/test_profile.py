@@ -14,6 +14,7 @@ import pytest
 from dispatcher.core.decisions import Decision, DecisionDump
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import HotFunctions
+from dispatcher.core.sites import site_function
 from dispatcher.core.tree import Tree, diff, flip_leaves, weighted_sample
 from dispatcher.running.agent_client import LocalAgent, result_from_response
 from dispatcher.search.focus import (
@@ -24,7 +25,6 @@ from dispatcher.search.focus import (
     hot_functions_of,
     in_cold_code,
     profile_job,
-    site_function,
     site_heat,
 )
 from dispatcher.search.rules import propose

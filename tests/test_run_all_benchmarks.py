@@ -18,10 +18,19 @@ import pytest
 
 from analysis.result_files import csv_rows, pairs_by_worker
 from analysis.results import Outcome, choose, per_benchmark, print_tables, regrets, total_regrets
+from dispatcher.core.comparison import Comparison
 from dispatcher.core.decisions import Override, write_overrides
+from dispatcher.core.figures import Figure
 from dispatcher.core.records import RunRecord, RunResult
-from dispatcher.running.measurement import Comparison
 from tests.test_rewards import tiny_search_config
+
+
+def made_up(bench: str, hyper: str, speedup: float | None, low: float | None = None,
+            high: float | None = None, pairs: int = 0, worker: str | None = None,
+            stopped: str = "") -> Outcome:
+    """An outcome with a made-up figure."""
+    return Outcome(bench, hyper, Figure(speedup, low, high, pairs), worker, stopped)
+
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "golden"
@@ -32,12 +41,12 @@ FIRST_CPU = min(os.sched_getaffinity(0))
 # Made-up speedups: h1 is best on a but poor on b; h2 is never far from the best; h3 is good on
 # a and missing on b (charged b's worst regret); c measured nothing (no part in the regret).
 MADE_UP = [
-    Outcome("a", "h1", 1.10, 1.05, 1.15, 5, "w0"),
-    Outcome("a", "h2", 1.00, 0.98, 1.02, 5, "w0"),
-    Outcome("a", "h3", 1.05, 0.99, 1.11, 5, "w0"),
-    Outcome("b", "h1", 0.90, 0.85, 0.95, 5, "w1"),
-    Outcome("b", "h2", 1.00, 0.97, 1.03, 5, "w1"),
-    Outcome("c", "h1", None, pairs=0, stopped="failed"),
+    made_up("a", "h1", 1.10, 1.05, 1.15, 5, "w0"),
+    made_up("a", "h2", 1.00, 0.98, 1.02, 5, "w0"),
+    made_up("a", "h3", 1.05, 0.99, 1.11, 5, "w0"),
+    made_up("b", "h1", 0.90, 0.85, 0.95, 5, "w1"),
+    made_up("b", "h2", 1.00, 0.97, 1.03, 5, "w1"),
+    made_up("c", "h1", None, pairs=0, stopped="failed"),
 ]
 
 
@@ -58,7 +67,7 @@ def test_regret_is_the_log_shortfall_from_each_benchmarks_best_and_a_missing_hyp
 
 
 def test_best_and_median_per_benchmark_with_ties_listed():
-    rows = per_benchmark(MADE_UP + [Outcome("b", "h4", 1.00)])
+    rows = per_benchmark(MADE_UP + [made_up("b", "h4", 1.00)])
     a, b = rows
     assert (a.benchmark, a.best, a.median, a.best_hypers, a.measured) == \
         ("a", 1.10, 1.05, ("h1",), 3)
@@ -66,17 +75,17 @@ def test_best_and_median_per_benchmark_with_ties_listed():
 
 
 def test_a_tie_in_regret_goes_to_the_hyper_measured_on_more_benchmarks():
-    outcomes = [Outcome("a", "x", 1.0), Outcome("a", "y", 1.0), Outcome("b", "y", 1.0),
-                Outcome("b", "z", 1.0)]
+    outcomes = [made_up("a", "x", 1.0), made_up("a", "y", 1.0), made_up("b", "y", 1.0),
+                made_up("b", "z", 1.0)]
     assert [r.hyper for r in total_regrets(outcomes)] == ["y", "x", "z"]
-    assert choose([]) is None and choose([Outcome("a", "x", None)]) is None
+    assert choose([]) is None and choose([made_up("a", "x", None)]) is None
 
 
 def test_significance_is_an_interval_that_excludes_one():
-    assert Outcome("a", "h", 1.1, 1.01, 1.2).significant is True
-    assert Outcome("a", "h", 0.9, 0.8, 0.99).significant
-    assert Outcome("a", "h", 1.0, 0.9, 1.1).significant is False
-    assert Outcome("a", "h", 1.0).significant is None
+    assert made_up("a", "h", 1.1, 1.01, 1.2).figure.significant is True
+    assert made_up("a", "h", 0.9, 0.8, 0.99).figure.significant
+    assert made_up("a", "h", 1.0, 0.9, 1.1).figure.significant is False
+    assert made_up("a", "h", 1.0).figure.significant is None
 
 
 def test_the_printed_tables_and_the_choice_line():

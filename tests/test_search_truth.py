@@ -14,17 +14,17 @@ from dispatcher.build.manifest import resolve_benchmark
 from dispatcher.config import ConfigError, parse_config
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import Candidate, ConfirmEvent, HotFunctions, Pointer, StepEvent
+from dispatcher.core.sites import site_function
 from dispatcher.core.tree import diff, flip, flippable, propose_action
 from dispatcher.running.simulated.backend import SimulatedBackend, SimulatedConfig
 from dispatcher.running.simulated.model import Condition, Effect, Model, ProgramModel
 from dispatcher.running.simulated.programs import (
     DUMPS_DIR,
-    code_function,
     functions_of,
     read_bundle,
 )
 from dispatcher.running.simulated.truth import LabelScore, found, holds, score_labels
-from dispatcher.search.focus import RUNTIME, hot_functions_of, in_cold_code, site_function
+from dispatcher.search.focus import RUNTIME, hot_functions_of, in_cold_code
 from dispatcher.search.rules import propose
 
 KAHAN = resolve_benchmark("kahan")
@@ -53,15 +53,6 @@ def profile_of(tmp: Path, model: ProgramModel, seed: int = 0) -> tuple[Path, Hot
     return built.binary, hot_functions_of(built.binary, [backend.slots[0].run(job)])
 
 
-def test_the_code_function_is_the_focus_rule():
-    """The simulation's copy of ``focus.site_function`` (a layer above it) says the same for
-    every call of a real program."""
-    for name in ("kahan", "lu", "orbit"):
-        program = read_bundle(DUMPS_DIR / f"{name}.tar.gz")
-        for unit, _, node in program.tree.calls():
-            assert code_function(unit, node.key) == site_function(unit, node.key)
-
-
 def test_a_profile_names_the_programs_functions_through_the_symbol_table(tmp_path):
     program = kahan()
     effect = planted_on(program, 5)
@@ -72,7 +63,7 @@ def test_a_profile_names_the_programs_functions_through_the_symbol_table(tmp_pat
     assert named and named <= set(functions_of(program))
     assert hot.functions[RUNTIME] < 0.2 * hot.samples
     # the planted decision's function runs, with at least (about) the share its gain saves
-    planted = code_function(effect.when.unit, effect.when.key)
+    planted = site_function(effect.when.unit, effect.when.key)
     assert hot.functions.get(planted, 0) > 0.03 * hot.samples
     # most functions never ran (hot_share 0.25 of them besides the planted one's)
     assert len(named) < 0.5 * len(functions_of(program))

@@ -20,7 +20,16 @@ from analysis.models import KFOLD, Hyper
 from analysis.results import WITHHELD, Outcome, choose, print_tables, recommend
 from analysis.rewards import assign, withheld, write
 from dispatcher.core.decisions import write_overrides
+from dispatcher.core.figures import Figure
 from tests.test_rewards import synthetic_candidates, tiny_search_config
+
+
+def made_up(bench: str, hyper: str, speedup: float | None, low: float | None = None,
+            high: float | None = None, pairs: int = 0, worker: str | None = None,
+            stopped: str = "") -> Outcome:
+    """An outcome with a made-up figure."""
+    return Outcome(bench, hyper, Figure(speedup, low, high, pairs), worker, stopped)
+
 
 RIDGE = Hyper("ridge", 1.0, 1e-4, "log")
 HEAD = re.escape("noise ridge gamma1-alpha0.0001-log: ")
@@ -189,7 +198,7 @@ def test_a_bad_min_r2_is_one_line(monkeypatch, tmp_path):
 
 def test_no_gain_no_recommendation_though_least_regret_names_one():
     """The case seen: one setting measured, no better than the heuristic, regret 0."""
-    flat = [Outcome("lens", "h", 1.002, 0.991, 1.013, 8, "w0")]
+    flat = [made_up("lens", "h", 1.002, 0.991, 1.013, 8, "w0")]
     assert choose(flat) is not None and choose(flat).total == 0.0
     rec = recommend(flat)
     assert rec.hyper is None and rec.line() == (
@@ -200,12 +209,12 @@ def test_no_gain_no_recommendation_though_least_regret_names_one():
 
 def test_the_recommendation_is_the_least_regret_of_the_settings_a_gain_supports():
     outcomes = [
-        Outcome("a", "h1", 1.04, 1.01, 1.07, 6, "w0"),   # a gain
-        Outcome("a", "h2", 1.06, 0.98, 1.14, 2, "w0"),   # the best on a, not significant
-        Outcome("b", "h1", 1.00, 0.98, 1.02, 6, "w0"),
-        Outcome("b", "h2", 1.03, 0.99, 1.07, 6, "w0"),
-        Outcome("b", "h3", 1.03, 1.01, 1.05, 6, "w0"),   # a gain; missing on a: a's worst
-        Outcome("c", "h1", None, stopped="no optimal.sexp: held-out R^2 -0.420 < 0 (...)"),
+        made_up("a", "h1", 1.04, 1.01, 1.07, 6, "w0"),   # a gain
+        made_up("a", "h2", 1.06, 0.98, 1.14, 2, "w0"),   # the best on a, not significant
+        made_up("b", "h1", 1.00, 0.98, 1.02, 6, "w0"),
+        made_up("b", "h2", 1.03, 0.99, 1.07, 6, "w0"),
+        made_up("b", "h3", 1.03, 1.01, 1.05, 6, "w0"),   # a gain; missing on a: a's worst
+        made_up("c", "h1", None, stopped="no optimal.sexp: held-out R^2 -0.420 < 0 (...)"),
     ]
     assert choose(outcomes).hyper == "h2"  # least regret (0), but no significant gain
     rec = recommend(outcomes)
@@ -221,18 +230,18 @@ def test_the_recommendation_is_the_least_regret_of_the_settings_a_gain_supports(
                                f"({choose(outcomes).total:.4f}) but was measured "
                                "significantly faster nowhere")
     # an interval touching 1 is no gain; a speedup without an interval neither
-    assert recommend([Outcome("a", "h", 1.05, 1.0, 1.1, 4)]).hyper is None
-    assert recommend([Outcome("a", "h", 1.05)]).hyper is None
+    assert recommend([made_up("a", "h", 1.05, 1.0, 1.1, 4)]).hyper is None
+    assert recommend([made_up("a", "h", 1.05)]).hyper is None
 
 
 def test_a_gain_that_is_a_loss_elsewhere_is_no_recommendation_nor_is_nothing_measured():
-    outcomes = [Outcome("a", "h", 1.05, 1.02, 1.08, 6), Outcome("b", "h", 0.95, 0.93, 0.97, 6),
-                Outcome("a", "k", 1.0, 0.99, 1.01, 6)]
+    outcomes = [made_up("a", "h", 1.05, 1.02, 1.08, 6), made_up("b", "h", 0.95, 0.93, 0.97, 6),
+                made_up("a", "k", 1.0, 0.99, 1.01, 6)]
     assert recommend(outcomes).line() == (
         "no hyperparameters to recommend: every setting measured significantly faster "
         "somewhere is significantly slower elsewhere; e.g. h: faster on a 1.050 [1.020, 1.080], "
         "6 pairs, slower on b 0.950 [0.930, 0.970], 6 pairs")
-    skipped = [Outcome("a", "h", None, stopped="no optimal.sexp: held-out R^2 -1.000 < 0")]
+    skipped = [made_up("a", "h", None, stopped="no optimal.sexp: held-out R^2 -1.000 < 0")]
     assert recommend(skipped).line() == ("no hyperparameters to recommend: no optimal tree "
                                          "was measured")
     out = io.StringIO()
@@ -268,7 +277,7 @@ def test_a_setting_without_an_optimal_tree_is_skipped_with_its_reason(tmp_path):
     rewards = _withheld_rewards(tmp_path, with_tree=True)
     (target,), skipped = collect(rewards, "ridge", (), ())
     assert [t.hyper for t in target.trees] == ["gamma0.8-alpha0.01-log"]
-    assert skipped == [Outcome("kahan", "gamma0.8-alpha0.1-log", None, stopped=(
+    assert skipped == [made_up("kahan", "gamma0.8-alpha0.1-log", None, stopped=(
         "no optimal.sexp: held-out R^2 -0.420 < 0 (the model predicts worse than the mean)"))]
     # naming the withheld setting is no error: nothing to measure, one skip
     targets, skipped = collect(rewards, "ridge", ("kahan",), ("gamma0.8-alpha0.1-log",))

@@ -7,7 +7,11 @@ reference time / build time (above 1: the build is faster), with its 95% interva
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from dispatcher.core.stats import geomean_speedup_ci
 
 METRICS = ("time",)  # what a figure can be measured in (docs/measurement.md)
 
@@ -51,3 +55,35 @@ class Figure:
         if self.speedup is None:
             return missing
         return format_speedup(self.speedup, self.low, self.high)
+
+    def cell(self) -> str:
+        """The figure in a table's cell: ``does not compile`` for a build that failed, ``-``
+        for any other figure missing."""
+        return self.text("does not compile" if not self.compiled else "-")
+
+
+def geomean_figure(figures: Iterable[Figure]) -> Figure | None:
+    """The geometric mean of several benchmarks' figures with its interval
+    (``dispatcher.core.stats.geomean_speedup_ci``), with the fewest pairs among them; None when
+    there is none or any has no interval (a mean over fewer benchmarks than asked would compare
+    unlike things)."""
+    got = list(figures)
+    if not got or not all(f.ok for f in got):
+        return None
+    g, low, high = geomean_speedup_ci([(f.speedup, f.low, f.high)  # type: ignore[misc]
+                                       for f in got])
+    return Figure(g, low, high, min(f.pairs for f in got))
+
+
+def against(a: Figure, b: Figure) -> Figure:
+    """``a`` against ``b``, both measured against the same reference: the ratio of their
+    speedups (b's time / a's time), its interval from the two (independent comparisons: log
+    standard errors added in quadrature).  Not a paired comparison of the two builds."""
+    if not (a.ok and b.ok):
+        return Figure(error="one of the two has no figure")
+    assert a.speedup and a.low and a.high and b.speedup and b.low and b.high
+    z = 1.959963984540054
+    se = math.hypot(math.log(a.high / a.low) / (2 * z), math.log(b.high / b.low) / (2 * z))
+    log_ratio = math.log(a.speedup) - math.log(b.speedup)
+    return Figure(math.exp(log_ratio), math.exp(log_ratio - z * se),
+                  math.exp(log_ratio + z * se), min(a.pairs, b.pairs))

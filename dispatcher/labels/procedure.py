@@ -34,6 +34,7 @@ from typing import Any, Literal, Optional, TypeVar
 from dispatcher.build.driver import BuildInterrupted
 from dispatcher.build.manifest import Benchmark
 from dispatcher.build.service import CompileError, CompileJob, CompileResult, CompileService
+from dispatcher.core.comparison import Comparison
 from dispatcher.core.decisions import Override, override_reach, read_overrides
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import FinishEvent, ResumeEvent
@@ -55,12 +56,7 @@ from dispatcher.core.stats import paired_speedup_ci
 from dispatcher.core.tree import Tree, flippable, split_key
 from dispatcher.labels.ddmin import ddmin
 from dispatcher.labels.winner import flipped, reverted, tree_with, winner_decisions
-from dispatcher.running.measurement import (
-    Comparison,
-    MeasurementService,
-    PairingPolicy,
-    ReferenceFailed,
-)
+from dispatcher.running.measurement import MeasurementService, PairingPolicy, ReferenceFailed
 from dispatcher.search.focus import hot_functions_of, profile_job, site_heat
 from dispatcher.storage.store import Artifact
 

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from dispatcher.core.comparison import Comparison
 from dispatcher.core.files import write_json_atomic
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
@@ -84,71 +85,6 @@ class PairingPolicy:
         raised to it (``--runs`` above ``measure.max_pairs``): the one place of that rule."""
         return cls(min_pairs=fewest, max_pairs=max(most, fewest), half_width=half_width,
                    must_beat=must_beat)
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """A candidate measured against its reference in pairs on one worker CPU.
-
-    ``stopped`` ``unresolved``: fewer than the policy's ``min_pairs`` undisturbed pairs could
-    be collected (the CPU was busy, or the binaries' runs are too short to keep their share
-    above the floor): its pairs are kept for the record but it has no speedup."""
-
-    worker: str | None  # the slot of the last pairs
-    reference_times: list[float]  # pairs: reference_times[i] with candidate_times[i]
-    candidate_times: list[float]
-    results: list[RunResult]  # every run of both binaries, in the order they ran
-    stopped: str  # target | budget | worse | failed | unresolved
-    failed: int = 0  # failed runs of the candidate
-    dropped: int = 0  # pairs dropped because their runs were on different slots or disturbed
-    min_pairs: int = 0  # the fewest pairs its policy asked for (0: stored before it was kept)
-    # Read back from the store: its runs cost no worker time this time (not saved, not compared).
-    reused: bool = field(default=False, compare=False)
-
-    @property
-    def pairs(self) -> int:
-        return len(self.candidate_times)
-
-    @property
-    def resolved(self) -> bool:
-        return self.stopped != "unresolved"
-
-    @property
-    def interval(self) -> tuple[float | None, float | None, float | None]:
-        """(speedup, low, high): reference over candidate; Nones without pairs, and for an
-        unresolved comparison (its few pairs are no figure)."""
-        if not self.candidate_times or not self.resolved:
-            return None, None, None
-        return paired_speedup_ci(self.reference_times, self.candidate_times)
-
-    @property
-    def disturbed(self) -> int:
-        """Runs that succeeded but were disturbed (never used)."""
-        return sum(r.disturbed for r in self.results)
-
-    @property
-    def runs(self) -> int:
-        return sum(len(r.records) for r in self.results)
-
-    def unresolved_line(self) -> str:
-        """Why there is no speedup, in one line (for an unresolved comparison)."""
-        return (f"unresolved: {self.pairs} undisturbed pair{'s' if self.pairs != 1 else ''} "
-                f"of the {self.min_pairs} needed; {self.disturbed} of {self.runs} runs "
-                f"disturbed (CPU shares {share_range(self.results)})")
-
-    def to_json(self) -> dict:
-        return {"worker": self.worker, "reference_times": self.reference_times,
-                "candidate_times": self.candidate_times, "stopped": self.stopped,
-                "failed": self.failed, "dropped": self.dropped, "min_pairs": self.min_pairs,
-                "results": [r.to_json() for r in self.results]}
-
-    @classmethod
-    def from_json(cls, data: dict) -> Comparison:
-        return cls(worker=data["worker"], reference_times=list(data["reference_times"]),
-                   candidate_times=list(data["candidate_times"]), stopped=data["stopped"],
-                   failed=data["failed"], dropped=data["dropped"],
-                   min_pairs=data.get("min_pairs", 0),
-                   results=[RunResult.model_validate(r) for r in data["results"]])
 
 
 def comparison_key(reference: RunJob, candidate: RunJob, worker_class: str,
@@ -247,16 +183,6 @@ class ShareJudge:
         with self._lock:
             seen = self._quiet.get(worker, {}).get(sha256, [])
             return statistics.median(seen) if len(seen) >= SHARE_HISTORY else None
-
-
-def share_range(results: list[RunResult]) -> str:
-    """The CPU shares of the runs that succeeded, as "0.28-0.50" (one: "0.42"; none: "?")."""
-    shares = [rec.cpu_share for r in results for rec in r.records
-              if rec.failure is None and rec.cpu_share is not None]
-    if not shares:
-        return "?"
-    low, high = min(shares), max(shares)
-    return f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}"
 
 
 class MeasurementService:

@@ -21,7 +21,7 @@ from dispatcher.core.records import (
     proposal_file,
 )
 from dispatcher.core.tree import Tree, to_overrides
-from dispatcher.running.measurement import Comparison
+from dispatcher.core.comparison import Comparison
 from dispatcher.search.chain_core import ChainCore
 from dispatcher.search.rules import backlog, judge, proposal_rng, propose, temperature
 

@@ -18,6 +18,7 @@ from typing import Any, Optional, TypeVar
 
 from dispatcher.build.manifest import Benchmark
 from dispatcher.build.service import CompileJob, CompileResult, CompileService
+from dispatcher.core.comparison import Comparison, share_range
 from dispatcher.core.decisions import read_overrides
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import (
@@ -42,14 +43,7 @@ from dispatcher.core.records import (
 from dispatcher.core.rundir import Rundir
 from dispatcher.core.stats import geomean, geomean_ci, paired_speedup_ci
 from dispatcher.core.tree import Tree, count
-from dispatcher.running.measurement import (
-    Comparison,
-    Measured,
-    MeasurementService,
-    PairingPolicy,
-    Pending,
-    share_range,
-)
+from dispatcher.running.measurement import Measured, MeasurementService, PairingPolicy, Pending
 from dispatcher.search.focus import hot_functions_of, profile_job
 from dispatcher.storage.store import Artifact
 

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import HotFunctions, RunResult, SampleProfile
-from dispatcher.core.tree import Located, split_key
+from dispatcher.core.sites import site_function
+from dispatcher.core.tree import Located
 
 # Samples wanted from a profile run: enough to see any function above ~0.5% of the time.
 TARGET_SAMPLES = 2000
@@ -151,15 +152,6 @@ def hot_functions(binary: Path, profiles: Iterable[SampleProfile]) -> HotFunctio
         return HotFunctions(error=errors[0])
     return HotFunctions(period_ns=period, samples=samples, lost=lost, elsewhere=elsewhere,
                         functions=dict(sorted(functions.items())))
-
-
-def site_function(unit: str, key: str) -> str:
-    """The function whose code holds the call ``key`` of ``unit``: its innermost
-    declaration frame, or the unit's top-level code."""
-    for frame in reversed(split_key(key)):
-        if frame.startswith("D(") and "@" in frame:
-            return frame[2:frame.index("@")]
-    return f"{unit}.entry"
 
 
 def site_heat(unit: str, key: str, callee: str, hot: HotFunctions) -> int:

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from dispatcher.build.manifest import BUNDLED_DIR, Benchmark
 from dispatcher.core.decisions import DUMP_NAME, Decision, Override, parse_dump
+from dispatcher.core.sites import site_function
 from dispatcher.core.tree import (
     CALL,
     DECL,
@@ -52,7 +53,6 @@ from dispatcher.core.tree import (
     from_dumps,
     guard_class,
     honourable,
-    split_key,
 )
 from dispatcher.running.simulated.elf import nameable
 from dispatcher.running.simulated.model import Condition, Effect, ProgramModel
@@ -369,22 +369,12 @@ def plant_effects(program: Program, count: int, log_speedup: float,
 # --------------------------------------------------------------------------- its profile
 
 
-def code_function(unit: str, key: str) -> str:
-    """The function whose code holds the call ``key`` of ``unit``: its innermost declaration
-    frame, or the unit's top-level code (``dispatcher.search.focus.site_function``'s rule, a
-    layer above this one; a test keeps the two the same)."""
-    for frame in reversed(split_key(key)):
-        if frame.startswith("D(") and "@" in frame:
-            return frame[2:frame.index("@")]
-    return f"{unit}.entry"
-
-
 def functions_of(program: Program) -> tuple[str, ...]:
     """The functions a profile of ``program`` can name (sorted): those its calls lie in and
     those they call, as far as a symbol can name them."""
     names = set()
     for unit, _, node in program.tree.calls():
-        names.add(code_function(unit, node.key))
+        names.add(site_function(unit, node.key))
         names.add(node.name)
     return tuple(sorted(n for n in names if nameable(n)))
 
@@ -397,6 +387,6 @@ def function_heat(program: Program, model: ProgramModel, seed: int) -> dict[str,
     for e in model.effects:
         least = max(model.planted_heat, 1.0 - math.exp(-e.log_speedup))
         for c in (e.when, *e.requires):
-            f = code_function(c.unit, c.key)
+            f = site_function(c.unit, c.key)
             planted[f] = max(planted.get(f, 0.0), least)
     return model.function_heat(program.name, functions_of(program), planted, seed)
