@@ -31,6 +31,7 @@ from datetime import datetime
 from pathlib import Path
 
 from analysis.export import experiment_info
+from dispatcher.core.figures import format_speedup as speedup_text
 from dispatcher.core.records import (
     BaselineEvent,
     BatchEntry,
@@ -279,7 +280,7 @@ def format_speedup(s: Summary) -> str:
         return f"{s.best_speedup:.3f} (baseline)"
     if s.ci_low is None:
         return f"{s.best_speedup:.3f}"
-    figure = f"{s.best_speedup:.3f} [{s.ci_low:.3f}, {s.ci_high:.3f}]"
+    figure = speedup_text(s.best_speedup, s.ci_low, s.ci_high)
     if s.none_better:
         return f"no candidate beat the heuristic (confirmed {figure})"
     marks = [m for m, on in (("confirmed", s.confirmed),
