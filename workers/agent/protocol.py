@@ -13,11 +13,12 @@ Ops:
     agent_version (the sha256 of the zipapp the agent runs from; see ``version``), python,
     hostname, cpus (this process's affinity), perf (availability and per-event support,
     probed once), spawn (method: "forkserver", "gated" or "direct"; maxrss_exact),
-    worker_class.
+    worker_class; with ``exact: true`` asked, exact (whether cachegrind runs here: available,
+    version, identity, reason; ``cachegrind.probe``).
 ``has``  (``sha256``)
     present: the binary ``<cache-dir>/<sha256>`` exists and its content hash was verified.
 ``run``  (``sha256``, ``args``, ``runs``, ``cpu``, ``timeout``, ``expected_output``,
-``env``, ``perf``, ``aslr``, ``profile_period_ns``)
+``env``, ``perf``, ``aslr``, ``profile_period_ns``, ``metric``)
     Runs the binary ``runs`` times in sequence, each pinned to ``cpu``, and returns
     ``{"ok": true, "sha256", "cpu", "spawn", "runs": [record, ...], "failed": n,
     "disturbed": n}`` (the record's fields: ``runner.new_record``).  Failed runs are records,
@@ -27,6 +28,10 @@ Ops:
     environment pad per run, instead of the default fixed layout.  ``profile_period_ns``
     (default 0: none): sample the binary's instruction pointer every that many ns of CPU
     time and add a ``profile`` to each record (``sampling.Sampler.read_and_close``).
+    ``metric`` (default "time"): "cachegrind" runs the binary under cachegrind in a fixed
+    environment (``cachegrind``) and adds its ``counts`` to each record; such a run is never
+    judged disturbed (its counts do not depend on the CPU's other work); refused with
+    exact_unavailable where valgrind is missing.
 ``shutdown``
     ``{"ok": true}``, then the agent exits 0.
 
@@ -70,9 +75,13 @@ UNKNOWN_OP = "unknown_op"
 NOT_IN_CACHE = "not_in_cache"
 CHECKSUM_MISMATCH = "checksum_mismatch"
 SPAWN_UNAVAILABLE = "spawn_unavailable"
+EXACT_UNAVAILABLE = "exact_unavailable"  # a cachegrind run asked of a machine without valgrind
 INTERNAL = "internal"
 ERROR_CODES = frozenset((BAD_REQUEST, UNKNOWN_OP, NOT_IN_CACHE, CHECKSUM_MISMATCH,
-                         SPAWN_UNAVAILABLE, INTERNAL))
+                         SPAWN_UNAVAILABLE, EXACT_UNAVAILABLE, INTERNAL))
+# What a run measures: "time" (the clock, rusage, perf counters) or "cachegrind" (the exact
+# metric: the binary under Valgrind's cachegrind, its counts in the record's "counts").
+METRICS = ("time", "cachegrind")
 
 SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z")
 MAX_RUNS = 10000
@@ -177,15 +186,16 @@ def check_sha(sha: object) -> str:
 class RunRequest:
     """The fields of a ``run`` request, checked (``parse_run``)."""
     __slots__ = ("sha", "args", "runs", "cpu", "timeout", "expected", "env", "perf", "aslr",
-                 "profile_period_ns")
+                 "profile_period_ns", "metric")
 
     def __init__(self, sha: str, args: list[str], runs: int, cpu: int, timeout: float,
                  expected: dict | None, env: dict[str, str], perf: bool, aslr: bool = False,
-                 profile_period_ns: int = 0):
+                 profile_period_ns: int = 0, metric: str = "time"):
         self.sha, self.args, self.runs, self.cpu = sha, args, runs, cpu
         self.timeout, self.expected, self.env, self.perf = timeout, expected, env, perf
         self.aslr = aslr
         self.profile_period_ns = profile_period_ns
+        self.metric = metric
 
 
 def _is_int(value: object) -> bool:
@@ -248,4 +258,11 @@ def parse_run(request: dict, cpus: frozenset[int]) -> RunRequest:
     if not _is_int(period) or not (period == 0 or MIN_PROFILE_PERIOD_NS <= period <= 10**10):
         raise RequestError("profile_period_ns must be 0 or an integer in %d..%d"
                            % (MIN_PROFILE_PERIOD_NS, 10**10))
-    return RunRequest(sha, args, runs, cpu, float(timeout), expected, env, perf, aslr, period)
+    metric = request.get("metric", "time")
+    if metric not in METRICS:
+        raise RequestError("metric must be one of %s, got %s"
+                           % (", ".join(METRICS), json.dumps(metric)[:80]))
+    if metric != "time" and period:
+        raise RequestError("profile_period_ns needs the time metric (cachegrind counts all)")
+    return RunRequest(sha, args, runs, cpu, float(timeout), expected, env, perf, aslr, period,
+                      metric)

@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from . import cachegrind
 from .perf import PerfEvents
 from .proc import (
     FILE_SIZE_LIMIT,
@@ -39,7 +40,7 @@ from .proc import (
     set_aslr,
     signal_name,
 )
-from .protocol import RunRequest, one_line
+from .protocol import EXACT_UNAVAILABLE, RequestError, RunRequest, one_line
 from .sampling import Sampler
 from .spawn import Plan, Run, Spawner, SpawnError, choose
 from .stream import StreamedStdout
@@ -83,7 +84,9 @@ def new_record(cpus_allowed: str | None) -> dict:
     A run of a request with ``profile_period_ns`` also has ``profile`` (``sampling``).
     strays: how many processes the binary left running after it exited, killed by the agent
     (null: not looked for, e.g. the agent runs inside another program); more than 0 fails
-    the run.
+    the run.  A run of the exact metric also has counts (cachegrind's totals by event,
+    ``cachegrind.EVENTS``; null when it wrote none, and the run failed) and is never
+    disturbed.
     """
     return {
         "wall_ns": None, "user_s": None, "sys_s": None, "maxrss_kb": None,
@@ -308,6 +311,7 @@ class Runner:
         self._live: dict[int, Run] = {}  # pid -> run: children started and not yet reaped
         self._token = 0  # run tokens, unique over the agent's life
         self._base_env: dict[str, str] | None = None
+        self._exact_info: dict | None = None
         # Runs start without address-space randomisation: set on this thread before any
         # spawner exists, inherited by the fork server, sh and every binary (fork, exec).
         self.aslr = False
@@ -321,6 +325,12 @@ class Runner:
             self._perf = PerfEvents()
             self._perf_info = self._perf.probe(self.perf_events)
         return self._perf_info
+
+    def exact_info(self) -> dict:
+        """Whether cachegrind runs here (probed once), with the identity of its counts."""
+        if self._exact_info is None:
+            self._exact_info = dict(cachegrind.probe(), identity=cachegrind.identity())
+        return self._exact_info
 
     @property
     def spawner(self) -> Spawner:
@@ -357,16 +367,23 @@ class Runner:
         env.update(request.env)
         with_gc_report(env)
         perf_events = None
-        if request.perf:
+        if request.perf and request.metric == "time":
             info = self.perf_info()
             if info["available"]:
                 perf_events = [e for e, s in info["events"].items() if s == "supported"]
         spawner = self.spawner
         argv = [binary] + request.args
+        if request.metric == "cachegrind":
+            exact = self.exact_info()
+            if not exact["available"]:
+                raise RequestError(exact["reason"], EXACT_UNAVAILABLE)
+            argv = cachegrind.wrap(exact["path"], argv, self.scratch)
+            env = cachegrind.exact_env(
+                request.env, {"OCAMLRUNPARAM": env["OCAMLRUNPARAM"]})
         return Plan(req_id, request.sha, argv, request.runs, request.cpu, request.timeout,
                     request.expected, env, perf_events, spawner.method,
                     spawner.script_for(argv, env, request.aslr), request.aslr,
-                    request.profile_period_ns)
+                    request.profile_period_ns, binary=binary, metric=request.metric)
 
     def run_all(self, plan: Plan) -> dict:
         """Every run of ``plan``, one after the other -> the response."""
@@ -386,8 +403,8 @@ class Runner:
         run = Run(plan, self._token, self.scratch)
         if plan.aslr != self.aslr:
             self._switch_aslr(plan.aslr)
-        if not os.path.exists(plan.argv[0]):
-            run.failure = binary_gone(plan.argv[0])
+        if not os.path.exists(plan.binary):
+            run.failure = binary_gone(plan.binary)
             return run
         try:
             os.mkdir(run.workdir, 0o700)
@@ -471,6 +488,7 @@ class Runner:
                 self._watchdog.disarm()
                 self.abort(run)
             else:
+                run.reaped_pid = pid
                 run.pid = run.pgid = None  # reaped: nothing of it may be killed any more
                 self._live.pop(pid, None)
                 self._strays.remember(pgid)
@@ -534,7 +552,7 @@ class Runner:
                 record["perf"] = perf
         if plan.profile_period_ns:
             if run.sampler is not None:
-                record["profile"] = run.sampler.read_and_close(plan.argv[0])
+                record["profile"] = run.sampler.read_and_close(plan.binary)
                 run.sampler = None
             else:
                 record["profile"] = {"error": "sampling needs the forkserver or gated spawner"
@@ -559,6 +577,8 @@ class Runner:
             if run.failure is not None:
                 record["failure"] = run.failure
                 record["stderr_tail"] = tail[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
+                if plan.metric == "cachegrind":
+                    record["counts"] = cachegrind.collect(self.scratch, run.reaped_pid)[0]
                 return record
             ru = run.ru
             record["wall_ns"] = run.t1 - run.t0
@@ -582,8 +602,13 @@ class Runner:
             record["failure"] = stream_error or classify(
                 record, run.timed_out, plan.timeout, err_bytes, stdout_kept=run.stream is None)
             if (record["exit_status"] in (126, 127) and record["failure"] is not None
-                    and not os.path.exists(plan.argv[0])):
-                record["failure"] = binary_gone(plan.argv[0])
+                    and not os.path.exists(plan.binary)):
+                record["failure"] = binary_gone(plan.binary)
+            if plan.metric == "cachegrind":
+                record["counts"], why = cachegrind.collect(self.scratch, run.reaped_pid)
+                if why is not None and record["failure"] is None:
+                    record["failure"] = why
+                return record  # counts do not depend on the CPU's other work: never disturbed
             disturbance(record, record["wall_ns"], ru, record["perf"])
             if record["disturbed"] is not None:
                 plan.disturbed += 1

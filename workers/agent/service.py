@@ -150,6 +150,8 @@ class Agent:
             "strays_error": self.runner.strays_error,
             # a run's stdout, stderr and any file it writes stop at this size (RLIMIT_FSIZE)
             "file_size_limit": FILE_SIZE_LIMIT,
+            # asked for: whether exact (cachegrind) runs work here (valgrind probed once)
+            **({"exact": self.runner.exact_info()} if request.get("exact") is True else {}),
         }
 
     def _op_has(self, request: dict) -> dict:
@@ -177,7 +179,7 @@ class Agent:
         if last is not None and key == last[0] and all(
                 type(key.get(f)) is type(last[0].get(f)) for f in _TYPED_FIELDS):
             proto = last[1]
-            if self.cache.verify(proto.sha) == proto.argv[0]:
+            if self.cache.verify(proto.sha) == proto.binary:
                 return proto.copy(request.get("id"))
         self._last_plan = None
         checked = parse_run(request, self.runner.cpus)

@@ -91,17 +91,20 @@ class Plan:
     """A checked run request: what its runs share, and their records so far."""
     __slots__ = ("req_id", "sha", "argv", "runs", "cpu", "timeout", "expected", "env",
                  "perf_events", "spawn", "script", "aslr", "profile_period_ns", "records",
-                 "started", "disturbed", "entry")
+                 "started", "disturbed", "entry", "binary", "metric")
 
     def __init__(self, req_id: Any, sha: str, argv: list[str], runs: int, cpu: int,
                  timeout: float, expected: dict | None, env: dict[str, str],
                  perf_events: list[str] | None, spawn: str, script: Any, aslr: bool = False,
-                 profile_period_ns: int = 0):
+                 profile_period_ns: int = 0, binary: str | None = None, metric: str = "time"):
         self.req_id, self.sha, self.argv, self.runs, self.cpu = req_id, sha, argv, runs, cpu
         self.timeout, self.expected, self.env = timeout, expected, env
         self.perf_events, self.spawn, self.script = perf_events, spawn, script
         self.aslr = aslr
         self.profile_period_ns = profile_period_ns
+        # the binary measured (argv[0] but for a wrapped run: cachegrind's) and the metric
+        self.binary = binary if binary is not None else argv[0]
+        self.metric = metric
         self.records: list[dict] = []
         self.started = 0  # runs prepared so far (the serve loop's count)
         self.disturbed = 0  # disturbed records so far
@@ -111,7 +114,7 @@ class Plan:
         """A fresh plan of the same request (id ``req_id``), no run started."""
         return Plan(req_id, self.sha, self.argv, self.runs, self.cpu, self.timeout,
                     self.expected, self.env, self.perf_events, self.spawn, self.script,
-                    self.aslr, self.profile_period_ns)
+                    self.aslr, self.profile_period_ns, self.binary, self.metric)
 
     @property
     def target(self) -> int:
@@ -138,7 +141,8 @@ class Run:
     """One run of a plan, from its preparation to its record."""
     __slots__ = ("plan", "token", "workdir", "out_path", "err_path", "pid", "pgid", "pidfd",
                  "gate", "counters", "sampler", "cpus_allowed", "t0", "t1", "status", "ru",
-                 "timed_out", "failure", "pad", "aslr", "since", "strays", "stream")
+                 "timed_out", "failure", "pad", "aslr", "since", "strays", "stream",
+                 "reaped_pid")
 
     def __init__(self, plan: Plan, token: int, scratch: str):
         self.plan, self.token = plan, token
@@ -160,6 +164,7 @@ class Run:
         self.since: int | None = None  # the kernel's last pid when it was let go
         self.strays: int | None = None  # processes it left running (None: not looked for)
         self.stream: Any = None  # its stdout hashed as it streams (stream.StreamedStdout)
+        self.reaped_pid: int | None = None  # the pid it had (files named after it: cachegrind)
 
     def env(self) -> dict[str, str]:
         """The run's environment: its plan's, plus the pad of an aslr run."""
