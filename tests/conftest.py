@@ -23,3 +23,19 @@ os.environ.setdefault("INLINING_ORCHESTRATOR_SHARE_MARGIN", "1")
 def compiler() -> Compiler:
     """The patched compiler (built by compiler/build, or named by $INLINING_COMPILER_PREFIX)."""
     return locate_compiler()
+
+
+@pytest.fixture
+def program(tmp_path):
+    """tests.helpers' two-module OCaml program (util.ml, main.ml) in ``tmp_path``."""
+    from tests.helpers import MAIN_ML, UTIL_ML
+    (tmp_path / "util.ml").write_text(UTIL_ML)
+    (tmp_path / "main.ml").write_text(MAIN_ML)
+    return tmp_path
+
+
+@pytest.fixture(scope="session")
+def agent_pyz(tmp_path_factory):
+    """The worker agent's zipapp, built once a session (the agent's and isolation tests')."""
+    from workers.zipapp import build_agent_zipapp
+    return build_agent_zipapp(tmp_path_factory.mktemp("agent-pyz"))

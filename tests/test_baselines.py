@@ -26,7 +26,8 @@ from dispatcher.build.manifest import resolve_benchmark
 from dispatcher.build.policies import Advice, AlwaysInlinePolicy, parse_policy
 from dispatcher.build.policy_file import save_policy_file
 from dispatcher.core.figures import Figure, against, geomean_figure
-from tests.test_rewards import _cli, tiny_search_config
+from tests.helpers import cli as _cli
+from tests.helpers import tiny_search_config
 
 
 def test_the_grid_is_allow_listed_and_replaces_the_level_only():

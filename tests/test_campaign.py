@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from commands import campaign_plan as plan
-from tests.test_dispatcher import FIRST_CPU, REPO
+from tests.helpers import FIRST_CPU, REPO
 
 BIN = Path(sys.executable).parent
 

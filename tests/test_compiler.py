@@ -2,89 +2,20 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from dispatcher.core.decisions import Override, dump_files, read_dump, read_dumps, write_overrides
-from dispatcher.core.tree import split_key
-
-UTIL_ML = """\
-let add x y = x + y
-let scale k v = Array.map (fun x -> k * x) v
-"""
-
-# [big] is too large for the heuristic at -O3; [tiny] is always inlined.
-MAIN_ML = """\
-let big x =
-  let a = Array.make 64 x in
-  for i = 1 to 63 do a.(i) <- a.(i - 1) * 3 + i land 7 + x done;
-  Array.fold_left ( + ) 0 a + Array.fold_left max 0 a
-let tiny x = x + 1
-let[@inline] h x = big x + tiny x
-let[@inline] g x = h (x + 1)
-let f1 x = g (x * 2)
-let f2 x = g (x * 3)
-let () =
-  let n = int_of_string Sys.argv.(1) in
-  let s = ref 0 in
-  for i = 1 to n do s := !s + f1 i + f2 i + Util.add i (tiny i) done;
-  Printf.printf "%d %d\\n" !s (Array.fold_left ( + ) 0 (Util.scale 3 [| n; 2 |]))
-"""
-
-
-def compile_units(compiler, workdir: Path, units, *, flags=("-O3",), overrides=None,
-                  dump=True, env=None, extra=()):
-    """Compile units in order with -c; return the CompletedProcess of the last one."""
-    for unit in units:
-        args = [str(compiler.ocamlopt), *flags, *extra]
-        if dump:
-            args.append("-dump-inlining-decisions")
-        if overrides is not None:
-            args += ["-inlining-overrides", str(overrides)]
-        args += ["-S", "-c", unit]
-        proc = subprocess.run(args, cwd=workdir, capture_output=True, text=True, env=env)
-        assert proc.returncode == 0, proc.stderr
-        # No per-decision chatter: a successful compile prints nothing.
-        assert proc.stdout == "" and proc.stderr == "", (proc.stdout, proc.stderr)
-    return proc
-
-
-def link(compiler, workdir: Path, cmxs, exe="main.exe") -> Path:
-    subprocess.run([str(compiler.ocamlopt), *cmxs, "-o", exe], cwd=workdir, check=True)
-    return workdir / exe
-
-
-@pytest.fixture
-def program(tmp_path):
-    (tmp_path / "util.ml").write_text(UTIL_ML)
-    (tmp_path / "main.ml").write_text(MAIN_ML)
-    return tmp_path
-
-
-def decisions_by_key(path: Path):
-    return {d.key: d for d in read_dump(path).decisions}
-
-
-def function_asm(asm: str, symbol_prefix: str) -> str:
-    """The code of one function: from its label to its .size directive."""
-    names = re.findall(rf"\.type\s+({re.escape(symbol_prefix)}_\d+),@function", asm)
-    assert len(names) == 1, f"functions named {symbol_prefix}: {names}"
-    m = re.search(rf"^{names[0]}:\n(.*?)\.size\s+{names[0]},", asm, re.S | re.M)
-    assert m, names[0]
-    return m.group(1)
-
-
-def calls(asm: str, callee_prefix: str) -> int:
-    return len(re.findall(rf"\bcall\s+{re.escape(callee_prefix)}_\d+", asm))
-
-
-def find(decisions: dict, pattern: str):
-    hits = [d for k, d in decisions.items() if re.search(pattern, k)]
-    assert len(hits) == 1, (pattern, [d.key for d in hits])
-    return hits[0]
+from tests.helpers import (
+    assert_subtrees_consistent,
+    calls,
+    compile_units,
+    decisions_by_key,
+    find,
+    function_asm,
+    link,
+)
 
 
 def test_options_are_listed_in_help(compiler):
@@ -251,19 +182,6 @@ def test_speculative_decisions_are_not_reported_as_taken(compiler, tmp_path):
     # The report does list calls below a call that was in the end not inlined.
     report = (tmp_path / "main.0.inlining.org").read_text()
     assert "not inlined" in report
-
-
-def assert_subtrees_consistent(by_key: dict) -> None:
-    """Every decision below C(..)/I must sit under an inlined call, below /S under a
-    specialised one: nothing from a discarded speculation."""
-    for key in by_key:
-        frames = split_key(key)
-        for i, frame in enumerate(frames[:-1]):
-            if frame in ("I", "S") and frames[i - 1].startswith("C("):
-                parent = "/".join(frames[:i])
-                assert parent in by_key, f"{key}: parent call {parent} was not decided"
-                want = "inline" if frame == "I" else "specialise"
-                assert by_key[parent].action == want, f"{key}: parent {parent} not {want}d"
 
 
 MALFORMED = {

@@ -20,7 +20,8 @@ import pytest
 from dispatcher.build.driver import build_benchmark
 from dispatcher.build.manifest import bundled_benchmarks
 from dispatcher.core.decisions import Decision, Override, dump_files, read_dumps, write_overrides
-from tests.test_compiler import assert_subtrees_consistent, split_key
+from dispatcher.core.tree import split_key
+from tests.helpers import assert_subtrees_consistent
 
 SAMPLE_SIZE = 60
 SEED = 20261122

@@ -6,7 +6,6 @@ the share only falls further, so these tests hold whatever else runs (no timing 
 """
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -15,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-FIRST_CPU = min(os.sched_getaffinity(0))
+from tests.helpers import FIRST_CPU, REPO, write_config
+
 N = 20_000_000  # ~50 ms a run: long enough for the hog to take its half
 
 
@@ -37,14 +36,10 @@ def loop_benchmark(root: Path) -> Path:
     return d
 
 
-def write_config(tmp_path: Path, **measure) -> Path:
-    data = {"backend": "local", "store": str(tmp_path / "store"),
-            "local": {"cpus": [FIRST_CPU]}, "run": {"runs": 3, "timeout": 30, "size": "quick"},
-            "measure": {"max_pairs": 3, "min_cpu_share": 0.8, "share_margin": 0.05,
-                        **measure}}
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+def contended_config(tmp_path: Path, **measure) -> Path:
+    """The local config with the contention checks on (the suite turns them off)."""
+    return write_config(tmp_path, measure={"max_pairs": 3, "min_cpu_share": 0.8,
+                                           "share_margin": 0.05, **measure})
 
 
 @pytest.fixture
@@ -64,7 +59,7 @@ def test_run_benchmark_under_a_hog_from_the_start_flags_every_run_and_reports_no
     is unresolved, and the paired comparison with the heuristic gives no speedup."""
     bench = loop_benchmark(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "commands", "run-benchmark", str(bench),
-                           "--policy", "never-inline", "--config", str(write_config(tmp_path)),
+                           "--policy", "never-inline", "--config", str(contended_config(tmp_path)),
                            "--runs", "3"], cwd=REPO, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -85,7 +80,7 @@ def test_a_search_under_a_hog_from_the_start_fails_its_baseline_in_one_line(
     """The search's baseline runs are judged too: with every run below the floor the chain
     fails with one line giving the shares, and nothing is journaled as a measurement."""
     bench = loop_benchmark(tmp_path)
-    cfg = yaml.safe_load(write_config(tmp_path).read_text())
+    cfg = yaml.safe_load(contended_config(tmp_path).read_text())
     cfg["search"] = {"steps": 1, "baseline_runs": 2, "rundirs": str(tmp_path / "rundirs"),
                      "batch_log": str(tmp_path / "batch.log"), "focus": "uniform"}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -106,7 +101,7 @@ def test_run_training_experiments_without_a_terminal_prints_timestamped_lines(
     """stderr redirected to a file: one plain, timestamped line per chain per step (no
     redrawn frame, no escape codes), and the chain's best figure at the end."""
     bench = loop_benchmark(tmp_path)
-    cfg = yaml.safe_load(write_config(tmp_path, min_cpu_share=0.0).read_text())
+    cfg = yaml.safe_load(contended_config(tmp_path, min_cpu_share=0.0).read_text())
     cfg["run"]["size"] = "quick"
     cfg["search"] = {"algorithm": "random-walk", "steps": 3, "baseline_runs": 2,
                      "remeasure_every": 0, "rundirs": str(tmp_path / "rundirs"),

@@ -5,10 +5,8 @@ rewards and the heuristic build's features give; a malformed dataset is one line
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -27,17 +25,12 @@ from analysis.dataset import (
 from analysis.label_training import FEATURES, label_sites, read_sites_table
 from analysis.policy_training import KEY, combine, encode, reward_sites, table_sha256, train
 from dispatcher.build.policy_file import policy_text
+from tests.helpers import cli as _cli
 
 REPO = Path(__file__).resolve().parent.parent
 LABELS = REPO / "results" / "first-labels" / "labels"
 # nbody: unmeasured sites and sites without features; fannkuch: both actions; orbit: inline
 SMALL = ("nbody", "fannkuch", "orbit")
-
-
-def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commands", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
 
 
 def _one_line(r: subprocess.CompletedProcess, prog: str) -> str:
@@ -242,7 +235,7 @@ def test_export_with_rewards_compiles_once_and_trains_without_a_compiler(built_d
     train-policy --labels --rewards writes, with no compiler and no config."""
     import yaml
 
-    from tests.test_train_from_labels import planted, sites_table
+    from tests.helpers import planted, sites_table
     labels, rewards = tmp_path / "labels", tmp_path / "rewards"
     (labels / "kahan").mkdir(parents=True)
     sites_table("kahan", built_dumps["kahan"]).to_parquet(labels / "kahan" / "sites.parquet",

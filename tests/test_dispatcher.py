@@ -38,9 +38,7 @@ from dispatcher.running.scheduler import Scheduler
 from dispatcher.running.ssh import MAX_CACHE_MB
 from dispatcher.storage.gc import Needs, collect
 from dispatcher.storage.store import Store, unpack
-
-REPO = Path(__file__).resolve().parent.parent
-FIRST_CPU = min(os.sched_getaffinity(0))
+from tests.helpers import FIRST_CPU, REPO, write_config
 
 
 @pytest.fixture
@@ -64,15 +62,6 @@ def small_benchmark(root: Path, name: str = "tiny") -> Path:
         "sizes": {"quick": {"args": ["1000"], "expected_output": {"text": f"{out}\n"}},
                   "full": {"args": ["1000"], "expected_output": {"text": f"{out}\n"}}}}))
     return d
-
-
-def write_config(tmp_path: Path, **extra) -> Path:
-    data = {"backend": "local", "store": str(tmp_path / "store"),
-            "local": {"cpus": [FIRST_CPU]}, "run": {"runs": 3, "timeout": 30, "size": "quick"}}
-    data.update(extra)
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 # -- config

@@ -7,7 +7,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,42 +24,9 @@ from dispatcher.core.records import (
     StepEvent,
 )
 from dispatcher.core.rundir import KILL_HOOK_ENV, Rundir, read_batch_log
-
-REPO = Path(__file__).resolve().parent.parent
-FIRST_CPU = min(os.sched_getaffinity(0))
-
-
-def config(tmp_path: Path, store: Path, measure: dict | None = None, **search) -> Path:
-    data = {"store": str(store), "local": {"cpus": [FIRST_CPU]},
-            "run": {"runs": 2, "timeout": 30, "size": "quick"},
-            "measure": {"max_pairs": 4, **(measure or {})},
-            "search": {"baseline_runs": 3, "remeasure_every": 0, "max_flips": 2,
-                       "rundirs": str(tmp_path / "rundirs"),
-                       "batch_log": str(tmp_path / "batch.log"), **search}}
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def command(cfg: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "commands", "run_training_experiments",
-            "--config", str(cfg), *args]
-
-
-def start(cfg: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(command(cfg, *args), cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
-
-
-def rundirs_in(tmp_path: Path) -> list[Path]:
-    """The rundirs made so far (a rundir being created is a hidden staging dir until whole)."""
-    where = tmp_path / "rundirs"
-    return [p for p in where.iterdir() if not p.name.startswith(".")] if where.is_dir() else []
-
-
-def only_rundir(tmp_path: Path) -> Path:
-    (rundir,) = rundirs_in(tmp_path)
-    return rundir
+from tests.helpers import FIRST_CPU, REPO, kill_after, only_rundir, run_to_end, rundirs_in, start
+from tests.helpers import search_config as config
+from tests.helpers import training_command as command
 
 
 def proposals(rundir: Path) -> list[tuple[int, int, str, str]]:
@@ -75,39 +41,6 @@ def proposals(rundir: Path) -> list[tuple[int, int, str, str]]:
 
 def step_numbers(rundir: Path) -> list[int]:
     return [e.step for e in Rundir(rundir).events_of(StepEvent)]
-
-
-def kill_after(proc: subprocess.Popen, journal: Path, steps: int, deadline_s: float = 120):
-    """SIGKILL the master once the journal holds `steps` step events (0: after the baseline)."""
-    want = "baseline" if steps == 0 else "step"
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < deadline_s:
-        if journal.exists():
-            kinds = [json.loads(line)["event"] for line in journal.read_text().splitlines()
-                     if line.strip().endswith("}")]
-            if kinds.count(want) >= max(steps, 1):
-                break
-        if proc.poll() is not None:
-            break
-        time.sleep(0.01)
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-def run_to_end(cfg: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    proc = subprocess.Popen(command(cfg, *args), cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGUSR1)  # the master prints its threads' stacks
-        time.sleep(2)
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"master stuck; its stacks:\n{err[-6000:]}")
-    assert proc.returncode == 0, err
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 @pytest.mark.parametrize("algorithm, store_shared", [("random-walk", False), ("sa", True)])

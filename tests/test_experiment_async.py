@@ -29,7 +29,8 @@ from dispatcher.core.records import (
 )
 from dispatcher.core.rundir import KILL_HOOK_ENV, Rundir
 from dispatcher.search.rules import accept, temperature
-from tests.test_experiment import FIRST_CPU, REPO, command, only_rundir, run_to_end, rundirs_in
+from tests.helpers import FIRST_CPU, REPO, only_rundir, run_to_end, rundirs_in
+from tests.helpers import training_command as command
 
 STEPS = 6
 

@@ -11,23 +11,10 @@ from dispatcher.core.decisions import (
     parse_dump,
     read_dump,
 )
-from tests.test_compiler import (
-    compile_units,
-    decisions_by_key,
-    find,
-    program,  # noqa: F401 - a fixture
-)
-
-FEATURES_ML = """\
-let tiny x = x + 1
-let[@inline never] opt ?(k = 1) x = x * k + tiny x
-let rec loop n acc = if n = 0 then acc else loop (n - 1) (acc + tiny n)
-let spin n = let i = ref 0 and s = ref 0 in while !i < n do s := !s + tiny !i; incr i done; !s
-let () = print_int (loop 10 (tiny 3) + spin 5 + opt 4)
-"""
+from tests.helpers import FEATURES_ML, compile_units, decisions_by_key, find
 
 
-def test_dump_carries_features(compiler, program):  # noqa: F811
+def test_dump_carries_features(compiler, program):
     compile_units(compiler, program, ["util.ml", "main.ml"])
     dump = read_dump(program / "main.0.decisions.sexp")
     assert dump.decisions and all(isinstance(d.features, Features) for d in dump.decisions)

@@ -20,9 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.programs import compile_programs
-from tests.test_worker_agent import AGENT_PYTHON, AgentProc, put
-from workers.zipapp import build_agent_zipapp
+from tests.helpers import AGENT_PYTHON, AgentProc, compile_programs, put
 
 ROOT = Path(__file__).resolve().parent.parent
 # CPU the runs are pinned to: the last one this process may use (CPU 0 stays the master's).
@@ -74,11 +72,6 @@ let () =
   close_out oc
 """,
 }
-
-
-@pytest.fixture(scope="module")
-def agent_pyz(tmp_path_factory) -> Path:
-    return build_agent_zipapp(tmp_path_factory.mktemp("iso-pyz"))
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,9 @@ from dispatcher.core.records import (
     StepEvent,
 )
 from dispatcher.core.rundir import KILL_HOOK_ENV, Rundir, lock_holder, read_batch_log
-from tests.test_experiment import REPO, command, config, run_to_end, rundirs_in
+from tests.helpers import REPO, run_to_end, rundirs_in
+from tests.helpers import search_config as config
+from tests.helpers import training_command as command
 
 TINYSUM = REPO / "tests" / "golden" / "tinysum"
 STEPS = 8

@@ -39,7 +39,7 @@ from dispatcher.core.tree import Tree, from_dumps
 from dispatcher.labels.ddmin import ddmin, split
 from dispatcher.labels.procedure import keeps_gain, pooled
 from dispatcher.labels.winner import confirmed_winner, tree_with, winner_decisions
-from tests.test_tree import ROWS_0, ROWS_1, dump
+from tests.helpers import ROWS_0, ROWS_1, dump
 
 REPO = Path(__file__).resolve().parent.parent
 FIRST_CPU = min(os.sched_getaffinity(0))

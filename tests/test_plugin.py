@@ -10,7 +10,8 @@ import shutil
 
 import pytest
 
-from tests.test_rewards import GOLDEN, _cli, tiny_search_config
+from tests.helpers import GOLDEN, tiny_search_config
+from tests.helpers import cli as _cli
 
 
 @pytest.fixture(scope="module")

@@ -31,18 +31,17 @@ from dispatcher.core.decisions import (
     write_overrides,
 )
 from dispatcher.storage.store import Store, compile_key
-from tests.test_compiler import (
+from tests.helpers import (
+    FEATURES_ML,
+    REPO,
     calls,
     compile_units,
     decisions_by_key,
     find,
     function_asm,
     link,
-    program,  # noqa: F401 - a fixture
+    write_config,
 )
-from tests.test_features import FEATURES_ML
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 class Recording:
@@ -63,7 +62,7 @@ def compile_with(compiler, workdir: Path, units, host: PolicyHost, **kwargs):
 
 # -- the compiler asking a host
 
-def test_policy_keeps_a_call_the_heuristic_inlines(compiler, program):  # noqa: F811
+def test_policy_keeps_a_call_the_heuristic_inlines(compiler, program):
     compile_units(compiler, program, ["util.ml", "main.ml"])
     base = decisions_by_key(program / "main.0.decisions.sexp")
     tiny_key = find(base, r"^D\(Main\.h@[^/]*\)/C\(Main\.tiny@").key
@@ -95,7 +94,7 @@ def test_policy_keeps_a_call_the_heuristic_inlines(compiler, program):  # noqa: 
     assert out == subprocess.run([str(ref), "50"], capture_output=True, text=True).stdout
 
 
-def test_policy_inlines_a_call_the_heuristic_keeps(compiler, program):  # noqa: F811
+def test_policy_inlines_a_call_the_heuristic_keeps(compiler, program):
     compile_units(compiler, program, ["util.ml", "main.ml"])
     base = decisions_by_key(program / "main.0.decisions.sexp")
     big_key = find(base, r"^D\(Main\.h@[^/]*\)/C\(Main\.big@").key
@@ -111,7 +110,7 @@ def test_policy_inlines_a_call_the_heuristic_keeps(compiler, program):  # noqa: 
     assert calls(asm, "camlMain__big") == 0
 
 
-def test_overrides_win_over_the_policy(compiler, program):  # noqa: F811
+def test_overrides_win_over_the_policy(compiler, program):
     """An overridden site is not asked: the override decides it."""
     compile_units(compiler, program, ["util.ml", "main.ml"])
     base = decisions_by_key(program / "main.0.decisions.sexp")
@@ -127,7 +126,7 @@ def test_overrides_win_over_the_policy(compiler, program):  # noqa: F811
     assert policy.seen  # the other sites were asked
 
 
-def test_heuristic_policy_builds_what_the_heuristic_builds(compiler, program):  # noqa: F811
+def test_heuristic_policy_builds_what_the_heuristic_builds(compiler, program):
     compile_units(compiler, program, ["util.ml", "main.ml"])
     asm = (program / "main.s").read_text()
     dumps = {p.name: p.read_text() for p in dump_files(program) if p.name.startswith("main.")}
@@ -141,7 +140,7 @@ def test_heuristic_policy_builds_what_the_heuristic_builds(compiler, program):  
             [(d.key, d.action, d.features) for d in parse_dump(text).decisions]
 
 
-def test_a_session_per_unit_and_deterministic_dumps(compiler, program):  # noqa: F811
+def test_a_session_per_unit_and_deterministic_dumps(compiler, program):
     """One ocamlopt compiling two units opens two sessions, one after the other; the same
     answers give byte-identical dumps."""
     texts = []
@@ -157,7 +156,7 @@ def test_a_session_per_unit_and_deterministic_dumps(compiler, program):  # noqa:
     assert texts[0] == texts[1]
 
 
-def test_channel_through_ocamlparam(compiler, program):  # noqa: F811
+def test_channel_through_ocamlparam(compiler, program):
     compile_units(compiler, program, ["util.ml"])
     with PolicyHost(NeverInlinePolicy()) as host:
         env = dict(os.environ, OCAMLPARAM=f"_,dump-inlining-decisions=1,"
@@ -413,7 +412,6 @@ def test_the_fast_observation_reader_reads_as_the_generic_one(compiler, tmp_path
 
 
 def test_run_benchmark_with_a_policy(tmp_path):
-    from tests.test_dispatcher import write_config
     config = write_config(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "commands", "run-benchmark", "kahan",
                            "--policy", "never-inline", "--config", str(config), "--runs", "1",

@@ -28,9 +28,7 @@ from dispatcher.search.focus import (
     site_heat,
 )
 from dispatcher.search.rules import propose
-from tests.programs import compile_programs
-
-FIRST_CPU = min(os.sched_getaffinity(0))
+from tests.helpers import FIRST_CPU, compile_programs
 
 # ``hot`` takes nearly all the time; ``cold`` runs only for a negative argument.
 PROGRAM = """

@@ -19,10 +19,9 @@ from dispatcher.core.files import sha256_file
 from dispatcher.core.records import StepEvent
 from dispatcher.core.rundir import Rundir
 from dispatcher.running.agent_client import agent_zipapp
+from tests.helpers import REPO, spin_benchmark, write_yaml
 from tests.raylab import LabUnavailable, RayLab, lab_unavailable_reason
-from tests.test_ssh import spin_benchmark
 
-REPO = Path(__file__).resolve().parent.parent
 NODES = ("n1", "n2")
 
 needs_lab = pytest.mark.skipif(lab_unavailable_reason() is not None,
@@ -180,8 +179,7 @@ def write_config(path: Path, lab: RayLab, store: Path, **sections) -> Path:
             "ray": {"address": lab.address, "start_timeout": 60},
             "run": {"runs": 2, "timeout": 60, "size": "quick"},
             "scheduler": {"backoff_s": 0.2}, **sections}
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return write_yaml(path, data)
 
 
 def cli(lab: RayLab, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -30,10 +30,8 @@ from dispatcher.core.records import (
 )
 from dispatcher.core.rundir import Rundir, RundirError, read_batch_log, read_journal
 from dispatcher.search.rules import backlog
+from tests.helpers import GOLDEN, REPO, V1, V2, relocated
 
-REPO = Path(__file__).resolve().parent.parent
-GOLDEN = REPO / "tests" / "golden"
-V1, V2 = GOLDEN / "rundir-v1", GOLDEN / "rundir-v2"
 V4 = GOLDEN / "rundir-v4"  # an asynchronous search (search.mode: async) of tinysum
 
 
@@ -192,27 +190,6 @@ def test_the_format_document_names_the_current_version():
 
 
 # --------------------------------------------------------------------------- resume
-
-def relocated(golden: Path, tmp_path: Path, keep_steps: int) -> Path:
-    """A copy of a golden rundir cut back to just after step ``keep_steps`` (as a crash would
-    leave it), pointing at the golden benchmark in this checkout."""
-    rundir = tmp_path / golden.name
-    shutil.copytree(golden, rundir)
-    data = json.loads((rundir / "experiment.json").read_text())
-    data["benchmark"] = str(GOLDEN / "tinysum")
-    (rundir / "experiment.json").write_text(json.dumps(data))
-    kept = []
-    for line in (rundir / "journal.jsonl").read_text().splitlines():
-        event = json.loads(line)
-        if event["event"] == "step" and event["step"] > keep_steps or event["event"] == "finish":
-            break
-        kept.append(line)
-    (rundir / "journal.jsonl").write_text("\n".join(kept) + "\n")
-    for d in (rundir / "steps").iterdir():
-        if int(d.name) > keep_steps:
-            shutil.rmtree(d)
-    return rundir
-
 
 @pytest.mark.parametrize("golden", [V1, V2], ids=["v1", "v2"])
 def test_a_golden_rundir_resumes_exactly_with_a_fresh_store(compiler, tmp_path, golden):

@@ -4,79 +4,30 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import random
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from analysis.expanded import expand, features, varying
-from analysis.extract import Candidates, extract, tree_digest
+from analysis.extract import extract
 from analysis.models import Hyper, grid
 from analysis.optimal import optimal
 from analysis.rewards import RewardError, assign
-from dispatcher.core.decisions import Decision, DecisionDump, read_overrides
+from dispatcher.core.decisions import read_overrides
 from dispatcher.core.tree import INLINE, Tree
-
-REPO = Path(__file__).resolve().parent.parent
-GOLDEN = REPO / "tests" / "golden"
-FIRST_CPU = min(os.sched_getaffinity(0))
-
-# --------------------------------------------------------------------------- synthetic data
-#
-# One function with six call sites g0..g5; g0's inlined body holds one call h.  Planted log
-# speedups: inlining g1 +0.10, g2 -0.08, g4 +0.05; h inlined (only possible under g0) +0.12 and
-# g0 itself -0.02 (worth it only with h inlined); g3 and g5 do nothing.
-
-PLANTED = {"g0": -0.02, "g1": 0.10, "g2": -0.08, "g3": 0.0, "g4": 0.05, "g5": 0.0}
-H_REWARD = 0.12
-D = "D(Main.f@main.ml:1:1-90)"
-
-
-def _key(i: int) -> str:
-    return f"{D}/C(Main.g{i}@main.ml:{i + 2}:1-9)"
-
-
-H_KEY = f"{_key(0)}/I/C(Main.h@main.ml:20:1-9)"
-
-
-def synthetic_tree(choice: dict[str, bool], h_inline: bool) -> Tree:
-    decisions = [Decision(unit="Main", round=0, key=_key(i), callee=f"Main.g{i}",
-                          action="inline" if choice[f"g{i}"] else "dont_inline",
-                          reason="override") for i in range(6)]
-    if choice["g0"]:
-        decisions.append(Decision(unit="Main", round=0, key=H_KEY, callee="Main.h",
-                                  action="inline" if h_inline else "dont_inline",
-                                  reason="override"))
-    return Tree.from_dumps([DecisionDump(unit="Main", round=0, decisions=tuple(decisions))])
-
-
-def planted_log_speedup(choice: dict[str, bool], h_inline: bool) -> float:
-    total = sum(r for g, r in PLANTED.items() if choice[g])
-    return total + (H_REWARD if choice["g0"] and h_inline else 0.0)
-
-
-def synthetic_candidates(n: int = 120, noise: float = 0.005, seed: int = 1) -> Candidates:
-    rng = random.Random(seed)
-    rows, trees = [], {}
-    for k in range(n):
-        choice = {g: rng.random() < 0.5 for g in PLANTED}
-        h_inline = rng.random() < 0.5
-        tree = synthetic_tree(choice, h_inline)
-        digest = tree_digest(tree)
-        trees[digest] = tree
-        speedup = math.exp(planted_log_speedup(choice, h_inline) + rng.gauss(0, noise))
-        rows.append({"benchmark": "synthetic", "chain": f"chain{k % 3}", "step": k,
-                     "candidate": 0, "dir": f"steps/{k}", "tree": digest, "sha256": None,
-                     "mutation": "synthetic", "failed": False, "error": None,
-                     "speedup": speedup, "ci_low": speedup, "ci_high": speedup, "pairs": 10,
-                     "confirmed": False})
-    return Candidates("synthetic", pd.DataFrame(rows), trees)
+from tests.helpers import (
+    GOLDEN,
+    H_KEY,
+    H_REWARD,
+    PLANTED,
+    D,
+    synthetic_candidates,
+    synthetic_tree,
+    tiny_search_config,
+)
+from tests.helpers import cli as _cli
+from tests.helpers import synthetic_key as _key
 
 
 def test_the_expanded_tree_is_the_union_with_two_depth_weighted_columns_per_node():
@@ -151,26 +102,6 @@ def test_too_few_measured_trees_is_one_line():
 
 
 # --------------------------------------------------------------------------- end to end
-
-
-def tiny_search_config(tmp_path: Path) -> Path:
-    """A config for a few quick random-walk steps on one CPU, everything under ``tmp_path``
-    (the reward tests' searches; tests/test_run_all_benchmarks.py's too)."""
-    cfg = tmp_path / "config.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "store": str(tmp_path / "store"), "local": {"cpus": [FIRST_CPU]},
-        "run": {"runs": 2, "timeout": 30, "size": "quick"},
-        "measure": {"max_pairs": 2, "canary_every": 0},
-        "search": {"algorithm": "random-walk", "baseline_runs": 2, "remeasure_every": 0,
-                   "rundirs": str(tmp_path / "rundirs"),
-                   "batch_log": str(tmp_path / "batch.log")}}))
-    return cfg
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commands", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
 def test_a_real_search_gives_rewards_and_an_optimal_tree_the_compiler_honours(compiler,

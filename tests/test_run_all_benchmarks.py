@@ -10,8 +10,6 @@ import math
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,8 @@ from dispatcher.core.comparison import Comparison
 from dispatcher.core.decisions import Override, write_overrides
 from dispatcher.core.figures import Figure
 from dispatcher.core.records import RunRecord, RunResult
-from tests.test_rewards import tiny_search_config
+from tests.helpers import cli as _cli
+from tests.helpers import tiny_search_config
 
 
 def made_up(bench: str, hyper: str, speedup: float | None, low: float | None = None,
@@ -152,12 +151,6 @@ def test_csv_lines_hold_each_workers_pairs_and_the_heuristics():
 
 
 # --------------------------------------------------------------------------- end to end
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commands", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
 _config = tiny_search_config

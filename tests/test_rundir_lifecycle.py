@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -32,16 +31,12 @@ from dispatcher.core.rundir import (
 )
 from dispatcher.search.chain import Chain
 from dispatcher.storage.store import Store
-from tests.test_experiment import REPO, command, config, run_to_end, rundirs_in
-from tests.test_records import V2, relocated
+from tests.helpers import REPO, V2, relocated, run_to_end, rundirs_in, snapshot
+from tests.helpers import run_training as run
+from tests.helpers import search_config as config
+from tests.helpers import training_command as command
 
 TINYSUM = REPO / "tests" / "golden" / "tinysum"
-
-
-def run(cfg: Path, *args: str, env: dict | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(command(cfg, *args), cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def one_line(proc: subprocess.CompletedProcess) -> str:
@@ -50,13 +45,6 @@ def one_line(proc: subprocess.CompletedProcess) -> str:
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, proc.stderr
     return lines[0]
-
-
-def snapshot(directory: Path) -> dict[str, str]:
-    """Every file under ``directory`` by relative path -> sha256 of its content (but the
-    rundirs' lock files, which a master that opens a rundir makes, empty)."""
-    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(directory.rglob("*")) if p.is_file() and p.name != "master.lock"}
 
 
 def tiny_experiment(path: Path, **changes) -> Experiment:

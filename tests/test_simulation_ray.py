@@ -13,10 +13,8 @@ from pathlib import Path
 import pytest
 
 from dispatcher.config import ConfigError, parse_config
+from tests.helpers import REPO
 from tests.raylab import LabUnavailable, RayLab, lab_unavailable_reason
-
-REPO = Path(__file__).resolve().parent.parent
-
 
 # -- config (no cluster needed)
 

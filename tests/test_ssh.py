@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from dispatcher.config import ConfigError, parse_config
 from dispatcher.core.files import sha256_file
@@ -25,9 +24,9 @@ from dispatcher.running.agent_client import agent_zipapp
 from dispatcher.running.backend import PermanentLoss
 from dispatcher.running.scheduler import Scheduler
 from dispatcher.running.ssh import HostError, SshBackend, WorkerHost, fingerprint, remote_path
+from tests.helpers import REPO, cli, spin_benchmark, write_yaml
 from tests.sshhosts import LabUnavailable, SshLab, lab_unavailable_reason
 
-REPO = Path(__file__).resolve().parent.parent
 CPU = max(os.sched_getaffinity(0))
 
 needs_lab = pytest.mark.skipif(lab_unavailable_reason() is not None,
@@ -44,31 +43,9 @@ def lab(tmp_path):
 
 
 def write_config(path: Path, data: dict, **sections) -> Path:
-    data = {**data, "run": {"runs": 2, "timeout": 30, "size": "quick"}, **sections}
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commands", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def spin_benchmark(root: Path, iterations: int = 150_000_000) -> Path:
-    """A benchmark that runs long enough (~0.3 s) to be killed in the middle of a run."""
-    d = root / "spin"
-    d.mkdir()
-    (d / "work.ml").write_text("let[@inline never] run n = let r = ref 0 in\n"
-                               "  for i = 1 to n do r := !r + (i * i) mod 7 done; !r\n")
-    (d / "main.ml").write_text("let () = Printf.printf \"%d\\n\" "
-                               "(Work.run (int_of_string Sys.argv.(1)))\n")
-    n = iterations
-    out = 14 * (n // 7) + sum((i * i) % 7 for i in range(1, n % 7 + 1))
-    size = {"args": [str(n)], "expected_output": {"text": f"{out}\n"}}
-    (d / "benchmark.yaml").write_text(yaml.safe_dump({
-        "name": "spin", "split": "training", "description": "a loop to interrupt",
-        "modules": ["work.ml"], "main": "main.ml", "sizes": {"quick": size, "full": size}}))
-    return d
+    """The lab's config (``data``) with two quick runs a measurement."""
+    return write_yaml(path, {**data, "run": {"runs": 2, "timeout": 30, "size": "quick"},
+                             **sections})
 
 
 # -- config (no servers needed)

@@ -8,7 +8,6 @@ import random
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import scipy.stats
@@ -24,8 +23,7 @@ from dispatcher.core.stats import (
     speedup_ci,
     t_quantile,
 )
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO
 
 # Baseline and candidate log-times for the hand computation (test_hand_computed_speedup_ci).
 BASE_LOGS = [0.0, 0.02, -0.02]

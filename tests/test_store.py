@@ -24,8 +24,7 @@ from dispatcher.core.records import BaselineEvent, FinishEvent, StepEvent
 from dispatcher.core.rundir import Rundir
 from dispatcher.running.local import install_binary
 from dispatcher.storage.store import Store, StoreError, pack, unpack
-from tests.test_experiment import config as search_config
-from tests.test_experiment import kill_after, only_rundir, run_to_end, rundirs_in, start
+from tests.helpers import kill_after, only_rundir, run_to_end, rundirs_in, search_config, start
 
 REPO = Path(__file__).resolve().parent.parent
 FIRST_CPU = min(os.sched_getaffinity(0))

@@ -7,7 +7,6 @@ combined with rewards; a malformed table is one line."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -24,10 +23,9 @@ from analysis.label_training import (
 from analysis.labels import ID_COLUMNS, OUTCOME_COLUMNS, write_table
 from analysis.policy_training import KEY, combine, encode, training_set
 from dispatcher.build.policy_file import read_policy_file
-from dispatcher.core.decisions import Decision, feature_rows, read_dump
-from tests.test_rewards import _cli
-
-NAN = float("nan")
+from dispatcher.core.decisions import feature_rows, read_dump
+from tests.helpers import FASTER, NAN, NOTHING, SLOWER, planted, sites_table
+from tests.helpers import cli as _cli
 
 
 def row(context="alone", action="inline", status="measured", effect=0.05, low=0.03,
@@ -38,11 +36,6 @@ def row(context="alone", action="inline", status="measured", effect=0.05, low=0.
     return {"unit": "Main", "round": 0, "key": "C(Main.f@m.ml:1:0-9)", "context": context,
             "action": action, "status": status, "effect": effect, "low": low, "high": high,
             "trial": trial, "heuristic_action": heuristic_action, **rest}
-
-
-FASTER = {"effect": 0.05, "low": 0.03, "high": 0.07}
-SLOWER = {"effect": -0.05, "low": -0.07, "high": -0.03}
-NOTHING = {"effect": 0.004, "low": -0.01, "high": 0.018}
 
 
 # -- the rule -----------------------------------------------------------------------------
@@ -165,46 +158,6 @@ def dumps(compiler, tmp_path_factory):
                                 dump_decisions=True)
         got[name] = [read_dump(p) for p in built.decision_files]
     return got
-
-
-def planted(decision: Decision) -> str:
-    """The label the tables below plant: small callees gain from inlining, large ones lose,
-    the ones between do not matter."""
-    assert decision.features is not None
-    size = decision.features.callee_size
-    return "inline" if size <= 20 else "dont_inline" if size > 60 else "default"
-
-
-MEASUREMENT = {"pairs": 10, "disturbed_share": 0.0, "runs": 20, "cpu_s": 4.0, "heat": None,
-               "decision": None, "trial": "labels", "why": "", "rundir": "labels/run"}
-
-
-def sites_table(bench: str, dump_list, *, unreached: int = 5) -> pd.DataFrame:
-    """A labels table as measure-sites writes it: per site the flip alone on the heuristic's
-    tree, measured with the planted label's effect; the last ``unreached`` sites not reached;
-    one site also removed from a winner, disagreeing (the alone row decides)."""
-    rows = []
-    decisions = [d for dump in dump_list for d in dump.decisions
-                 if d.features is not None and d.action != "specialise"]
-    for i, d in enumerate(decisions):
-        flip = "dont_inline" if d.action == "inline" else "inline"
-        want = planted(d)
-        effect = FASTER if want == flip else SLOWER if want == d.action else NOTHING
-        status = "not_reached" if i >= len(decisions) - unreached else "measured"
-        if status != "measured":
-            effect = {"effect": NAN, "low": NAN, "high": NAN}
-        base = {"benchmark": bench, "unit": d.unit, "round": d.round, "key": d.key,
-                "callee": d.callee, "location": "", "heuristic_action": d.action,
-                "heuristic_reason": d.reason, **d.features.row()}  # type: ignore[union-attr]
-        rows.append({**base, "action": flip, "context": "alone", "status": status,
-                     **effect, "speedup": math.exp(effect["effect"]), **MEASUREMENT})
-        if i == 0:
-            rows.append({**base, "action": d.action, "context": "removed",
-                         "status": "measured", **SLOWER, "speedup": math.exp(-0.05),
-                         **MEASUREMENT})
-    table = pd.DataFrame(rows)
-    assert set(ID_COLUMNS + OUTCOME_COLUMNS) <= set(table.columns)  # as measure-sites writes
-    return table
 
 
 def test_features_from_a_table_encode_as_the_dump_features_do(dumps, tmp_path):

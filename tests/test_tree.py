@@ -21,7 +21,6 @@ from dispatcher.core.decisions import (
     DecisionDump,
     Override,
     dump_files,
-    parse_dump,
     read_dumps,
     write_overrides,
 )
@@ -48,59 +47,19 @@ from dispatcher.core.tree import (
     to_dumps,
     to_overrides,
 )
+from tests.helpers import (
+    GO_DECL,
+    HELPER_DECL,
+    MAP,
+    ROWS_0,
+    ROWS_1,
+    RUN,
+    RUN_DECL,
+    G,
+    dump,
+)
 
 # --------------------------------------------------------------------------- hand-written dumps
-
-RUN = "C(Main.run@main.ml:10:30-64)"
-HELPER_DECL = "D(Main.helper@main.ml:1:11-27)"
-RUN_DECL = "D(Main.run@main.ml:4:8-134)"
-GO_DECL = RUN_DECL + "/D(Main.go@main.ml:5:2-9)"
-MAP = "C(Lib.map@src/lib/a.ml:3:1-9)"  # '/' inside the file name
-G = "C(Main.g@main.ml:9:1-4)"
-
-ROWS_0 = [
-    # key, callee, action, reason
-    (RUN, "Main.run", "inline", "heuristic"),
-    (RUN + "/I/C(Main.helper@main.ml:7:18-26)", "Main.helper", "dont_inline", "heuristic"),
-    (HELPER_DECL + "/C(Util.add@main.ml:1:15-27)", "Util.add", "inline", "heuristic"),
-    (RUN_DECL + "/C(Main.helper@main.ml:7:18-26)", "Main.helper", "dont_inline", "override"),
-    (GO_DECL + "/C(Main.go@main.ml:5:5-9)", "Main.go", "dont_inline", "(prevented self_call)"),
-    (MAP, "Lib.map", "specialise", "heuristic"),
-    (MAP + "/S/C(Lib.f@src/lib/a.ml:2:1-3)", "Lib.f", "inline", "attribute"),
-    (MAP + "/S/C(Lib.f@src/lib/a.ml:2:1-3)/I/C(Lib.g@src/lib/a.ml:1:1-3)", "Lib.g",
-     "dont_inline", "heuristic"),
-    (G, "Main.g", "dont_inline", "heuristic"),
-    (G + "#1", "Main.g", "inline", "heuristic"),
-    (G + "#1/I/D(Main.k@main.ml:2:1-5)/C(Main.h@main.ml:2:3-5)", "Main.h", "inline",
-     "heuristic"),
-    (RUN_DECL + "/C(Main.big@main.ml:7:19-28>main.ml:6:19-24)", "Main.big", "inline",
-     "heuristic"),
-]
-ROWS_1 = [
-    # the round-0 dont_inline site comes back and is re-decided
-    (RUN_DECL + "/C(Main.helper@main.ml:7:18-26)", "Main.helper", "inline", "heuristic"),
-    (RUN_DECL + "/C(Main.helper@main.ml:7:18-26)/I/C(Util.add@main.ml:1:15-27)", "Util.add",
-     "dont_inline", "heuristic"),
-    (G, "Main.g", "dont_inline", "heuristic"),
-]
-
-
-def dump_text(unit: str, round_: int, rows) -> str:
-    lines = []
-    for key, callee, action, reason in rows:
-        extra = " (detail without_subfunctions)" if reason == "heuristic" else ""
-        extra += f" (override {action})" if reason == "override" else ""
-        lines.append(f'  ((key "{key}") (callee "{callee}") (action {action}) '
-                     f'(reason {reason}){extra})')
-    body = "\n".join(lines)
-    return (f'(inlining_decisions\n (version 1)\n (unit "{unit}")\n (round {round_})\n'
-            f' (overrides (entries 0) (matched 0) (unmatched 0) (unmatched_keys ()))\n'
-            f' (decisions\n{body}\n ))\n')
-
-
-def dump(unit: str, round_: int, rows) -> DecisionDump:
-    return parse_dump(dump_text(unit, round_, rows))
-
 
 def decision(key: str, action: str = "dont_inline", unit: str = "Main", round_: int = 0,
              reason: str = "heuristic") -> Decision:

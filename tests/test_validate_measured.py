@@ -15,8 +15,8 @@ from commands.policy_validation import scores_with_measures
 from dispatcher.build.policy_file import read_policy_file
 from dispatcher.core.figures import Figure
 from pipeline.policy.selection import FoldMeasure, choose_measured, gate_line, worst
-from tests.test_rewards import _cli, tiny_search_config
-from tests.test_train_from_labels import sites_table
+from tests.helpers import cli as _cli
+from tests.helpers import sites_table, tiny_search_config
 
 P = Path("x.policy")
 

@@ -21,7 +21,7 @@ from analysis.results import WITHHELD, Outcome, choose, print_tables, recommend
 from analysis.rewards import assign, withheld, write
 from dispatcher.core.decisions import write_overrides
 from dispatcher.core.figures import Figure
-from tests.test_rewards import synthetic_candidates, tiny_search_config
+from tests.helpers import synthetic_candidates, tiny_search_config
 
 
 def made_up(bench: str, hyper: str, speedup: float | None, low: float | None = None,
@@ -291,7 +291,7 @@ def test_a_setting_without_an_optimal_tree_is_skipped_with_its_reason(tmp_path):
 
 def test_run_all_benchmarks_with_every_tree_withheld_skips_them_and_recommends_nothing(
         tmp_path):
-    from tests.test_run_all_benchmarks import _cli
+    from tests.helpers import cli as _cli
     _withheld_rewards(tmp_path, with_tree=False)
     r = _cli("run-all-benchmarks", "ridge", "--config", str(tiny_search_config(tmp_path)),
              cwd=tmp_path)

@@ -10,7 +10,6 @@ import ast
 import hashlib
 import json
 import os
-import selectors
 import shutil
 import subprocess
 import sys
@@ -20,20 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.programs import compile_programs
+from tests.helpers import AGENT_PYTHON, AgentProc, compile_programs, put
 from workers.zipapp import build_agent_zipapp
 
 PACKAGE = Path(__file__).resolve().parent.parent / "workers" / "agent"
-AGENT = Path("/nonexistent")  # the zipapp under test, built once per session (below)
-# The agent must run on worker hosts with only python3 >= 3.9: point this at another
-# interpreter (e.g. a python3.9) to run the whole suite against it.
-AGENT_PYTHON = os.environ.get("WORKER_AGENT_PYTHON", sys.executable)
+AGENT = Path("/nonexistent")  # the zipapp under test, built once per session (conftest)
 
 
 @pytest.fixture(scope="session", autouse=True)
-def agent_pyz(tmp_path_factory) -> Path:
+def _agent(agent_pyz: Path) -> Path:
     global AGENT
-    AGENT = build_agent_zipapp(tmp_path_factory.mktemp("agent-pyz"))
+    AGENT = agent_pyz
     return AGENT
 
 PROGRAMS = {
@@ -147,69 +143,16 @@ def cache_dir(tmp_path) -> Path:
     return d
 
 
-def put(cache_dir: Path, binary: Path) -> str:
-    sha = sha256_of(binary)
-    shutil.copyfile(binary, cache_dir / sha)
-    os.chmod(cache_dir / sha, 0o755)
-    return sha
-
-
-class AgentProc:
-    def __init__(self, cache_dir: Path, *extra: str, env=None, agent: Path | None = None):
-        self.proc = subprocess.Popen(
-            [AGENT_PYTHON, str(agent or AGENT), "--cache-dir", str(cache_dir), *extra],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-        self.sel = selectors.DefaultSelector()
-        self.sel.register(self.proc.stdout, selectors.EVENT_READ)
-        self.next_id = 0
-
-    def send_raw(self, line: bytes) -> None:
-        self.proc.stdin.write(line)
-        self.proc.stdin.flush()
-
-    def recv(self, timeout: float = 30.0) -> dict:
-        if not self.sel.select(timeout):
-            raise AssertionError(f"no response from agent within {timeout}s")
-        line = self.proc.stdout.readline()
-        assert line.endswith(b"\n"), f"agent closed stdout (got {line!r})"
-        return json.loads(line)
-
-    def request(self, **req) -> dict:
-        """Send one request (fields as keywords) and return its response."""
-        self.next_id += 1
-        req.setdefault("id", self.next_id)
-        self.send_raw(json.dumps(req).encode() + b"\n")
-        resp = self.recv()
-        assert resp["id"] == req["id"]
-        return resp
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:  # EOF first: the agent then kills any child it is still running
-                self.proc.stdin.close()
-                self.proc.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.terminate()
-                try:
-                    self.proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-        self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            f.close()
-        self.sel.close()
-
-
 @pytest.fixture
 def agent(cache_dir):
-    a = AgentProc(cache_dir, "--worker-class", "test")
+    a = AgentProc(cache_dir, "--worker-class", "test", agent=AGENT)
     yield a
     a.close()
 
 
 @pytest.fixture(scope="module")
 def hello_info(tmp_path_factory) -> dict:
-    a = AgentProc(tmp_path_factory.mktemp("hello-cache"))
+    a = AgentProc(tmp_path_factory.mktemp("hello-cache"), agent=AGENT)
     try:
         return a.request(op="hello")
     finally:
@@ -563,13 +506,13 @@ def test_exit_status_of_short_runs_is_never_lost(agent, cache_dir, binaries):
 
 
 def test_eof_and_shutdown_exit_cleanly(cache_dir):
-    a = AgentProc(cache_dir)
+    a = AgentProc(cache_dir, agent=AGENT)
     try:
         assert a.request(op="shutdown") == {"id": 1, "ok": True}
         assert a.proc.wait(timeout=10) == 0
     finally:
         a.close()
-    a = AgentProc(cache_dir)
+    a = AgentProc(cache_dir, agent=AGENT)
     try:
         a.proc.stdin.close()
         assert a.proc.wait(timeout=10) == 0
@@ -597,7 +540,7 @@ def test_no_orphans_when_agent_is_killed(cache_dir, binaries, how):
     """SIGTERM: the agent kills its running child; SIGKILL: RLIMIT_CPU (timeout + 2 s) does."""
     sha = put(cache_dir, binaries["spin"])
     path = str(cache_dir / sha)
-    a = AgentProc(cache_dir)
+    a = AgentProc(cache_dir, agent=AGENT)
     try:
         a.send_raw(json.dumps({"op": "run", "sha256": sha, "runs": 1, "cpu": 0,
                                "timeout": 1}).encode() + b"\n")
@@ -653,7 +596,7 @@ def test_what_a_run_leaves_running_is_killed_and_fails_it(cache_dir, binaries, s
     script.rename(cache_dir / sha)
     mark = f"INLINING_TEST_MARK={os.getpid()}-{spawn}-{time.monotonic_ns()}".encode()
     name, value = mark.decode().split("=", 1)
-    a = AgentProc(cache_dir, "--spawn", spawn)
+    a = AgentProc(cache_dir, "--spawn", spawn, agent=AGENT)
     try:
         assert a.request(op="hello")["strays_error"] is None
         r = a.request(op="run", sha256=sha, runs=3, cpu=0, timeout=10, perf=False,
@@ -696,7 +639,7 @@ def test_captured_output_is_bounded(cache_dir, binaries, spawn, stream):
     """Issue 11: a program printing 300 MB put 307 MB in /dev/shm.  Each capture (and any
     file a run writes) stops at the agent's limit and the run fails, saying why."""
     sha = put(cache_dir, binaries["bigout"])
-    a = AgentProc(cache_dir, "--spawn", spawn)
+    a = AgentProc(cache_dir, "--spawn", spawn, agent=AGENT)
     try:
         limit = a.request(op="hello")["file_size_limit"]
         assert limit == 16 << 20
@@ -720,7 +663,7 @@ def test_an_output_checked_by_sha256_is_hashed_as_it_streams(cache_dir, binaries
     the FIFO is gone once the run is recorded."""
     sha = put(cache_dir, binaries["bigout"])
     printed = b"x" * (65536 * 400)
-    a = AgentProc(cache_dir, "--spawn", spawn)
+    a = AgentProc(cache_dir, "--spawn", spawn, agent=AGENT)
     try:
         r = a.request(op="run", sha256=sha, runs=2, cpu=0, timeout=20, perf=False,
                       expected_output={"sha256": hashlib.sha256(printed).hexdigest()})
@@ -745,7 +688,8 @@ def test_scratch_of_a_killed_agent_is_swept_by_the_next(cache_dir, tmp_path):
     env = dict(os.environ, XDG_RUNTIME_DIR=str(shm))
     legacy = shm / "inlining-agent-abc123"  # an older agent's: no lock, left alone
     legacy.mkdir()
-    live, doomed = AgentProc(cache_dir, env=env), AgentProc(cache_dir, env=env)
+    live = AgentProc(cache_dir, env=env, agent=AGENT)
+    doomed = AgentProc(cache_dir, env=env, agent=AGENT)
     try:
         for a in (live, doomed):
             assert a.request(op="hello")["ok"]
@@ -754,7 +698,7 @@ def test_scratch_of_a_killed_agent_is_swept_by_the_next(cache_dir, tmp_path):
         doomed.proc.kill()
         doomed.proc.wait()
         assert mine[doomed].is_dir()
-        fresh = AgentProc(cache_dir, env=env)
+        fresh = AgentProc(cache_dir, env=env, agent=AGENT)
         try:
             assert fresh.request(op="hello")["ok"]
             assert not mine[doomed].exists()
@@ -776,7 +720,7 @@ def test_unrunnable_file_is_a_failed_run(cache_dir, spawn):
     junk.write_bytes(b"this is not an executable\n")
     sha = sha256_of(junk)
     junk.rename(cache_dir / sha)  # not even executable: the agent adds the x bit
-    a = AgentProc(cache_dir, "--spawn", spawn)
+    a = AgentProc(cache_dir, "--spawn", spawn, agent=AGENT)
     try:
         r = a.request(op="run", sha256=sha, runs=2, cpu=0, timeout=5)
         assert r["ok"] is True and r["failed"] == 2 and r["spawn"] == spawn, r
@@ -810,7 +754,7 @@ def test_maxrss_is_the_binarys_own(agent, cache_dir, binaries):
 
 def test_direct_spawn_mode(cache_dir, binaries):
     """The fallback without sh/prctl: same records, maxrss includes the agent's RSS."""
-    a = AgentProc(cache_dir, "--spawn", "direct")
+    a = AgentProc(cache_dir, "--spawn", "direct", agent=AGENT)
     try:
         hello = a.request(op="hello")
         assert hello["spawn"]["method"] == "direct" and not hello["spawn"]["maxrss_exact"]
@@ -905,7 +849,7 @@ NASTY_ENV = {
 def _inspect(cache_dir, binary, spawn, args, env, agent_env, report) -> dict:
     """Run ``inspect`` once through an agent with ``--spawn spawn`` -> its parsed report."""
     sha = put(cache_dir, binary)
-    a = AgentProc(cache_dir, "--spawn", spawn, env=agent_env)
+    a = AgentProc(cache_dir, "--spawn", spawn, env=agent_env, agent=AGENT)
     try:
         if report.exists():
             report.unlink()
@@ -963,7 +907,7 @@ def test_nasty_names_in_paths(tmp_path, binaries):
     cache = tmp_path / "ca'che $(x) `y` \n;&|<>*?"
     cache.mkdir()
     sha = put(cache, binaries["echo"])
-    a = AgentProc(cache)
+    a = AgentProc(cache, agent=AGENT)
     try:
         r = a.request(op="run", sha256=sha, args=["it's"], runs=2, cpu=0, timeout=10,
                       expected_output={"text": "it's"})
@@ -975,7 +919,7 @@ def test_nasty_names_in_paths(tmp_path, binaries):
 @pytest.mark.parametrize("spawn", ["forkserver", "gated"])
 def test_many_runs_in_a_row(cache_dir, binaries, spawn):
     """500 runs: exit statuses exact, maxrss the binary's own and steady."""
-    a = AgentProc(cache_dir, "--spawn", spawn)
+    a = AgentProc(cache_dir, "--spawn", spawn, agent=AGENT)
     try:
         triv = put(cache_dir, binaries["trivial"])
         r = a.request(op="run", sha256=triv, runs=500, cpu=0, timeout=10, perf=False)
@@ -999,7 +943,7 @@ def test_many_runs_in_a_row(cache_dir, binaries, spawn):
 def test_fork_server_death_is_survived(cache_dir, binaries):
     """Killing the fork server between or during runs: a fresh one takes over, the run is
     retried once, nothing is left behind."""
-    a = AgentProc(cache_dir)
+    a = AgentProc(cache_dir, agent=AGENT)
     try:
         triv = put(cache_dir, binaries["trivial"])
         r = a.request(op="run", sha256=triv, runs=2, cpu=0, timeout=10, perf=False)
@@ -1060,7 +1004,7 @@ def test_pipelined_requests_answer_in_order_one_run_at_a_time(cache_dir, binarie
     ex3 = put(cache_dir, binaries["exit3"])
     cpu = max(os.sched_getaffinity(0))
     env = {"LOCK": str(tmp_path / "lock")}
-    a = AgentProc(cache_dir)
+    a = AgentProc(cache_dir, agent=AGENT)
     try:
         reqs = []
         for i in range(6):

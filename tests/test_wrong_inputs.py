@@ -16,13 +16,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_dispatcher import REPO, write_config
-
-
-def cli(*args: str, cwd: Path = REPO, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commands", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+from tests.helpers import (
+    REPO,
+    V2,
+    cli,
+    relocated,
+    run_training,
+    search_config,
+    snapshot,
+    tiny_search_config,
+    write_config,
+)
 
 
 def one_line(proc: subprocess.CompletedProcess) -> str:
@@ -260,7 +264,6 @@ def test_run_all_benchmarks_says_which_overrides_reached_nothing(tmp_path):
     import json
 
     from dispatcher.core.decisions import write_overrides
-    from tests.test_rewards import tiny_search_config
     bench = _copied(tmp_path)
     tree = tmp_path / "rewards" / "copy" / "ridge" / "gamma0.8-alpha0.01-log"
     tree.mkdir(parents=True)
@@ -278,16 +281,13 @@ def test_run_all_benchmarks_says_which_overrides_reached_nothing(tmp_path):
 def test_a_resume_without_a_step_the_journal_lists_is_refused(tmp_path):
     import shutil
 
-    from tests.test_experiment import config
-    from tests.test_records import V2, relocated
-    from tests.test_rundir_lifecycle import run, snapshot
-    cfg = config(tmp_path, tmp_path / "store")
+    cfg = search_config(tmp_path, tmp_path / "store")
     rundir = relocated(V2, tmp_path, keep_steps=2)
     for step, whose in ((0, "the baseline's"), (1, "step 1's")):
         kept = tmp_path / f"kept{step}"
         shutil.move(rundir / "steps" / f"{step:05d}", kept)
         before = snapshot(rundir)
-        line = one_line(run(cfg, "--resume", str(rundir)))
+        line = one_line(run_training(cfg, "--resume", str(rundir)))
         assert f"{rundir}: steps/{step:05d}/c0 is gone ({whose} data, which the journal " \
                "lists); refusing to resume without it" in line, line
         assert snapshot(rundir) == before  # not a byte written

@@ -1,0 +1,304 @@
+"""The campaign file: a campaign's settings, validated as the config is (``load_strict`` and
+``Reader``: one line naming the file and the key for every bad value).
+
+The defaults a campaign shares with other commands are their owners': the classifiers
+(``analysis.policy_training``), the rewards models (``analysis.models``), the guard rails
+(``dispatcher.build.policy_file``) and the measured gate (``pipeline.policy.selection``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import typing
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from analysis.models import MODELS
+from analysis.policy_training import CLASSIFIERS as TRAINED_CLASSIFIERS
+from dispatcher.build.manifest import SPLITS, ManifestError, resolve_benchmark
+from dispatcher.build.policy_file import DEFAULT_GROWTH_BUDGET, DEFAULT_MARGIN
+from dispatcher.config import ConfigError, load_config
+from dispatcher.core.files import TextFileError, read_utf8
+from dispatcher.core.records import Algorithm
+from dispatcher.core.validation import MAX_RUNS, MAX_STEPS, KeyPathError, Reader, load_strict
+from pipeline.policy.selection import GATE
+
+SEARCHES: tuple[str, ...] = typing.get_args(Algorithm)  # the search stage's algorithms
+CLASSIFIERS = ("all", *TRAINED_CLASSIFIERS)  # all: train-policy validates each, keeps the best
+SIZES = ("quick", "full")
+MAX_WORKER_HOURS = 1e6
+
+
+class CampaignError(ValueError):
+    """A campaign file or campaign directory that cannot be used; the message is one line."""
+
+    @classmethod
+    def at(cls, file: str, key: str, message: str) -> CampaignError:
+        return cls(f"{file}: {key}: {message}")
+
+
+@dataclass(frozen=True)
+class SearchStage:
+    benchmarks: tuple[str, ...] = ("training",)
+    algorithm: str = "sa"
+    steps: int = 40
+    chains: int = 1
+    seed: int = 0
+    size: str = ""  # the benchmark size searched at ("": the campaign's size)
+
+
+@dataclass(frozen=True)
+class LabelsStage:
+    runs: int = 4
+    max_pairs: int = 8
+    max_tests: int = 12
+    sweep: int = 4
+    retest: bool = True
+
+
+@dataclass(frozen=True)
+class PolicyStage:
+    classifier: str = "all"
+    gate: float = GATE
+    margin: float = DEFAULT_MARGIN
+    growth_budget: int = DEFAULT_GROWTH_BUDGET
+    runs: int = 4
+    max_pairs: int = 8
+
+
+@dataclass(frozen=True)
+class EvaluateStage:
+    benchmarks: tuple[str, ...] = ("test",)
+    baselines: bool = True
+    runs: int = 4
+    max_pairs: int = 8
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """One campaign file, validated (``--quick``: with its ``quick`` section applied)."""
+
+    source: Path  # the campaign file
+    config: Path  # the experiment config every stage runs under (absolute)
+    dir: Path  # state, rundirs, labels, rewards, policy, per-stage outputs (absolute)
+    results: Path  # where the small outputs are published (absolute)
+    size: str = "full"
+    worker_hours: float = 24.0  # shared by the search and the sweeps
+    search_share: float = 0.5  # the most of it the search may use
+    rewards_model: str = "ridge"
+    search: SearchStage = field(default_factory=SearchStage)
+    labels: LabelsStage = field(default_factory=LabelsStage)
+    policy: PolicyStage = field(default_factory=PolicyStage)
+    evaluate: EvaluateStage = field(default_factory=EvaluateStage)
+    quick: bool = False
+    identity: str = ""  # sha256 of the settings that decide what the stages compute
+    batch_log_setting: str = "batch.log"  # the config's search.batch_log, as written
+
+    @property
+    def budget_s(self) -> float:
+        return self.worker_hours * 3600
+
+    @property
+    def batch_log(self) -> Path:
+        """Where the stages' experiments are listed: the config's search.batch_log, a
+        relative one in the campaign directory (where the stages run)."""
+        p = Path(os.path.expanduser(self.batch_log_setting))
+        return p if p.is_absolute() else self.dir / p
+
+    @property
+    def policy_file(self) -> Path:
+        return self.dir / "policy.policy"
+
+
+_TOP = {"config", "dir", "results", "size", "budget", "search", "labels", "rewards", "policy",
+        "evaluate", "quick"}
+
+
+def _benchmarks(r: Reader, value: Any, key: str) -> tuple[str, ...]:
+    """A split name, or a list of benchmark names or directories, each checked now."""
+    names = (value,) if isinstance(value, str) else r.string_list(value, key)
+    if not names:
+        raise r.fail(key, "a split (training, test) or a list of benchmarks", value)
+    for n in names:
+        if n in SPLITS:
+            continue
+        try:
+            resolve_benchmark(n)
+        except ManifestError as exc:
+            raise r.error(key, f"unknown benchmark {n!r} ({exc})") from None
+    return names
+
+
+def _fraction(r: Reader, data: dict, key: str, name: str, default: float, *,
+              zero: bool = False) -> float:
+    """A number above 0 (``zero``: from 0), at most 1."""
+    v = data.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) \
+            or not (0 <= v if zero else 0 < v) or not v <= 1:
+        raise r.fail(name, "a number from 0 to 1" if zero else "a number above 0, at most 1",
+                     v)
+    return float(v)
+
+
+def _choice(r: Reader, data: dict, key: str, name: str, default: str,
+            choices: tuple[str, ...], expected: str) -> str:
+    v = data.get(key, default)
+    if v not in choices:
+        raise r.fail(name, expected, v)
+    return v
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    """``base`` with ``extra``'s keys replacing its own, mappings merged key by key."""
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) \
+            else v
+    return out
+
+
+def _search(r: Reader, data: dict, size: str) -> SearchStage:
+    d = SearchStage()
+    s = r.section(data, "search", {"benchmarks", "algorithm", "steps", "chains", "seed",
+                                   "size"})
+    seed = s.get("seed", d.seed)
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 31:
+        raise r.fail("search.seed", "an integer from 0 to 2147483647", seed)
+    return SearchStage(
+        benchmarks=_benchmarks(r, s.get("benchmarks", "training"), "search.benchmarks"),
+        algorithm=_choice(r, s, "algorithm", "search.algorithm", d.algorithm, SEARCHES,
+                          " or ".join(SEARCHES)),
+        steps=r.positive_int(s, "steps", "search.steps", d.steps, most=MAX_STEPS),
+        chains=r.positive_int(s, "chains", "search.chains", d.chains, most=1000), seed=seed,
+        size=_choice(r, s, "size", "search.size", size, SIZES, " or ".join(SIZES)))
+
+
+def _labels(r: Reader, data: dict) -> LabelsStage:
+    d = LabelsStage()
+    lab = r.section(data, "labels", {"runs", "max_pairs", "max_tests", "sweep", "retest"})
+    labels = LabelsStage(
+        runs=max(2, r.positive_int(lab, "runs", "labels.runs", d.runs, most=MAX_RUNS)),
+        max_pairs=r.positive_int(lab, "max_pairs", "labels.max_pairs", d.max_pairs,
+                                 most=MAX_RUNS),
+        max_tests=r.positive_int(lab, "max_tests", "labels.max_tests", d.max_tests,
+                                 most=10000),
+        sweep=r.count(lab, "sweep", "labels.sweep", d.sweep, most=10000,
+                      what="a number of sites"),
+        retest=r.boolean(lab, "retest", "labels.retest", d.retest))
+    if labels.max_pairs < labels.runs:
+        raise r.fail("labels.max_pairs", f"at least labels.runs ({labels.runs})",
+                     labels.max_pairs)
+    return labels
+
+
+def _policy(r: Reader, data: dict) -> PolicyStage:
+    d = PolicyStage()
+    pol = r.section(data, "policy", {"classifier", "gate", "margin", "growth_budget", "runs",
+                                     "max_pairs"})
+    return PolicyStage(
+        classifier=_choice(r, pol, "classifier", "policy.classifier", d.classifier,
+                           CLASSIFIERS, f"one of {', '.join(CLASSIFIERS)}"),
+        gate=r.positive_number(pol, "gate", "policy.gate", d.gate, most=10.0),
+        margin=_fraction(r, pol, "margin", "policy.margin", d.margin, zero=True),
+        growth_budget=r.count(pol, "growth_budget", "policy.growth_budget", d.growth_budget,
+                              most=999_999_999, what="a size in callee_size units"),
+        runs=r.positive_int(pol, "runs", "policy.runs", d.runs, most=MAX_RUNS),
+        max_pairs=r.positive_int(pol, "max_pairs", "policy.max_pairs", d.max_pairs,
+                                 most=MAX_RUNS))
+
+
+def _evaluate(r: Reader, data: dict) -> EvaluateStage:
+    d = EvaluateStage()
+    ev = r.section(data, "evaluate", {"benchmarks", "baselines", "runs", "max_pairs"})
+    return EvaluateStage(
+        benchmarks=_benchmarks(r, ev.get("benchmarks", "test"), "evaluate.benchmarks"),
+        baselines=r.boolean(ev, "baselines", "evaluate.baselines", d.baselines),
+        runs=r.positive_int(ev, "runs", "evaluate.runs", d.runs, most=MAX_RUNS),
+        max_pairs=r.positive_int(ev, "max_pairs", "evaluate.max_pairs", d.max_pairs,
+                                 most=MAX_RUNS))
+
+
+def _top_level(r: Reader, data: Any, quick: bool) -> dict:
+    """The file's mapping, its keys checked; ``quick``: with the quick section applied."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise r.fail_kind("(top level)", "a mapping", data)
+    unknown = sorted(set(data) - _TOP)
+    if unknown:
+        raise r.fail(unknown[0], f"one of {', '.join(sorted(_TOP))}")
+    overrides = r.section(data, "quick", _TOP - {"quick"})
+    if not quick:
+        return data
+    if not overrides:
+        raise r.error("quick", "--quick needs a quick section (the keys it replaces)")
+    return _merge({k: v for k, v in data.items() if k != "quick"}, overrides)
+
+
+def _batch_log_setting(r: Reader, config: Path) -> str:
+    """The config's ``search.batch_log`` as written (a relative one lands in the campaign
+    directory, where the stages run), from the config loaded as every command loads it."""
+    try:
+        raw = load_config(config).raw
+    except ConfigError as exc:
+        raise r.error("config", str(exc)) from None
+    search = raw.get("search") if isinstance(raw, dict) else None
+    return str((search or {}).get("batch_log") or "batch.log")
+
+
+def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
+    """The campaign ``data`` (a campaign file's YAML) describes; relative paths are relative
+    to the campaign file's directory, as in a config."""
+    r = Reader(source, CampaignError.at)
+    data = _top_level(r, data, quick)
+
+    def path(key: str, default: str) -> Path:
+        return r.local_path(data.get(key, default), key, "a path").resolve()
+
+    config = path("config", "local.yaml")
+    batch_log = _batch_log_setting(r, config)
+    size = _choice(r, data, "size", "size", "full", SIZES, " or ".join(SIZES))
+    budget = r.section(data, "budget", {"worker_hours", "search_share"})
+    campaign = Campaign(
+        source=source, config=config, dir=path("dir", "campaign"),
+        results=path("results", "results"), size=size,
+        worker_hours=r.positive_number(budget, "worker_hours", "budget.worker_hours",
+                                       Campaign.worker_hours, most=MAX_WORKER_HOURS),
+        search_share=_fraction(r, budget, "search_share", "budget.search_share",
+                               Campaign.search_share),
+        search=_search(r, data, size), labels=_labels(r, data),
+        rewards_model=_choice(r, r.section(data, "rewards", {"model"}), "model",
+                              "rewards.model", Campaign.rewards_model, MODELS,
+                              " or ".join(MODELS)),
+        policy=_policy(r, data), evaluate=_evaluate(r, data), quick=quick,
+        batch_log_setting=batch_log)
+    return replace(campaign, identity=_identity(campaign))
+
+
+def _identity(c: Campaign) -> str:
+    """What decides the stages' results: not where they are written nor the budget (a resumed
+    campaign may be given more), but the config, size and every stage's settings."""
+    what = {"config": str(c.config), "size": c.size, "search": c.search.__dict__,
+            "labels": c.labels.__dict__, "rewards": c.rewards_model,
+            "policy": c.policy.__dict__, "evaluate": c.evaluate.__dict__}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=list).encode()).hexdigest()
+
+
+def load_campaign(path: Path, *, quick: bool = False) -> Campaign:
+    """The campaign file at ``path``, through the config's strict YAML loader."""
+    try:
+        data = load_strict(read_utf8(path))
+    except TextFileError as exc:
+        raise CampaignError(str(exc)) from None
+    except KeyPathError as exc:
+        raise CampaignError(f"{path}: {exc.key}: {exc.message}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise CampaignError(f"{where}: YAML syntax error: "
+                            f"{getattr(exc, 'problem', None) or 'invalid YAML'}") from None
+    return parse_campaign(data, path, quick=quick)

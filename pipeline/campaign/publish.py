@@ -1,0 +1,178 @@
+"""A campaign's last stage: what is small and meaningful, copied from the campaign directory
+into ``results`` (the repository's, by default), with a README that says what produced it.
+
+Written: ``summary.csv`` (policy or baseline, split, program, speedup, low, high, pairs, binary
+size; the policy against each baseline), per-program CSVs (``<bench>/plugins/``, and the
+optimal trees' ``<bench>/<model>/``), ``global-setting.json``, the policy file with its
+validation scores, the labels tables and their figures (``labels/<bench>/``), the dataset
+(``dataset/``: ``export-dataset``'s), the searches' plots (``search/<rundir>.png``), and
+``README.md`` with the stages' tables, the command that trains the same policy from the
+dataset, the settings, the compiler's identity and the machine.  Nothing in it depends on when
+it is written: a rerun over the same campaign directory writes the same files.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+from dispatcher.core.files import write_text_atomic
+from pipeline.campaign.budget import WorkerClock
+from pipeline.campaign.plan import SEARCHES, Campaign, CampaignError
+from pipeline.campaign.stages import experiments
+from pipeline.campaign.state import STAGES, CampaignState, read_state
+
+
+class PublishError(Exception):
+    """What stopped the publishing; one line."""
+
+
+def _copy(src: Path, dst: Path, written: list[Path]) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if not dst.exists() or dst.read_bytes() != src.read_bytes():
+        shutil.copyfile(src, dst)
+    written.append(dst)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _compiler_identity() -> str:
+    from dispatcher.build.toolchain import CompilerNotFound, locate_compiler
+    try:
+        compiler = locate_compiler(build=False)
+        return f"ocamlopt sha256 {compiler.identity} (compiler/flambda-inlining.patch)"
+    except (CompilerNotFound, OSError) as exc:
+        return f"unknown ({exc})"
+
+
+def _log(campaign: Campaign, stage: str) -> str:
+    path = campaign.dir / "logs" / f"{stage}.out"
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def reproduce_command(campaign: Campaign) -> str:
+    """train-policy --dataset with the options that wrote the campaign's policy (the
+    classifier its measured validation kept)."""
+    import re
+    text = campaign.policy_file.read_text(encoding="utf-8", errors="replace")
+    found = re.search(r"\(classifier ([a-z_]+)\)", text)
+    classifier = found.group(1) if found else campaign.policy.classifier
+    model = (f" --model {campaign.rewards_model}" if (campaign.dir / "rewards").is_dir()
+             else "")
+    return (f"train-policy --dataset dataset --classifier {classifier} --margin "
+            f"{campaign.policy.margin} --growth-budget {campaign.policy.growth_budget}{model} "
+            f"--out {campaign.policy_file.name}")
+
+
+def readme(campaign: Campaign, state: CampaignState, spent_s: float) -> str:
+    source = campaign.source.read_text(encoding="utf-8")
+    lines = [
+        "# Campaign results",
+        "",
+        f"Written by `run-campaign --config {campaign.source.name}"
+        f"{' --quick' if campaign.quick else ''}` (the campaign file is below); a rerun over "
+        "the same campaign directory writes the same files.  Speedup: the heuristic build's "
+        "time over the build's, measured in pairs on one worker CPU, with its 95% interval "
+        "(docs/measurement.md); above 1 is faster.",
+        "",
+        "## Stages",
+        "",
+        "| stage | state | finished | note |",
+        "|---|---|---|---|",
+    ]
+    for name in STAGES[:-1]:  # not publish: it is what writes this
+        s = state.stages[name]
+        when = "-" if s.finished is None else \
+            datetime.fromtimestamp(s.finished, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        lines.append(f"| {name} | {s.state} | {when} | {s.note} |")
+    lines += ["", f"Worker budget: {spent_s / 3600:.2f} of {campaign.worker_hours:g} "
+              "worker-hours spent running binaries by the search and the sweeps.", ""]
+    for stage, title in (("evaluate", "The policy and the baselines (run-plugin-benchmark)"),
+                         ("policy", "Training and measured validation (train-policy)"),
+                         ("optimal", "Optimal trees of the rewards (run-all-benchmarks)")):
+        text = _log(campaign, stage)
+        if text:
+            lines += [f"## {title}", "", "```", text, "```", ""]
+    if (campaign.dir / "dataset").is_dir() and campaign.policy_file.is_file():
+        lines += ["## Reproducing the policy from the dataset", "",
+                  "From `dataset/` alone (no compiler, no config), the same policy file byte "
+                  "for byte (docs/dataset.md):", "", "```",
+                  reproduce_command(campaign), "```", ""]
+    lines += [
+        "## Where it ran",
+        "",
+        f"- compiler: {_compiler_identity()}",
+        f"- machine: {_cpu_model()}, {os.cpu_count()} CPUs, {platform.system()} "
+        f"{platform.release()}",
+        f"- experiment config: `{campaign.config.name}`",
+        "",
+        "## The campaign file",
+        "",
+        "```yaml",
+        source.rstrip(),
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def publish(campaign: Campaign) -> list[Path]:
+    """Copy the campaign's results into ``campaign.results`` and write its README; the files
+    written.  PublishError when there is nothing to publish or it cannot be written."""
+    d, out = campaign.dir, campaign.results
+    written: list[Path] = []
+    try:
+        state = read_state(campaign)
+        measured = d / "results"
+        if measured.is_dir():
+            for src in sorted(measured.rglob("*")):
+                if not src.is_file():
+                    continue
+                rel = src.relative_to(measured)
+                if rel.name.startswith("plugin_") and rel.name.endswith(".summary.csv") \
+                        and len(rel.parts) == 1:
+                    _copy(src, out / "summary.csv", written)
+                elif src.suffix in (".csv", ".json", ".png"):
+                    _copy(src, out / rel, written)
+        for name in (campaign.policy_file.name, campaign.policy_file.name + ".scores.csv"):
+            if (d / name).is_file():
+                _copy(d / name, out / name, written)
+        labels = d / "labels"
+        if labels.is_dir():
+            for src in sorted(labels.glob("*/*")):
+                if src.is_file() and src.name in ("sites.csv", "sites.parquet", "report.txt",
+                                                  "effects.png"):
+                    _copy(src, out / "labels" / src.parent.name / src.name, written)
+        dataset = d / "dataset"
+        if dataset.is_dir():
+            for src in sorted(dataset.rglob("*")):
+                if src.is_file():
+                    _copy(src, out / "dataset" / src.relative_to(dataset), written)
+        for rundir in experiments(campaign.batch_log, SEARCHES):
+            plot = rundir / "plot.png"
+            if plot.is_file():
+                _copy(plot, out / "search" / f"{rundir.name}.png", written)
+        if not written:
+            raise PublishError(f"{d}: nothing to publish (no stage wrote results)")
+        spent = WorkerClock().spent(campaign)
+        text = readme(campaign, state, spent)
+        write_text_atomic(out / "README.md", text)
+        written.append(out / "README.md")
+    except OSError as exc:
+        raise PublishError(f"{out}: cannot write the results ({exc.strerror or exc})") from None
+    except CampaignError as exc:
+        raise PublishError(str(exc)) from None
+    return written

@@ -1,0 +1,138 @@
+"""What each stage runs: one of the project's own commands, as it would be typed, in the
+campaign directory (every path absolute), continuing through the command's own resume where
+the stage was started before."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from dispatcher.build.manifest import SPLITS
+from dispatcher.core.files import write_text_atomic
+from dispatcher.core.records import BatchEntry
+from dispatcher.core.rundir import RundirError, rundirs_of_batch_log
+from dispatcher.core.site_records import SITES_KIND
+from pipeline.campaign.plan import SEARCHES, Campaign, CampaignError
+
+SITES = SITES_KIND  # the labels stage's experiments, as the batch log names them
+
+
+def listed(batch_log: Path, kinds: Iterable[str]) -> list[tuple[BatchEntry, Path]]:
+    """The experiments the batch log lists of these algorithms, each once, in order, with
+    their rundirs (none while there is no batch log)."""
+    if not batch_log.is_file():
+        return []
+    try:
+        return rundirs_of_batch_log(batch_log, kinds)
+    except RundirError as exc:
+        raise CampaignError(str(exc)) from None
+
+
+def experiments(batch_log: Path, kinds: Iterable[str]) -> list[Path]:
+    """The rundirs the batch log lists of these algorithms, each once, in order."""
+    return [rundir for _, rundir in listed(batch_log, kinds)]
+
+
+def _tasks(names: Sequence[str]) -> list[str]:
+    """Benchmark names or directories, a split expanded to its benchmarks' directories."""
+    from dispatcher.build.manifest import bundled_benchmarks
+    out: list[str] = []
+    for n in names:
+        out += ([str(b.directory) for b in bundled_benchmarks(n)] if n in SPLITS else [n])
+    return out
+
+
+def write_tasks(campaign: Campaign) -> Path:
+    """The search's tasks file, one benchmark per line."""
+    path = campaign.dir / "search.tasks"
+    write_text_atomic(path, "".join(f"{t}\n" for t in _tasks(campaign.search.benchmarks)))
+    return path
+
+
+def _resumed(rundirs: list[Path]) -> list[str]:
+    return [a for p in rundirs for a in ("--resume", str(p))]
+
+
+def _search(c: Campaign, conf: list[str], searches: list[Path]) -> list[str]:
+    if searches:  # started before: each rundir continues (a finished one says so)
+        return ["run_training_experiments", *conf, *_resumed(searches)]
+    return ["run_training_experiments", *conf, "--tasks", str(c.dir / "search.tasks"),
+            "--algorithm", c.search.algorithm, "--steps", str(c.search.steps),
+            "--chains", str(c.search.chains), "--seed", str(c.search.seed),
+            "--size", c.search.size]
+
+
+def _labels(c: Campaign, conf: list[str]) -> list[str]:
+    labels = ["--labels", str(c.dir / "labels")]
+    started = experiments(c.batch_log, [SITES])
+    if started:
+        return ["measure-sites", *conf, *labels, *_resumed(started)]
+    return ["measure-sites", *conf, "--batch-log", str(c.batch_log), *labels,
+            "--size", c.size, "--runs", str(c.labels.runs),
+            "--max-pairs", str(c.labels.max_pairs), "--max-tests", str(c.labels.max_tests),
+            "--sweep", str(c.labels.sweep), *(["--retest"] if c.labels.retest else [])]
+
+
+def _policy(c: Campaign, conf: list[str]) -> list[str]:
+    d, p = c.dir, c.policy
+    labels = [a for a in ("--labels", str(d / "labels")) if (d / "labels").is_dir()]
+    rewards = [a for a in ("--rewards", str(d / "rewards")) if (d / "rewards").is_dir()]
+    return ["train-policy", *conf, *labels, *rewards, "--model", c.rewards_model,
+            "--classifier", p.classifier, "--margin", str(p.margin),
+            "--growth-budget", str(p.growth_budget), "--validate", "measured",
+            "--gate", str(p.gate), "--size", c.size, "--runs", str(p.runs),
+            "--max-pairs", str(p.max_pairs), "--out", str(c.policy_file)]
+
+
+def _evaluate(c: Campaign, conf: list[str]) -> list[str]:
+    e = c.evaluate
+    baselines = ["--baselines", *[a for t in c.search.benchmarks for a in ("--tune-on", t)]]
+    return ["run-plugin-benchmark", *conf, str(c.policy_file), *_tasks(e.benchmarks),
+            *(baselines if e.baselines else []),
+            "--size", c.size, "--runs", str(e.runs), "--max-pairs", str(e.max_pairs),
+            "--results", str(c.dir / "results")]
+
+
+def _optimal(c: Campaign, conf: list[str]) -> list[str] | None:
+    if not (c.dir / "rewards").is_dir():
+        return None
+    return ["run-all-benchmarks", *conf, c.rewards_model, "--rewards", str(c.dir / "rewards"),
+            "--size", c.size, "--runs", str(c.evaluate.runs), "--max-pairs",
+            str(c.evaluate.max_pairs), "--results", str(c.dir / "results")]
+
+
+def _dataset(c: Campaign, conf: list[str], searches: list[Path]) -> list[str] | None:
+    d = c.dir
+    inputs = [*[a for a in ("--labels", str(d / "labels")) if (d / "labels").is_dir()],
+              *([a for a in ("--rewards", str(d / "rewards"), "--model", c.rewards_model)]
+                if (d / "rewards").is_dir() else []),
+              *(["--batch-log", str(c.batch_log)] if searches else [])]
+    if not inputs:
+        return None
+    return ["export-dataset", *conf, *inputs, "--out", str(d / "dataset")]
+
+
+def stage_command(campaign: Campaign, stage: str) -> list[str] | None:
+    """The command line of ``stage`` (None: nothing to run: publish, or a stage with nothing
+    to do), continuing through the command's own resume where the stage was started before.
+    Every path is absolute: the stage runs in the campaign directory."""
+    c = campaign
+    conf = ["--config", str(c.config)]
+    searches = experiments(c.batch_log, SEARCHES)
+    if stage == "search":
+        return _search(c, conf, searches)
+    if stage == "labels":
+        return _labels(c, conf)
+    if stage == "rewards":
+        if not searches:
+            return None
+        return ["assign-rewards", "--out", str(c.dir / "rewards"), "--model", c.rewards_model,
+                *[str(p) for p in searches]]
+    if stage == "policy":
+        return _policy(c, conf)
+    if stage == "evaluate":
+        return _evaluate(c, conf)
+    if stage == "optimal":
+        return _optimal(c, conf)
+    if stage == "dataset":
+        return _dataset(c, conf, searches)
+    raise ValueError(f"unknown stage {stage!r}")
