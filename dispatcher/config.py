@@ -10,9 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from dispatcher.core.files import TextFileError, read_utf8
 from dispatcher.core.validation import (
     MAX_ATTEMPTS,
     MAX_BACKOFF_S,
@@ -22,10 +19,9 @@ from dispatcher.core.validation import (
     MAX_SECONDS,
     MAX_SEED,
     MAX_STEPS,
-    KeyPathError,
     Reader,
     finite_number,
-    load_strict,
+    load_strict_file,
 )
 from dispatcher.running.backend import MODULES, backend_spec
 from dispatcher.running.measurement import DEFAULT_MIN_CPU_SHARE, SHARE_MARGIN
@@ -293,17 +289,4 @@ def _search_config(r: Reader, data: dict, path: Path | None) -> SearchConfig:
 def load_config(path: Path | str | None = None) -> Config:
     """Load and validate a config file (default: ``configs/local.yaml``)."""
     path = Path(path) if path is not None else DEFAULT_CONFIG
-    try:
-        text = read_utf8(path)
-    except TextFileError as exc:
-        raise ConfigError(str(exc)) from None
-    try:
-        data = load_strict(text)
-    except KeyPathError as exc:
-        raise ConfigError(f"{path}: {exc.key}: {exc.message}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(f"{where}: YAML syntax error: {problem}") from None
-    return parse_config(data, path)
+    return parse_config(load_strict_file(path, ConfigError), path)

@@ -106,6 +106,25 @@ def load_strict(text: str) -> Any:
     return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
 
 
+def load_strict_file(path: Path, error: Callable[[str], Exception]) -> Any:
+    """The YAML file at ``path`` through ``load_strict``; whatever stops it is one line made
+    into the caller's error by ``error``: unreadable (``read_utf8``'s line), a key path's
+    problem (``FILE: KEY: MESSAGE``), a syntax error (``FILE:LINE:COL: YAML syntax error:
+    PROBLEM``).  The loader of configs and campaign files."""
+    from dispatcher.core.files import TextFileError, read_utf8
+    try:
+        return load_strict(read_utf8(path))
+    except TextFileError as exc:
+        raise error(str(exc)) from None
+    except KeyPathError as exc:
+        raise error(f"{path}: {exc.key}: {exc.message}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise error(f"{where}: YAML syntax error: {problem}") from None
+
+
 def finite_number(v: Any) -> bool:
     """An int or float (not a bool) that is finite as a float (a huge int is not)."""
     if not isinstance(v, (int, float)) or isinstance(v, bool):

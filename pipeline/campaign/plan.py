@@ -15,16 +15,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from analysis.models import MODELS
 from analysis.policy_training import CLASSIFIERS as TRAINED_CLASSIFIERS
 from dispatcher.build.manifest import SPLITS, ManifestError, resolve_benchmark
 from dispatcher.build.policy_file import DEFAULT_GROWTH_BUDGET, DEFAULT_MARGIN
 from dispatcher.config import ConfigError, load_config
-from dispatcher.core.files import TextFileError, read_utf8
 from dispatcher.core.records import Algorithm
-from dispatcher.core.validation import MAX_RUNS, MAX_STEPS, KeyPathError, Reader, load_strict
+from dispatcher.core.validation import MAX_RUNS, MAX_STEPS, Reader, load_strict_file
 from pipeline.policy.selection import GATE
 
 SEARCHES: tuple[str, ...] = typing.get_args(Algorithm)  # the search stage's algorithms
@@ -289,16 +286,5 @@ def _identity(c: Campaign) -> str:
 
 
 def load_campaign(path: Path, *, quick: bool = False) -> Campaign:
-    """The campaign file at ``path``, through the config's strict YAML loader."""
-    try:
-        data = load_strict(read_utf8(path))
-    except TextFileError as exc:
-        raise CampaignError(str(exc)) from None
-    except KeyPathError as exc:
-        raise CampaignError(f"{path}: {exc.key}: {exc.message}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise CampaignError(f"{where}: YAML syntax error: "
-                            f"{getattr(exc, 'problem', None) or 'invalid YAML'}") from None
-    return parse_campaign(data, path, quick=quick)
+    """The campaign file at ``path``, through the config's strict loader."""
+    return parse_campaign(load_strict_file(path, CampaignError), path, quick=quick)
