@@ -26,10 +26,15 @@ class UserError(click.ClickException):
 
     exit_code = USER_ERROR
 
-    def show(self, file: IO[Any] | None = None) -> None:
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        # The command's name, taken where the error is raised: click shows the error after
+        # the command's context has ended.
         ctx = click.get_current_context(silent=True)
-        prog = ctx.info_name if ctx is not None and ctx.info_name else "command"
-        click.echo(f"{prog}: {self.format_message()}", err=True)
+        self.prog = ctx.info_name if ctx is not None and ctx.info_name else "command"
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"{self.prog}: {self.format_message()}", err=True)
 
 
 def fail(message: str) -> NoReturn:
@@ -56,18 +61,10 @@ def show_warnings() -> None:
 
 @contextlib.contextmanager
 def closing_session(session: Session) -> Iterator[Session]:
-    """Close ``session`` however the block ends, then report its lost slots.  On Ctrl-C the
-    queued runs are dropped and the agents closed at once (an agent kills its run): closing as
-    usual would first run every pair still asked for."""
-    try:
+    """The session closed as its own exit does (Ctrl-C aborts: ``Session.__exit__``), then its
+    lost slots reported."""
+    with session:
         yield session
-    except KeyboardInterrupt:
-        session.close(abort=True)
-        raise
-    except BaseException:
-        session.close()
-        raise
-    session.close()
     report_lost_workers(session)
 
 
@@ -76,3 +73,9 @@ def report_lost_workers(session: Session) -> None:
     for line in session.lost_workers():
         click.echo(line, err=True)
 
+
+def refuse_with_resume(given: list[str], why: str) -> None:
+    """A resumed run continues with what its rundir recorded: options that would change it
+    are refused, not ignored."""
+    if given:
+        fail(f"{', '.join(given)} cannot be used with --resume: {why}")

@@ -5,9 +5,10 @@ from pathlib import Path
 
 import click
 
+from commands.common import fail
 from dispatcher.config import ConfigError, load_config
-from dispatcher.core.rundir import JOURNAL, RundirError
-from dispatcher.storage.gc import collect, needs_of, rundirs_of
+from dispatcher.core.rundir import JOURNAL, RundirError, rundirs_of_batch_log
+from dispatcher.storage.gc import collect, needs_of
 from dispatcher.storage.store import StoreError
 
 
@@ -43,19 +44,19 @@ def store_gc(config_path: Path | None, batch_logs: tuple[Path, ...],
         if not logs and not rundirs:
             logs = [config.search.batch_log]
             if not logs[0].is_file():
-                raise click.ClickException(
-                    f"{logs[0]}: no such batch log (search.batch_log, relative to the working "
-                    "directory): give --batch-log or --rundir, so that what rundirs need is "
-                    "kept")
+                fail(f"{logs[0]}: no such batch log (search.batch_log, relative to the working "
+                     "directory): give --batch-log or --rundir, so that what rundirs need is "
+                     "kept")
         for rundir in rundirs:  # named by hand: a typo must not cost its candidates
             if not (rundir / JOURNAL).is_file():
-                raise click.ClickException(f"{rundir}: not a rundir (no {JOURNAL})")
-        needs = needs_of([*rundirs_of(logs), *rundirs])
+                fail(f"{rundir}: not a rundir (no {JOURNAL})")
+        listed = dict.fromkeys(p for log in logs for _, p in rundirs_of_batch_log(log))
+        needs = needs_of([*listed, *rundirs])
         for note in needs.notes:
             click.echo(f"note: {note}", err=True)
         report = collect(config.store, needs, keep_units=keep_units)
     except (ConfigError, RundirError, StoreError) as exc:
-        raise click.ClickException(str(exc)) from None
+        fail(str(exc))
     ratio = f", {report.before / report.after:.1f}x smaller" if report.after else ""
     click.echo(f"{config.store}: {_size(report.before)} before, {_size(report.after)} after"
                f"{ratio}")

@@ -20,10 +20,11 @@ from dispatcher.core.records import FORMAT_VERSION, BatchEntry
 from dispatcher.core.rundir import (
     Rundir,
     RundirError,
-    append_batch_log,
     batch_log_lists,
     check_batch_log,
     check_rundirs_dir,
+    list_in_batch_log,
+    open_to_resume,
 )
 from dispatcher.core.site_records import is_sites_rundir
 from dispatcher.search.chain import new_experiment
@@ -80,13 +81,10 @@ def rundir_name(bench: Benchmark, algorithm: str, seed: int, stamp: str) -> str:
 def log_experiment(batch_log: Path, rundir: Rundir) -> None:
     """List a rundir in the batch log; RundirError (one line) if the log cannot be written."""
     exp = rundir.experiment
-    try:
-        append_batch_log(batch_log, BatchEntry(
-            task=exp.task, rundir=str(exp.rundir or rundir.path.resolve()),
-            algorithm=exp.algorithm, steps=exp.steps, version=FORMAT_VERSION))
-    except OSError as exc:
-        raise RundirError(f"{batch_log}: cannot write ({exc.strerror or exc}); {rundir.path} "
-                          "is made but not listed (its --resume lists it)") from None
+    list_in_batch_log(batch_log, BatchEntry(
+        task=exp.task, rundir=str(exp.rundir or rundir.path.resolve()),
+        algorithm=exp.algorithm, steps=exp.steps, version=FORMAT_VERSION),
+        f"; {rundir.path} is made but not listed (its --resume lists it)")
 
 
 @dataclass(frozen=True)
@@ -117,20 +115,12 @@ class Resumes:
 
 
 def open_resumes(paths: Sequence[Path]) -> Resumes:
-    """Open and lock the rundirs to resume; RundirError or ManifestError (one line) when one
-    cannot be, PlanError for a rundir given twice."""
-    seen: set[Path] = set()
+    """Open and lock the rundirs to resume (``open_to_resume``); RundirError or ManifestError
+    (one line) when one cannot be, PlanError for a labels rundir."""
     for p in paths:
-        if p.resolve() in seen:
-            raise PlanError(f"{p}: given to --resume twice")
-        seen.add(p.resolve())
         if is_sites_rundir(p):
             raise PlanError(f"{p}: a labels rundir (measure-sites --resume continues it)")
-    rundirs = [Rundir.open(p, lock=False) for p in paths]
-    finished = [r for r in rundirs if r.finished_completed()]
-    rundirs = [r for r in rundirs if r not in finished]
-    for r in rundirs:
-        r.take()  # locked for this master's life; a second master is refused here
+    rundirs, finished = open_to_resume(paths, lambda p: Rundir.open(p, lock=False))
     return Resumes([(r, load_benchmark(r.experiment.benchmark)) for r in rundirs], finished)
 
 

@@ -9,6 +9,7 @@ property never starts anything.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -46,6 +47,7 @@ class Session:
         self._backend: Backend | None = None
         self._scheduler: Scheduler | None = None
         self._measurements: MeasurementService | None = None
+        self._stop: threading.Event | None = None
 
     @property
     def master_cpus(self) -> frozenset[int] | None:
@@ -117,11 +119,20 @@ class Session:
             self.builds.close(wait=not abort)
             self.store.close()
 
+    def stop_on(self, stop: threading.Event) -> None:
+        """A graceful stop of the work this session serves: once ``stop`` is set, the session
+        closes as on Ctrl-C (the runs in flight are dropped; a resume does them again)."""
+        self._stop = stop
+
     def __enter__(self) -> Session:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        """The one shutdown of every session: a Ctrl-C (a KeyboardInterrupt ending the block)
+        or a graceful stop (``stop_on``) aborts, since closing as usual would first run every
+        pair still asked for; any other ending closes as usual."""
+        ctrl_c = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
+        self.close(abort=ctrl_c or (self._stop is not None and self._stop.is_set()))
 
 
 def with_overrides(config: Config, **changes: Any) -> Config:

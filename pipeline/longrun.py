@@ -1,12 +1,38 @@
 """The long-run protocol: how a command that runs for hours reports and stops.
 
-``progress`` is the one progress writer of the project: every line a long command writes as it
-goes (a fold measured, a chain's step, a table written) reaches stderr through it.
+- ``progress``: the one progress writer of the project.  Every line a long command writes as it
+  goes (a fold measured, a chain's step, a note before the work starts) reaches stderr through
+  it, timestamped when stderr is a log rather than a terminal.
+- ``watch``: the live status lines of the work in flight, a line per chain or labeller: redrawn
+  in place on a terminal, otherwise a line whenever one changes and at least every
+  ``PLAIN_EVERY_S`` seconds.
+- ``GracefulStop``: Ctrl-C as a request.  The first one sets the stop event (the work ends at
+  its next safe point, journaled as interrupted) and the session serving it aborts in its own
+  exit (``Session.stop_on``); a second one raises KeyboardInterrupt.  The handler stays until
+  the command exits, so the report is written whenever a stop comes (run-campaign's budget stop
+  may land just as the work ends).
+- ``Ending``: what the exit status says: 130 and a ``--resume`` line when a stop left work
+  unfinished, 1 when something failed, 0 otherwise.
 """
 from __future__ import annotations
 
+import faulthandler
+import shlex
+import signal
 import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+INTERRUPTED = 130  # the exit status of a run a Ctrl-C (or a budget's stop) cut short
+FAILED = 1  # some of the work failed (each says why)
+PLAIN_EVERY_S = 60.0  # without a terminal: a line per unit of work at least this often
+POLL_S = 0.5
 
 
 def stamp() -> str:
@@ -21,3 +47,132 @@ def progress(line: str) -> None:
         line = f"{stamp()} {line}"
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
+
+
+# --------------------------------------------------------------------------- the graceful stop
+
+class GracefulStop:
+    """Ctrl-C as a request to stop (module docstring).  ``arm`` installs the handler once the
+    work is planned (a Ctrl-C before that ends the command at once: nothing to keep yet);
+    leaving the ``with`` block restores the previous one."""
+
+    def __init__(self, message: str) -> None:
+        self.event = threading.Event()
+        self.message = message  # said on the first Ctrl-C: what a stop loses, what keeps it
+        self._previous: Any = None
+        self._armed = False
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def set(self) -> None:
+        """Stop as a Ctrl-C would, without one (the work itself was interrupted)."""
+        self.event.set()
+
+    def arm(self) -> None:
+        self._previous = signal.signal(signal.SIGINT, self._interrupt)
+        self._armed = True
+        # `kill -USR1 <pid>` prints every thread's stack: a stuck run can be inspected.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+    def _interrupt(self, signum: int, frame: FrameType | None) -> None:
+        if self.event.is_set():
+            raise KeyboardInterrupt
+        self.event.set()
+        sys.stderr.write(f"\n{self.message}\n")
+        sys.stderr.flush()
+
+    def __enter__(self) -> GracefulStop:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._armed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._armed = False
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a long run ended.  ``unfinished``: its rundirs that a ``--resume`` continues;
+    ``interrupted``: a stop (or a compiler a Ctrl-C killed) left them so, rather than a
+    failure."""
+
+    unfinished: tuple[Path, ...]
+    interrupted: bool
+    failed: bool
+
+    @classmethod
+    def of(cls, stop: GracefulStop, states: Sequence[tuple[str, Path]]) -> Ending:
+        """From each unit's (state, rundir): a stop that came after every unit had ended
+        stopped nothing."""
+        unfinished = tuple(path for state, path in states if state != "finished")
+        stopped = stop.is_set() or any(state == "interrupted" for state, _ in states)
+        return cls(unfinished, bool(unfinished) and stopped,
+                   any(state == "failed" for state, _ in states))
+
+    @property
+    def exit_status(self) -> int:
+        return INTERRUPTED if self.interrupted else FAILED if self.failed else 0
+
+    def resume_line(self, command: str, config_path: Path | None) -> str:
+        """``interrupted; to continue: <command> [--config C] --resume R ...``."""
+        again = " ".join(f"--resume {shlex.quote(str(p))}" for p in self.unfinished)
+        conf = f"--config {shlex.quote(str(config_path))} " if config_path else ""
+        return f"interrupted; to continue: {command} {conf}{again}"
+
+
+# --------------------------------------------------------------------------- status lines
+
+@dataclass(frozen=True)
+class StatusLine:
+    """A unit of work's status as a log line.  ``key``: what changing is worth a new line (None:
+    nothing to say yet); ``repeat``: said again every PLAIN_EVERY_S while unchanged."""
+
+    key: tuple | None
+    text: str
+    repeat: bool = True
+
+
+def watch(alive: Callable[[], bool], lines: Callable[[], list[StatusLine]],
+          live: Callable[[], list[str]] | None = None) -> None:
+    """Show the work's status until ``alive`` says it has ended, then once more: ``live``'s
+    lines redrawn in place on a terminal when given, else ``lines`` as log lines."""
+    if live is not None and sys.stderr.isatty():
+        _watch_live(alive, live)
+    else:
+        _watch_plain(alive, lines)
+
+
+def _watch_plain(alive: Callable[[], bool], lines: Callable[[], list[StatusLine]]) -> None:
+    shown: dict[int, tuple | None] = {}
+    last: dict[int, float] = {}
+    while True:
+        running = alive()
+        now = time.monotonic()
+        for i, line in enumerate(lines()):
+            if line.key is None:
+                continue
+            due = line.repeat and now - last.get(i, now) >= PLAIN_EVERY_S
+            if shown.get(i) != line.key or due:
+                shown[i], last[i] = line.key, now
+                progress(line.text)
+        if not running:
+            return
+        time.sleep(POLL_S)
+
+
+def _watch_live(alive: Callable[[], bool], live: Callable[[], list[str]]) -> None:
+    from rich.console import Console
+    from rich.live import Live
+    from rich.text import Text
+
+    def render() -> Text:
+        return Text("\n".join(live()))
+
+    with Live(render(), refresh_per_second=2, transient=False, redirect_stderr=False,
+              console=Console(file=sys.stderr)) as shown:
+        while alive():
+            time.sleep(POLL_S)
+            shown.update(render())
+        shown.update(render())
+    sys.stderr.write("\n")

@@ -13,6 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from commands.common import USER_ERROR
 from dispatcher.core.records import (
     BaselineEvent,
     CanaryEvent,
@@ -32,6 +33,7 @@ TINYSUM = REPO / "tests" / "golden" / "tinysum"
 STEPS = 8
 REMEASURE_EVERY, CANARY_EVERY = 2, 3
 KILLS = 50  # at least, before the run may end
+PROG = "run_training_experiments"
 SEED = 20261122  # of the test's own choices: a failure can be replayed
 
 
@@ -135,8 +137,8 @@ class Campaign:
         finally:
             first.kill()
             first.communicate()
-        assert second.returncode == 1, second.stderr
-        assert second.stderr.strip() == (f"Error: {rundir}: in use by another master (pid "
+        assert second.returncode == USER_ERROR, second.stderr
+        assert second.stderr.strip() == (f"{PROG}: {rundir}: in use by another master (pid "
                                          f"{first.pid}); wait for it to end or stop it before "
                                          "resuming")
         self.refused += 1

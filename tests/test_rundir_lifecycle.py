@@ -37,6 +37,7 @@ from tests.helpers import search_config as config
 from tests.helpers import training_command as command
 
 TINYSUM = REPO / "tests" / "golden" / "tinysum"
+ERR = "run_training_experiments: "  # how a refused input starts its one line
 
 
 def one_line(proc: subprocess.CompletedProcess) -> str:
@@ -66,7 +67,7 @@ def test_a_second_master_is_refused_with_the_holders_pid(tmp_path):
         with pytest.raises(RundirError, match=f"in use by another master \\(pid {os.getpid()}\\)"):
             Rundir.open(rundir)
         line = one_line(run(cfg, "--resume", str(rundir)))
-        assert line == (f"Error: {rundir}: in use by another master (pid {os.getpid()}); wait for "
+        assert line == (f"{ERR}{rundir}: in use by another master (pid {os.getpid()}); wait for "
                         "it to end or stop it before resuming")
     finally:
         held.close()
@@ -160,14 +161,14 @@ def test_unusable_rundirs_or_batch_log_fail_in_one_line_before_any_rundir(tmp_pa
     a_file = tmp_path / "a-file"
     a_file.write_text("")
     cases = [({"rundirs": str(a_file)},
-              f"Error: {a_file}: search.rundirs must be a directory, and this is not one"),
+              f"{ERR}{a_file}: search.rundirs must be a directory, and this is not one"),
              ({"rundirs": str(a_file / "sub")},
-              f"Error: {a_file / 'sub'}: search.rundirs: cannot create rundirs there "
+              f"{ERR}{a_file / 'sub'}: search.rundirs: cannot create rundirs there "
               "(Not a directory)"),
              ({"batch_log": str(tmp_path)},
-              f"Error: {tmp_path}: search.batch_log must be a file, and this is a directory"),
+              f"{ERR}{tmp_path}: search.batch_log must be a file, and this is a directory"),
              ({"batch_log": str(a_file / "batch.log")},
-              f"Error: {a_file / 'batch.log'}: search.batch_log: cannot write ({a_file} is "
+              f"{ERR}{a_file / 'batch.log'}: search.batch_log: cannot write ({a_file} is "
               "not a directory)")]
     for search, expected in cases:
         cfg = config(tmp_path, tmp_path / "store", **search)
@@ -399,12 +400,12 @@ def test_a_read_only_rundir_rundirs_or_batch_log_fails_in_one_line(tmp_path):
     before = snapshot(ro)
     cases = [
         ({}, ["--resume", str(rundir)],
-         f"Error: {rundir}: cannot write in it (Read-only file system)"),
+         f"{ERR}{rundir}: cannot write in it (Read-only file system)"),
         ({"rundirs": str(ro / "rundirs")}, ["--tasks", str(tmp_path / "tasks.txt")],
-         f"Error: {ro / 'rundirs'}: search.rundirs: cannot create rundirs there (Read-only "
+         f"{ERR}{ro / 'rundirs'}: search.rundirs: cannot create rundirs there (Read-only "
          "file system)"),
         ({"batch_log": str(ro / "batch.log")}, ["--tasks", str(tmp_path / "tasks.txt")],
-         f"Error: {ro / 'batch.log'}: search.batch_log: cannot write (Read-only file system)")]
+         f"{ERR}{ro / 'batch.log'}: search.batch_log: cannot write (Read-only file system)")]
     for search, args, expected in cases:
         cfg = config(tmp_path, tmp_path / "store", **search)
         proc = subprocess.run(read_only(ro, *command(cfg, *args)), cwd=REPO,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from commands.common import USER_ERROR
 from dispatcher.build.driver import build_benchmark
 from dispatcher.build.manifest import resolve_benchmark
 from dispatcher.build.service import CompileJob, CompileService
@@ -45,9 +47,9 @@ def write_config(tmp_path: Path, store: Path) -> Path:
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:
     """The command failed with exactly one line on stderr (no traceback) -> that line."""
-    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    assert proc.returncode == USER_ERROR, (proc.returncode, proc.stderr)
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), proc.stderr
+    assert len(lines) == 1 and re.match(r"[a-z-]+: ", lines[0]), proc.stderr
     return lines[0]
 
 
@@ -110,10 +112,11 @@ def test_store_path_that_is_a_file_or_under_proc_is_one_line(tmp_path):
     a_file.write_text("not a store\n")
     line = one_line_error(cli("run-benchmark", "kahan", "--config",
                               str(write_config(tmp_path, a_file))))
-    assert line == f"Error: {a_file}: the store must be a directory; this is not one"
+    assert line == f"run-benchmark: {a_file}: the store must be a directory; this is not one"
     line = one_line_error(cli("run-benchmark", "kahan", "--config",
                               str(write_config(tmp_path, Path("/proc/store")))))
-    assert line.startswith("Error: /proc/store") and "cannot open the store" in line, line
+    assert line.startswith("run-benchmark: /proc/store") and "cannot open the store" in line, \
+        line
     with pytest.raises(StoreError, match="/proc/self/store"):
         Store(Path("/proc/self/store"))
 
@@ -165,7 +168,8 @@ def test_store_on_a_full_disk_is_one_line_naming_it(compiler, tmp_path):
     proc = in_tmpfs(mount, "1m", "true", sys.executable, "-m", "commands", "run-benchmark",
                     "kahan", "--config", str(cfg))
     line = one_line_error(proc)
-    assert line.startswith(f"Error: {mount}/store") and "No space left on device" in line, line
+    assert line.startswith(f"run-benchmark: {mount}/store"), line
+    assert "No space left on device" in line, line
 
 
 def test_store_on_a_read_only_disk_is_one_line_naming_it(tmp_path):
@@ -179,7 +183,7 @@ def test_store_on_a_read_only_disk_is_one_line_naming_it(tmp_path):
         proc = in_tmpfs(mount, "1m", prepare, sys.executable, "-m", "commands",
                         "run-benchmark", "kahan", "--config", str(cfg))
         line = one_line_error(proc)
-        assert line.startswith(f"Error: {mount}/store") and line.endswith(
+        assert line.startswith(f"run-benchmark: {mount}/store") and line.endswith(
             "Read-only file system (the store must be writable)"), line
 
 
@@ -346,7 +350,7 @@ def test_store_gc_keeps_what_rundirs_need_and_a_resume_still_works(compiler, tmp
     service.close()
     before = _files(store_root)
     line = one_line_error(cli("store-gc", "--config", str(cfg)))
-    assert line == (f"Error: {store_root}: the store is in use by a running command (a "
+    assert line == (f"store-gc: {store_root}: the store is in use by a running command (a "
                     "master, run-benchmark); collect it once that has finished")
     assert _files(store_root).keys() == before.keys()
     store.close()
@@ -391,12 +395,13 @@ def test_store_gc_refuses_what_would_cost_candidates_by_mistake(tmp_path):
         pass
     before = _files(tmp_path / "store")
     line = one_line_error(cli("store-gc", "--config", str(cfg), cwd=tmp_path))
-    assert line == (f"Error: {tmp_path / 'batch.log'}: no such batch log (search.batch_log, relative to the "
+    assert line == (f"store-gc: {tmp_path / 'batch.log'}: no such batch log (search.batch_log, "
+                    "relative to the "
                     "working directory): give --batch-log or --rundir, so that what rundirs "
                     "need is kept")
     line = one_line_error(cli("store-gc", "--config", str(cfg), "--rundir",
                               str(tmp_path / "typo")))
-    assert line == f"Error: {tmp_path / 'typo'}: not a rundir (no journal.jsonl)"
+    assert line == f"store-gc: {tmp_path / 'typo'}: not a rundir (no journal.jsonl)"
     assert _files(tmp_path / "store") == before
     (tmp_path / "x").mkdir()
     elsewhere = write_config(tmp_path / "x", tmp_path / "nowhere")
@@ -404,5 +409,5 @@ def test_store_gc_refuses_what_would_cost_candidates_by_mistake(tmp_path):
     rundir.mkdir()
     (rundir / "journal.jsonl").write_text("")
     line = one_line_error(cli("store-gc", "--config", str(elsewhere), "--rundir", str(rundir)))
-    assert line == f"Error: {tmp_path / 'nowhere'}: no store there"
+    assert line == f"store-gc: {tmp_path / 'nowhere'}: no store there"
     assert not (tmp_path / "nowhere").exists()

@@ -591,6 +591,34 @@ def append_batch_log(path: Path, entry: BatchEntry) -> None:
     append_json_line(path, data)
 
 
+def list_in_batch_log(path: Path, entry: BatchEntry, unlisted: str = "") -> None:
+    """``append_batch_log`` for a rundir just made: RundirError (one line, ending with
+    ``unlisted``: what becomes of the rundir) when the batch log cannot be written."""
+    try:
+        append_batch_log(path, entry)
+    except OSError as exc:
+        raise RundirError(f"{path}: cannot write ({exc.strerror or exc}){unlisted}") from None
+
+
+def open_to_resume(paths: Iterable[Path], opener: Callable[[Path], R]
+                   ) -> tuple[list[R], list[R]]:
+    """The rundirs of a ``--resume``: (those to continue, locked by this master; those already
+    finished, left as they are).  RundirError (one line) for a rundir given twice, one that
+    ``opener`` refuses or one another master holds."""
+    seen: set[Path] = set()
+    paths = list(paths)
+    for p in paths:
+        if p.resolve() in seen:
+            raise RundirError(f"{p}: given to --resume twice")
+        seen.add(p.resolve())
+    rundirs = [opener(p) for p in paths]
+    finished = [r for r in rundirs if r.finished_completed()]
+    rundirs = [r for r in rundirs if r not in finished]
+    for r in rundirs:
+        r.take()  # locked for this master's life; a second master is refused here
+    return rundirs, finished
+
+
 def read_batch_log(path: Path) -> list[BatchEntry]:
     entries = []
     for i, data in enumerate(read_json_lines(path, "line")):

@@ -26,13 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dispatcher.core.records import BaselineEvent, FinishEvent, StepEvent
-from dispatcher.core.rundir import (
-    JOURNAL,
-    RundirError,
-    SitesRundir,
-    read_batch_log,
-    read_journal,
-)
+from dispatcher.core.rundir import JOURNAL, RundirError, SitesRundir, read_journal
 from dispatcher.core.site_records import ReferenceEvent, is_sites_rundir
 from dispatcher.storage.store import Store, StoreError, disk_usage
 
@@ -48,19 +42,8 @@ class Needs:
     notes: list[str] = field(default_factory=list)
 
 
-def rundirs_of(batch_logs: Iterable[Path]) -> list[Path]:
-    """The rundirs the batch logs list, in order, once each; RundirError (one line) for a
-    batch log that cannot be read."""
-    seen: dict[Path, None] = {}
-    for log in batch_logs:
-        if not log.is_file():
-            raise RundirError(f"{log}: no such batch log")
-        for entry in read_batch_log(log):
-            seen.setdefault(Path(entry.rundir), None)
-    return list(seen)
-
-
 def needs_of(rundirs: Iterable[Path]) -> Needs:
+    """What ``rundirs`` need kept (the rundirs a batch log lists: ``rundirs_of_batch_log``)."""
     needs = Needs()
     for rundir in rundirs:
         journal = rundir / JOURNAL

@@ -1,0 +1,224 @@
+"""``measure-sites``' procedure: each inlining decision's effect measured (docs/labels.md).
+
+The labels rundirs are planned (``dispatcher.labels.planning``) or resumed, a labeller per
+benchmark runs one after another under the long-run protocol (``pipeline.longrun``: status
+lines, the graceful stop, the session aborting in its own exit), then each benchmark's labels
+table, report and plot are written (``analysis.labels``).  What it did comes back as a
+``SitesReport`` for the command to word.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from dispatcher.build.manifest import Benchmark, ManifestError, resolve_benchmark
+from dispatcher.build.toolchain import CompilerNotFound
+from dispatcher.config import Config, ConfigError, load_config
+from dispatcher.core.decisions import read_overrides
+from dispatcher.core.rundir import RundirError, check_batch_log, check_rundirs_dir
+from dispatcher.labels.planning import (
+    Job,
+    LabelsSettings,
+    gain_first,
+    open_label_resumes,
+    plan_labels,
+    search_rundirs,
+)
+from dispatcher.labels.procedure import LabelsStatus, SiteLabeller
+from dispatcher.planning import PlanError, rundir_name, task_benchmarks
+from dispatcher.session import Session
+from dispatcher.storage.store import StoreError
+from pipeline.longrun import Ending, GracefulStop, StatusLine, progress, watch
+
+#: The one-line errors of bad input or a refused plan (each names what is wrong).
+INPUT_ERRORS = (ConfigError, ManifestError, CompilerNotFound, RundirError, StoreError,
+                PlanError)
+STOPPING = "stopping: tests in flight are dropped and measured again on --resume"
+
+
+@dataclass(frozen=True)
+class SitesRequest:
+    """What measure-sites was asked: new labels rundirs from ``rundirs`` (search rundirs),
+    ``batch_log``'s searches, ``tasks_file``'s benchmarks and ``trees`` (BENCH=FILE); or
+    ``resume``'s labels rundirs continued.  None: the config's (or the default)."""
+
+    config_path: Path | None = None
+    rundirs: tuple[Path, ...] = ()
+    batch_log: Path | None = None
+    tasks_file: Path | None = None
+    trees: tuple[str, ...] = ()
+    sweep: int | None = None
+    size: str | None = None
+    runs: int | None = None
+    max_pairs: int | None = None
+    keep: float = 0.9
+    max_tests: int = 64
+    retest: bool = False
+    labels_dir: Path = Path("labels")
+    resume: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """How one benchmark's labeller ended (``running``: never started)."""
+
+    task: str
+    rundir: Path
+    state: str
+    error: str | None
+
+
+@dataclass(frozen=True)
+class LabelsTable:
+    """One benchmark's labels table as written (``files``, the report's ``lines``), or
+    ``error``: why none was (the rundir stays; a --resume writes it)."""
+
+    name: str
+    lines: list[str]
+    files: list[Path]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class SitesReport:
+    labelled: list[Labelled]
+    tables: list[LabelsTable]
+    lost_workers: list[str]
+    ending: Ending
+
+
+def measure_sites(request: SitesRequest, stop: GracefulStop) -> SitesReport | None:
+    """Plan or resume the labels rundirs, measure them, write their tables.  None when every
+    rundir to resume had already finished.  One of INPUT_ERRORS for bad input."""
+    config = load_config(request.config_path)
+    if request.resume:
+        jobs, finished = open_label_resumes(request.resume)
+        for rd in finished:
+            progress(f"{rd.path}: already finished; nothing to resume")
+        if not jobs:
+            return None
+        inputs = None
+    else:
+        inputs = _inputs(request, config)
+    session = Session(config)
+    with session:
+        session.stop_on(stop.event)
+        if inputs is not None:
+            jobs = _plan(request, config, session, *inputs)
+        measurements = session.start_workers()
+        labellers = [SiteLabeller(rd, bench, session.builds, measurements, stop.event)
+                     for rd, bench in sorted(jobs, key=gain_first)]
+        stop.arm()
+        _label_all(labellers, stop)
+    for lab in labellers:
+        lab.rundir.close()  # the lock: a --resume may start now
+    return SitesReport(
+        [Labelled(lab.status.task, lab.rundir.path, lab.status.state, lab.status.error)
+         for lab in labellers],
+        write_tables(labellers, request.labels_dir), session.lost_workers(),
+        Ending.of(stop, [(lab.status.state, lab.rundir.path) for lab in labellers]))
+
+
+Inputs = tuple[list[Path], list[Benchmark], list[tuple[Benchmark, Path]]]
+
+
+def _inputs(request: SitesRequest, config: Config) -> Inputs:
+    """The search rundirs, swept benchmarks and trees asked for, every one checked before a
+    rundir is made."""
+    sources = search_rundirs(request.rundirs, request.batch_log)
+    swept = task_benchmarks(request.tasks_file) if request.tasks_file else []
+    trees = [tree_option(t) for t in request.trees]
+    if not sources and not swept and not trees:
+        raise PlanError("nothing to measure: give search rundirs, --batch-log, --tree or "
+                        "--tasks")
+    check_batch_log(config.search.batch_log)
+    check_rundirs_dir(config.search.rundirs)
+    return sources, swept, trees
+
+
+def tree_option(value: str) -> tuple[Benchmark, Path]:
+    """``BENCH=FILE``: the benchmark (a bundled name or a directory) and an overrides file,
+    read now so a malformed one is refused before anything starts."""
+    bench, sep, file = value.partition("=")
+    if not sep or not bench or not file:
+        raise PlanError(f"--tree {value}: expected BENCH=FILE (a benchmark and an overrides "
+                        "file)")
+    path = Path(file)
+    try:
+        read_overrides(path)
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise PlanError(" ".join(str(exc).split())) from None
+    return resolve_benchmark(bench), path.resolve()
+
+
+def _plan(request: SitesRequest, config: Config, session: Session, sources: list[Path],
+          swept: list[Benchmark], trees: list[tuple[Benchmark, Path]]) -> list[Job]:
+    r = request
+    settings = LabelsSettings(
+        size=r.size, default_size=config.run.size, runs=r.runs or config.run.runs,
+        max_pairs=r.max_pairs or config.measure.max_pairs,
+        half_width=config.measure.half_width, timeout=config.run.timeout,
+        perf=config.run.perf, aslr=config.run.aslr, sweep=r.sweep, keep=r.keep,
+        max_tests=r.max_tests, retest=r.retest, rundirs=config.search.rundirs,
+        batch_log=config.search.batch_log, config_raw=config.raw)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    plan = plan_labels(settings, session.builds.toolchain.identity, session.worker_classes[0],
+                       sources, swept, trees,
+                       lambda bench, k: rundir_name(bench, "sites", k, stamp))
+    for note in plan.notes:
+        progress(note)
+    return plan.jobs
+
+
+def _label_all(labellers: list[SiteLabeller], stop: GracefulStop) -> None:
+    """The labellers one after another in a thread (a stop leaves the rest unstarted), with
+    their status lines until the last has ended."""
+    def run_all() -> None:
+        for labeller in labellers:
+            if stop.is_set():
+                break
+            labeller.run()
+            if labeller.status.state == "interrupted":  # its compiler was stopped by a
+                stop.set()  # Ctrl-C (or a user's kill): the others are not begun
+
+    worker = threading.Thread(target=run_all, daemon=True)
+    worker.start()
+    watch(worker.is_alive, lambda: [status_line(lab.status) for lab in labellers])
+
+
+def status_line(s: LabelsStatus) -> StatusLine:
+    """A labeller's line: none before it starts; repeated only while it runs."""
+    planned = f"/{s.planned}" if s.planned else ""
+    last = f"; last: {s.last}" if s.last else ""
+    starting = s.state == "running" and s.phase == "starting"
+    return StatusLine(None if starting else (s.phase, s.tests, s.labels, s.state),
+                      f"{s.task}: {s.phase}, {s.tests} test(s), {s.labels}{planned} "
+                      f"label(s){last}", repeat=s.state == "running")
+
+
+def write_tables(labellers: list[SiteLabeller], labels_dir: Path) -> list[LabelsTable]:
+    """The labels table, report and plot of each benchmark measured (one not started is
+    left for a later --resume)."""
+    from analysis.labels import LabelsError, label_rows, plot_effects, report, write_table
+    out = []
+    for lab in labellers:
+        name = lab.benchmark.name
+        if lab.status.phase == "starting":
+            continue
+        try:
+            table = label_rows(lab.rundir.path)
+            directory = labels_dir / name
+            written = write_table(table, directory)
+            lines = report([lab.rundir.path], table)
+            (directory / "report.txt").write_text("\n".join(lines) + "\n")
+            plot = plot_effects(table, directory / "effects.png", f"{name}: labels")
+        except (LabelsError, OSError, ValueError) as exc:  # a full disk, say: the rundir stays
+            out.append(LabelsTable(name, [], [], " ".join(str(exc).split())))
+            continue
+        out.append(LabelsTable(name, lines, [*written, directory / "report.txt",
+                                             *([plot] if plot else [])]))
+    return out
