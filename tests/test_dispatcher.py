@@ -38,7 +38,7 @@ from dispatcher.running.scheduler import Scheduler
 from dispatcher.running.ssh import MAX_CACHE_MB
 from dispatcher.storage.gc import Needs, collect
 from dispatcher.storage.store import Store, unpack
-from tests.helpers import FIRST_CPU, REPO, write_config
+from tests.helpers import FIRST_CPU, REPO, invoke, one_line_error, write_config
 
 
 @pytest.fixture
@@ -221,9 +221,8 @@ def test_bundled_configs_load_strictly():
 def test_cli_reports_a_strict_config_error_in_one_line(tmp_path, text, message):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
-    proc = run_cli("hamming", "--config", str(path))
-    assert proc.returncode == 2
-    assert proc.stderr.splitlines() == [f"run-benchmark: {path}: {message}"]
+    result = invoke("run-benchmark", "hamming", "--config", str(path), cwd=REPO)
+    assert one_line_error(result) == f"run-benchmark: {path}: {message}"
 
 
 # -- store and compile service

@@ -39,7 +39,9 @@ from tests.helpers import (
     decisions_by_key,
     find,
     function_asm,
+    invoke,
     link,
+    one_line_error,
     write_config,
 )
 
@@ -357,12 +359,8 @@ def test_bad_policy_names_and_files_in_one_line(tmp_path):
     for arg, start in (("bogus", "run-benchmark: policy 'bogus': expected heuristic"),
                        (str(tmp_path / "bad.sexp"),
                         f"run-benchmark: policy {tmp_path}/bad.sexp: ")):
-        proc = subprocess.run([sys.executable, "-m", "commands", "run-benchmark", "kahan",
-                               "--policy", arg], cwd=REPO, capture_output=True, text=True,
-                              timeout=120)
-        assert proc.returncode == 2 and proc.stdout == ""
-        lines = proc.stderr.splitlines()
-        assert len(lines) == 1 and lines[0].startswith(start), proc.stderr
+        result = invoke("run-benchmark", "kahan", "--policy", arg, cwd=REPO)
+        assert one_line_error(result).startswith(start) and result.stdout == ""
 
 
 def test_observations_parse_as_the_compiler_writes_them():

@@ -30,7 +30,7 @@ from dispatcher.core.records import (
 )
 from dispatcher.core.rundir import Rundir, RundirError, read_batch_log, read_journal
 from dispatcher.search.rules import backlog
-from tests.helpers import GOLDEN, REPO, V1, V2, relocated
+from tests.helpers import GOLDEN, REPO, V1, V2, invoke, one_line_error, relocated
 
 V4 = GOLDEN / "rundir-v4"  # an asynchronous search (search.mode: async) of tinysum
 
@@ -126,12 +126,9 @@ def test_resume_refuses_a_rundir_of_another_version_with_one_line(tmp_path):
     shutil.copytree(V2, rundir)
     data = json.loads((rundir / "experiment.json").read_text())
     (rundir / "experiment.json").write_text(json.dumps({**data, "version": 9}))
-    proc = subprocess.run([sys.executable, "-m", "commands", "run_training_experiments",
-                           "--resume", str(rundir)], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 1
-    assert proc.stderr.strip() == (f"Error: {rundir}/experiment.json: rundir format version 9 "
-                                   "is not one this tool reads (1, 2, 3, 4, 5)")
+    line = one_line_error(invoke("run_training_experiments", "--resume", str(rundir), cwd=REPO))
+    assert line == (f"run_training_experiments: {rundir}/experiment.json: rundir format "
+                    "version 9 is not one this tool reads (1, 2, 3, 4, 5)")
 
 
 # --------------------------------------------------------------------------- the document
@@ -232,12 +229,10 @@ def test_resume_refuses_a_rundir_timed_on_a_worker_class_the_config_lacks(tmp_pa
     config.write_text(yaml.safe_dump({"store": str(tmp_path / "store"),
                                       "local": {"cpus": [max(os.sched_getaffinity(0))],
                                                 "worker_class": "elsewhere"}}))
-    proc = subprocess.run([sys.executable, "-m", "commands", "run_training_experiments",
-                           "--config", str(config), "--resume", str(rundir)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1
-    assert proc.stderr.strip() == (f"Error: {rundir}: its runs were timed on worker class "
-                                   "'local', which this config does not have (elsewhere)")
+    line = one_line_error(invoke("run_training_experiments", "--config", str(config),
+                                 "--resume", str(rundir), cwd=REPO))
+    assert line == (f"run_training_experiments: {rundir}: its runs were timed on worker class "
+                    "'local', which this config does not have (elsewhere)")
     assert (rundir / "journal.jsonl").read_bytes() == journal  # nothing appended
 
 
@@ -342,12 +337,11 @@ def test_resume_refuses_a_rundir_made_by_another_compiler(compiler, tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"store": str(tmp_path / "store"),
                                       "local": {"cpus": [max(os.sched_getaffinity(0))]}}))
-    proc = subprocess.run([sys.executable, "-m", "commands", "run_training_experiments",
-                           "--config", str(config), "--resume", str(rundir)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1
-    assert proc.stderr.strip() == (
-        f"Error: {rundir}: its candidates were compiled by compiler abababababababab, not by "
+    line = one_line_error(invoke("run_training_experiments", "--config", str(config),
+                                 "--resume", str(rundir), cwd=REPO))
+    assert line == (
+        f"run_training_experiments: {rundir}: its candidates were compiled by compiler "
+        "abababababababab, not by "
         f"this one ({compiler.identity[:16]}, {compiler.prefix}): resume it with that compiler "
         "($INLINING_COMPILER_PREFIX=<its prefix>)")
     assert (rundir / "journal.jsonl").read_bytes() == journal  # nothing appended

@@ -20,8 +20,9 @@ from tests.helpers import (
     REPO,
     V2,
     cli,
+    invoke,
+    one_line_error,
     relocated,
-    run_training,
     search_config,
     snapshot,
     tiny_search_config,
@@ -60,7 +61,7 @@ def test_a_pickled_policy_runs_nothing_and_is_one_line(tmp_path, command):
     config = write_config(tmp_path)
     args = ([str(evil), "kahan"] if command == "run-plugin-benchmark"
             else ["kahan", "--policy", str(evil)])
-    line = one_line(cli(command, *args, "--config", str(config)))
+    line = one_line_error(invoke(command, *args, "--config", str(config), cwd=REPO))
     assert not marker.exists()
     assert line.endswith(f"policy {evil}: a pickled policy from an older version; retrain "
                          "it with train-policy"), line
@@ -68,7 +69,7 @@ def test_a_pickled_policy_runs_nothing_and_is_one_line(tmp_path, command):
 
 def test_help_says_a_policy_file_is_data():
     for command in ("run-plugin-benchmark", "run-benchmark"):
-        text = " ".join(cli(command, "--help").stdout.split())
+        text = " ".join(invoke(command, "--help").stdout.split())
         assert "pickle" not in text and "plain data" in text, text
     readme = " ".join((REPO / "README.md").read_text().lower().split())
     assert "a `.policy` file is a pickle" not in readme and "a `.policy` file is plain data" \
@@ -147,20 +148,21 @@ def test_a_batch_log_whose_only_line_is_corrupt_is_one_line(tmp_path, command, t
     log = tmp_path / "batch.log"
     log.write_text(text)
     args = [str(log)] if command == "batch-log" else ["--batch-log", str(log)]
-    line = one_line(cli(command, *args, cwd=tmp_path))
+    line = one_line_error(invoke(command, *args, cwd=tmp_path))
     assert line == f"{command}: {log}:1: corrupt line (batch log)"
     log.write_text('{"rundir": "x", "ta')
-    torn = cli("batch-log", str(log), cwd=tmp_path)
-    assert torn.returncode == 0 and torn.stderr == ""
+    torn = invoke("batch-log", str(log), cwd=tmp_path)
+    assert torn.exit_code == 0 and torn.stderr == ""
 
 
 # -- SILENT: train-policy --threshold nan
 
 @pytest.mark.parametrize("value", ["nan", "inf"])
 def test_a_threshold_that_is_not_a_finite_number_is_refused(tmp_path, value):
-    proc = cli("train-policy", "--threshold", value, "--rewards", str(tmp_path), cwd=tmp_path)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert f"Invalid value for '--threshold': '{value}' is not a finite number." in proc.stderr
+    result = invoke("train-policy", "--threshold", value, "--rewards", str(tmp_path),
+                    cwd=tmp_path)
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert f"Invalid value for '--threshold': '{value}' is not a finite number." in result.stderr
 
 
 # -- REGRESSION: an output checked by sha256 is hashed as it streams, whatever its size
@@ -287,7 +289,8 @@ def test_a_resume_without_a_step_the_journal_lists_is_refused(tmp_path):
         kept = tmp_path / f"kept{step}"
         shutil.move(rundir / "steps" / f"{step:05d}", kept)
         before = snapshot(rundir)
-        line = one_line(run_training(cfg, "--resume", str(rundir)))
+        line = one_line_error(invoke("run_training_experiments", "--config", str(cfg),
+                                     "--resume", str(rundir), cwd=REPO))
         assert f"{rundir}: steps/{step:05d}/c0 is gone ({whose} data, which the journal " \
                "lists); refusing to resume without it" in line, line
         assert snapshot(rundir) == before  # not a byte written
