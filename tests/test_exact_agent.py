@@ -135,3 +135,28 @@ def test_the_fixed_geometry_is_what_cachegrind_simulated(binaries, tmp_path):
     size, assoc, line = cachegrind.GEOMETRY["LL"]
     assert any(f"LL cache: {size} B, {line} B, {assoc}-way" in " ".join(d.split())
                for d in desc), desc
+
+
+def test_the_master_reads_the_events_the_agent_counts():
+    """workers/ cannot import dispatcher/: the two lists of events are kept equal here."""
+    from dispatcher.core import cycles
+    assert cycles.EVENTS == cachegrind.EVENTS
+
+
+def test_estimated_cycles_charge_each_event_its_weight():
+    from dispatcher.core.cycles import CycleModel, metric_value
+    counts = cachegrind.parse_counts(SUMMARY)
+    model = CycleModel(l1=10, ll=100, branch=15, indirect=20)
+    # Ir 100; L1 misses 2 + 4 + 2; LL misses 1 + 3 + 1; Bcm 3; Bim 1
+    assert model.cycles(counts) == 100 + 10 * 8 + 100 * 5 + 15 * 3 + 20 * 1
+    assert metric_value("instructions", counts) == 100
+    with pytest.raises(ValueError, match="not an exact metric"):
+        metric_value("time", counts)
+
+
+def test_a_run_record_keeps_its_counts_and_an_older_one_reads_as_before():
+    from dispatcher.core.records import RunRecord
+    plain = RunRecord(wall_ns=1, user_s=0.0, sys_s=0.0, maxrss_kb=1)
+    assert "counts" not in plain.to_json()
+    counted = RunRecord(wall_ns=1, user_s=0.0, sys_s=0.0, maxrss_kb=1, counts={"Ir": 3})
+    assert RunRecord.model_validate(counted.to_json()).counts == {"Ir": 3}

@@ -173,6 +173,8 @@ class RunRecord(Record):
     # Processes the binary left running after it exited, killed by the agent (more than 0
     # fails the run); null: not looked for (older agents, an agent inside another program).
     strays: Optional[int] = None
+    # The exact metric's runs only: cachegrind's counts by event (dispatcher.core.cycles).
+    counts: Optional[dict[str, int]] = None
 
     @property
     def wall_s(self) -> float:
@@ -187,7 +189,8 @@ class RunRecord(Record):
         # strays is written only when looked for, and profile only in a profile job's runs,
         # so records of earlier agents (the golden rundir's) write out as they were read
         d = self.model_dump(mode="json", exclude={"perf", "profile"} | (
-            {"strays"} if self.strays is None else set()))
+            {"strays"} if self.strays is None else set()) | (
+            {"counts"} if self.counts is None else set()))
         d["perf"] = None if self.perf is None else {k: v.to_json() for k, v in self.perf.items()}
         if self.profile is not None:  # absent from every timed run
             d["profile"] = self.profile.to_json()
