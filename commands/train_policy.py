@@ -18,118 +18,47 @@ and/or rewards it was exported from, with the features it carries: no compile, n
 training table is the one those labels and rewards give, so the policy file is byte for byte
 the one ``--labels``/``--rewards`` write with the same options.
 
+``pipeline.policy.training`` reads the sources (``pipeline.policy.inputs``), and
 ``analysis.policy_training`` validates leave-one-benchmark-out and trains; the policy file
 (``dispatcher.build.policy_file``: plain data, with the guard rails ``--margin``,
 ``--ranges`` and ``--growth-budget``) goes to ``--out`` with the validation scores beside it
 (``<out>.scores.csv``).
 
 ``--validate measured`` also compiles each fold's policy into its held-out benchmark and
-measures it against the heuristic (``commands.policy_validation``): the classifier kept is the
+measures it against the heuristic (``pipeline.policy.validation``): the classifier kept is the
 one whose worst held-out measured speedup is best, and below ``--gate`` (0.95) the command
-still writes the file but says FAIL and exits 3.
+still writes the file but says FAIL and exits 3 (``pipeline.policy.selection``).  This module
+parses the options and words what each step returns.
 """
 from __future__ import annotations
 
 import math
-import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 import pandas as pd
 
-from analysis.dataset import Dataset, DatasetError, read_dataset
-from analysis.dataset import best_hyper as best_hyperparameters
-from analysis.label_training import (
-    DEFAULT_LABEL_THRESHOLD,
-    LabelsError,
-    label_sites,
-    labelled_benchmarks,
-    read_sites_table,
-    table_path,
+from analysis.label_training import DEFAULT_LABEL_THRESHOLD
+from analysis.policy_training import CLASSIFIERS, LABELS, pooled_balanced_accuracy, summary
+from commands.common import backend_errors_in_one_line, fail, show_warnings
+from dispatcher.build.policy_file import DEFAULT_GROWTH_BUDGET, DEFAULT_MARGIN, MAX_GROWTH_BUDGET
+from dispatcher.config import MAX_RUNS
+from pipeline.policy.inputs import DEFAULT_THRESHOLD, InputError
+from pipeline.policy.selection import EXIT_GATE, GATE, FoldMeasure, geomean, worst
+from pipeline.policy.training import (
+    MeasuredChoice,
+    TrainingRequest,
+    TrainingTable,
+    label_scores,
+    measured_choice,
+    plan_training,
+    training_table,
+    write_policy,
 )
-from analysis.policy_training import (
-    CLASSIFIERS,
-    KEY,
-    LABELS,
-    TrainingError,
-    choose,
-    combine,
-    encode,
-    leave_one_benchmark_out,
-    pooled_balanced_accuracy,
-    reward_sites,
-    summary,
-    train,
-)
-from analysis.sources import SourcesError, benchmark_of
-from commands import policy_validation as measured
-from commands.common import backend_errors_in_one_line, show_warnings
-from dispatcher.build.manifest import Benchmark, ManifestError, Size, resolve_benchmark
-from dispatcher.build.policy_file import (
-    DEFAULT_GROWTH_BUDGET,
-    DEFAULT_MARGIN,
-    MAX_GROWTH_BUDGET,
-    save_policy_file,
-)
-from dispatcher.build.service import CompileError, CompileJob
-from dispatcher.build.toolchain import CompilerNotFound
-from dispatcher.config import MAX_RUNS, Config, ConfigError, load_config
-from dispatcher.core.files import atomic_output
-from dispatcher.session import Session
-from dispatcher.storage.store import StoreError
 
 PROG = "train-policy"
-DEFAULT_THRESHOLD = 0.005  # net reward (log speedup with the default target): half a percent
-
-
-def _fail(message: str) -> NoReturn:
-    click.echo(f"{PROG}: {message}", err=True)
-    sys.exit(2)
-
-
-def best_hyper(bench_dir: Path, model: str) -> str:
-    """The hyperparameters of ``model`` with the best mean held-out score (fits.csv)."""
-    fits_path = bench_dir / "fits.csv"
-    try:
-        fits = pd.read_csv(fits_path)
-    except (OSError, ValueError) as exc:
-        _fail(f"{fits_path}: unreadable ({exc})")
-    chosen = best_hyperparameters(fits, model)  # the rule export-dataset shares
-    if chosen is None:
-        _fail(f"{fits_path}: no fit of model {model}")
-    return chosen
-
-
-def read_rewards(rewards: Path, name: str, model: str, hyper: str) -> pd.DataFrame:
-    slug = best_hyper(rewards / name, model) if hyper == "best" else hyper
-    path = rewards / name / model / slug / "rewards.csv"
-    try:
-        return pd.read_csv(path)
-    except FileNotFoundError:
-        _fail(f"{path}: no such rewards table (assign-rewards writes one per model and "
-              "hyperparameters)")
-    except (OSError, ValueError) as exc:
-        _fail(f"{path}: unreadable ({exc})")
-
-
-def site_features(session: Session, bench: Benchmark) -> pd.DataFrame:
-    """One row per decision of the heuristic build: unit, round, key and its features."""
-    try:
-        built = session.builds.compile(CompileJob(bench))
-    except (CompileError, StoreError) as exc:
-        _fail(f"{bench.name}: {exc}")
-    rows = []
-    for dump in built.artifact.dumps():
-        for d in dump.decisions:
-            if d.features is not None:
-                rows.append({"unit": d.unit, "round": d.round, "key": d.key,
-                             **d.features.row()})
-    if not rows:
-        _fail(f"{bench.name}: its decision dumps carry no features (dump version 2 needed: "
-              "rebuild the compiler with compiler/build)")
-    return pd.DataFrame(rows)
 
 
 class _FiniteFloatRange(click.FloatRange):
@@ -168,74 +97,6 @@ class _GrowthBudget(click.ParamType):
             self.fail(f"{value!r}: expected an integer from 0 to {MAX_GROWTH_BUDGET} (0: "
                       "none).", param, ctx)
         return number or None
-
-
-def read_labels(labels_dir: Path | None, names: list[str], threshold: float,
-                dataset: Dataset | None = None) -> pd.DataFrame:
-    """The labelled sites of each benchmark's labels table (``analysis.label_training``), one
-    line per benchmark on what its table gave; with ``dataset``, the tables it holds."""
-    parts = []
-    for n in names:
-        if dataset is not None:
-            table = dataset.labels_table(n)
-        else:
-            assert labels_dir is not None
-            path = table_path(labels_dir, n)
-            if path is None:
-                _fail(f"{labels_dir / n}: no labels table (expected sites.parquet or "
-                      "sites.csv, as measure-sites writes)")
-            try:
-                table = read_sites_table(path)
-            except LabelsError as exc:
-                _fail(str(exc))
-        sites, left_out = label_sites(table, threshold)
-        sites = sites.assign(benchmark=n)
-        counts = sites["label"].value_counts()
-        measured = int((table["status"] == "measured").sum())
-        featureless = (f", {left_out['featureless']} without features (not in the heuristic "
-                       "build) left out" if left_out["featureless"] else "")
-        click.echo(f"labels {n}: {len(table)} rows, {measured} measured; {len(sites)} sites "
-                   "labelled (" + ", ".join(f"{counts.get(k, 0)} {k}" for k in LABELS)
-                   + f"), {left_out['unmeasured']} without a measured row left out"
-                   + featureless)
-        parts.append(sites)
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-
-
-def report_validation(scores: pd.DataFrame, chosen: str, labels: pd.Series,
-                      benchmarks: list[str], labelled: list[str] | None) -> None:
-    """The held-out scores: the mean per classifier, the chosen one's per benchmark and
-    overall, and one line when the overall figure is not above chance or there is none.
-    ``labelled``: the benchmarks with measured labels (None: no labels given)."""
-    if labelled is not None and len(labelled) < 2:
-        names = f" ({', '.join(labelled)})" if labelled else ""
-        what = ("no leave-one-benchmark-out figure" if len(benchmarks) < 2 else
-                "no leave-one-benchmark-out figure for the measured labels alone")
-        click.echo(f"fewer than 2 benchmarks have measured labels{names}: {what}", err=True)
-    table = summary(scores)
-    if table.empty:
-        if labelled is None or len(labelled) >= 2:
-            click.echo("one benchmark: no validation on a benchmark left out", err=True)
-        return
-    click.echo("held out one benchmark at a time (balanced accuracy over the pooled "
-               "held-out sites, the others a mean over benchmarks):")
-    click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    mine = scores[scores["classifier"] == chosen]
-    click.echo(f"{chosen}, each benchmark held out:")
-    for r in mine.itertuples():
-        click.echo(f"  {r.held_out}: {r.sites} sites, balanced accuracy "
-                   f"{r.balanced_accuracy:.3f}, accuracy {r.accuracy:.3f}, opposite "
-                   f"{r.opposite:.3f}")
-    overall = pooled_balanced_accuracy(mine)
-    classes = int(labels.nunique())
-    chance = 1 / classes
-    click.echo(f"{chosen} overall: balanced accuracy {overall:.3f} over the {int(mine.sites.sum())}"
-               f" sites of {len(mine)} benchmarks held out, pooled (chance {chance:.3f}: "
-               f"{classes} label(s) present)")
-    if overall <= chance:
-        click.echo(f"not above chance: {chosen}'s balanced accuracy on benchmarks left out, "
-                   f"{overall:.3f}, is not above {chance:.3f} (1/{classes} labels present)",
-                   err=True)
 
 
 @click.command()
@@ -286,7 +147,7 @@ def report_validation(scores: pd.DataFrame, chosen: str, labels: pd.Series,
                    "heuristic; keep the classifier whose worst held-out speedup is best; "
                    "FAIL (exit 3, the file still written) below --gate.")
 @click.option("--gate", type=_FiniteFloatRange(0, min_open=True),
-              default=measured.GATE, show_default=True,
+              default=GATE, show_default=True,
               help="--validate measured: the lowest worst held-out speedup that passes.")
 @click.option("--size", help="--validate measured: benchmark size (default: config).")
 @click.option("--runs", type=click.IntRange(1, MAX_RUNS),
@@ -302,231 +163,128 @@ def train_policy(benchmarks, labels_dir, rewards_dir, dataset_dir, model, hyper,
                  gate, size, runs, max_pairs, config_path) -> None:
     """Train an inlining policy on the rewards or measured labels of BENCHMARKS (default:
     every one there)."""
-    dataset: Dataset | None = None
-    if dataset_dir is not None:
-        if labels_dir is not None or rewards_dir is not None:
-            _fail("--dataset: not with --labels or --rewards (a dataset holds the labels and "
-                  "rewards it was exported from)")
-        try:
-            dataset = read_dataset(dataset_dir)
-        except DatasetError as exc:
-            _fail(str(exc))
-        ctx = click.get_current_context()
-        for option, asked, held in (("model", model, dataset.model),
-                                    ("hyper", hyper, dataset.hyper)):
-            named = ctx.get_parameter_source(option) != click.core.ParameterSource.DEFAULT
-            if named and dataset.has_rewards and asked != held:
-                _fail(f"--{option} {asked}: {dataset_dir} holds the rewards of --{option} "
-                      f"{held} (export-dataset chose them; export again for others)")
-            if named and not dataset.has_rewards:
-                _fail(f"--{option}: {dataset_dir} holds no rewards")
-    elif labels_dir is None and rewards_dir is None:
-        rewards_dir = Path("rewards")
-    if validate != "measured":
-        given = [o for o, v in (("--size", size), ("--runs", runs), ("--max-pairs", max_pairs),
-                                ("--gate", None if gate == measured.GATE else gate))
-                 if v is not None]
-        if given:
-            _fail(f"{', '.join(given)}: only with --validate measured (they set how the "
-                  "held-out policies are measured)")
-    # Where the policy goes, checked before any training: a wrong --out fails at once, in
-    # one line, not after the folds (and their lines) have run.
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        _fail(f"{out}: cannot write the policy ({exc.strerror or exc})")
-    if not os.access(out.parent, os.W_OK):
-        _fail(f"{out}: cannot write the policy (its directory is not writable)")
-    known_labels: list[str] = []
-    if dataset is not None:
-        known_labels = dataset.labelled
-    elif labels_dir is not None:
-        if not labels_dir.is_dir():
-            _fail(f"{labels_dir}: no such labels directory (measure-sites writes one table "
-                  "per benchmark there)")
-        known_labels = labelled_benchmarks(labels_dir)
-    known_rewards: list[str] = []
-    if dataset is not None:
-        known_rewards = dataset.rewarded
-    elif rewards_dir is not None:
-        if not rewards_dir.is_dir():
-            _fail(f"{rewards_dir}: no such rewards directory (assign-rewards --out writes "
-                  "one)")
-        known_rewards = sorted(p.name for p in rewards_dir.iterdir()
-                               if (p / "sources.json").is_file())
-    known = sorted(set(known_labels) | set(known_rewards))
-    # with a dataset, trained as from the labels and/or rewards it was exported from
-    with_labels = labels_dir is not None or (dataset is not None and dataset.has_labels)
-    for b in benchmarks:
-        if b not in known:
-            wheres = []
-            if dataset_dir is not None:
-                wheres.append(f"{dataset_dir / b}/sites.parquet with labels or rewards")
-            if labels_dir is not None:
-                wheres.append(f"{labels_dir / b}/sites.parquet or sites.csv")
-            if rewards_dir is not None:
-                wheres.append(f"{rewards_dir / b}/sources.json")
-            where = " or ".join(wheres)
-            _fail(f"unknown benchmark {b}: no {where} (benchmarks there: "
-                  f"{', '.join(known) or 'none'})")
-    names = list(benchmarks) or known
-    if not names:
-        if dataset_dir is not None:
-            _fail(f"{dataset_dir}: no benchmark's labels or rewards there")
-        if rewards_dir is None:
-            _fail(f"{labels_dir}: no benchmark's labels there (expected "
-                  "<bench>/sites.parquet or <bench>/sites.csv, as measure-sites writes)")
-        _fail(f"{rewards_dir}: no benchmark's rewards there")
-    label_names = [n for n in names if n in known_labels]
-    reward_names = [n for n in names if n in known_rewards]
-    # --validate measured compiles every held-out benchmark: each must name a program, and the
-    # config and size must be good, before anything is trained
-    programs: dict[str, Benchmark] = {}
-    sizes: dict[str, Size] = {}
-    config: Config | None = None
-    if validate == "measured":
-        try:
-            config = load_config(config_path)
-        except ConfigError as exc:
-            _fail(str(exc))
-        programs = held_out_programs(names, reward_names, rewards_dir,
-                                     labels_dir or dataset_dir)
-        try:
-            sizes = {n: b.size(size or config.run.size) for n, b in programs.items()}
-        except ManifestError as exc:
-            _fail(str(exc))
-    labelled = pd.DataFrame()
-    if with_labels:
-        labelled = read_labels(labels_dir, label_names, label_threshold, dataset)
-    rewarded = pd.DataFrame()
-    if reward_names and dataset is not None:
-        try:
-            rewarded = reward_sites({n: dataset.rewards_table(n) for n in reward_names},
-                                    {n: dataset.build_features(n) for n in reward_names},
-                                    threshold)
-        except TrainingError as exc:
-            _fail(str(exc))
-    elif reward_names:
-        assert rewards_dir is not None
-        rewarded = reward_table(rewards_dir, reward_names, model, hyper, threshold,
-                                config_path)
-    if not with_labels:
-        sites = rewarded
-    else:
-        sites = combine(labelled, rewarded)
-        if not len(sites):
-            _fail(f"{labels_dir or dataset_dir}: no site has a label (in the tables of "
-                  f"{', '.join(label_names)}: no site with a measured row and features)")
-        if len(labelled) and len(rewarded):
-            both = labelled.merge(rewarded, on=["benchmark", *KEY], suffixes=("", "_r"))
-            click.echo(f"labels and rewards: {len(both)} sites labelled by both (the measured "
-                       f"label kept; {int((both['label'] != both['label_r']).sum())} of them "
-                       "disagree)")
-    ts = encode(sites)
-    counts = ts.labels.value_counts()
-    trained_on = sorted(ts.benchmarks.unique())
-    click.echo(f"{len(ts.labels)} call sites from {len(trained_on)} benchmark(s): "
-               + ", ".join(f"{counts.get(k, 0)} {k}" for k in LABELS))
-    names_to_try = list(CLASSIFIERS) if classifier == "all" else [classifier]
-    scores = pd.concat([leave_one_benchmark_out(ts, c) for c in names_to_try],
-                       ignore_index=True)
-    chosen = choose(scores, names_to_try)
-    have_labels = None
-    if with_labels:
-        have_labels = sorted(set(labelled["benchmark"])) if len(labelled) else []
-    report_validation(scores, chosen, ts.labels, trained_on, have_labels)
-    used_threshold = threshold if not with_labels or reward_names else label_threshold
-    gate_result: tuple[bool, str] | None = None
-    if validate == "measured":
-        assert config is not None
-        if len(trained_on) < 2:
-            _fail("--validate measured: fewer than 2 benchmarks have labelled sites "
-                  f"({', '.join(trained_on)}): no fold has a benchmark left out to measure")
-        try:
-            folds = measured.fold_policies(
-                ts, names_to_try, used_threshold, out.with_name(out.name + ".folds"),
-                margin=margin, ranges=ranges, growth_budget=growth_budget)
-        except TrainingError as exc:
-            _fail(str(exc))
-        except OSError as exc:
-            _fail(f"{out}.folds: cannot write the fold policies ({exc.strerror or exc})")
-        try:
-            measures = measured.measure_folds(config, folds, programs, sizes,
-                                              runs or config.run.runs, max_pairs)
-        except (CompilerNotFound, StoreError) as exc:
-            _fail(str(exc))
-        measured.report(measures, scores, names_to_try)
-        by_measure = measured.choose_measured(measures, names_to_try)
-        if by_measure is not None and by_measure != chosen:
-            click.echo(f"kept {by_measure}, not {chosen}: its worst held-out measured speedup "
-                       "is the best (label accuracy chose the other)")
-        chosen = by_measure or chosen
-        gate_result = measured.gate_line(chosen, measures, gate)
-        scores = measured.scores_with_measures(scores, measures)
-    try:
-        policy = train(ts, chosen, used_threshold, margin=margin, ranges=ranges,
-                       growth_budget=growth_budget)
-    except TrainingError as exc:
-        _fail(str(exc))
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        save_policy_file(policy, out)
-        if not scores.empty:
-            with atomic_output(out.with_name(out.name + ".scores.csv")) as tmp:
-                scores.drop(columns=["truth", "predicted"], errors="ignore").to_csv(
-                    tmp, index=False)
-    except OSError as exc:
-        _fail(f"{out}: cannot write the policy ({exc.strerror or exc})")
-    click.echo(f"{chosen} trained on {', '.join(policy.benchmarks)}: {out}")
-    if gate_result is not None:
-        passed, line = gate_result
-        click.echo(line, err=not passed)
-        if not passed:
-            sys.exit(measured.EXIT_GATE)
-
-
-def held_out_programs(names: list[str], reward_names: list[str], rewards_dir: Path | None,
-                      labels_dir: Path | None) -> dict[str, Benchmark]:
-    """The program of each benchmark, for --validate measured: a rewards benchmark's from its
-    sources.json (or the bundled one of its name), a labels-only one the bundled benchmark of
-    its name."""
-    out = {}
-    for n in names:
-        try:
-            if n in reward_names and rewards_dir is not None:
-                out[n] = benchmark_of(rewards_dir, n)[0]
-            else:
-                out[n] = resolve_benchmark(n)
-        except (SourcesError, ManifestError) as exc:
-            if n in reward_names:
-                _fail(f"--validate measured compiles each held-out benchmark: {exc}")
-            _fail(f"{labels_dir / n if labels_dir else n}: --validate measured compiles each "
-                  f"held-out benchmark, and {n} is not the name of a bundled one")
-    return out
-
-
-def reward_table(rewards_dir: Path, names: list[str], model: str, hyper: str,
-                 threshold: float, config_path: Path | None) -> pd.DataFrame:
-    """The reward-labelled sites of ``names``, their features from the heuristic builds
-    (compiled, or taken from the store)."""
-    rewards = {n: read_rewards(rewards_dir, n, model, hyper) for n in names}
-    try:
-        session = Session(load_config(config_path))
-    except (ConfigError, CompilerNotFound, StoreError) as exc:
-        raise click.ClickException(str(exc)) from None
+    ctx = click.get_current_context()
+    named = {o: v for o, v in (("model", model), ("hyper", hyper))
+             if ctx.get_parameter_source(o) != click.core.ParameterSource.DEFAULT}
+    request = TrainingRequest(
+        tuple(benchmarks), labels_dir, rewards_dir, dataset_dir, model, hyper, threshold,
+        label_threshold, margin, ranges, growth_budget,
+        tuple(CLASSIFIERS) if classifier == "all" else (classifier,), out,
+        validate == "measured", gate, size, runs, max_pairs, config_path, named)
     show_warnings()
-    with session:
-        features = {}
-        for n in names:
-            try:
-                bench = benchmark_of(rewards_dir, n)[0]
-            except (SourcesError, ManifestError) as exc:
-                _fail(str(exc))
-            features[n] = site_features(session, bench)
     try:
-        return reward_sites(rewards, features, threshold)
-    except TrainingError as exc:
-        _fail(str(exc))
+        passed = _train(request)
+    except InputError as exc:
+        fail(str(exc))
+    if not passed:
+        sys.exit(EXIT_GATE)
+
+
+def _train(request: TrainingRequest) -> bool:
+    """Each step of ``pipeline.policy.training`` in turn, worded as it ends; whether the kept
+    policy passed its gate (True without one)."""
+    plan = plan_training(request)
+    table = training_table(plan)
+    _word_table(table)
+    classifiers = list(request.classifiers)
+    scores, chosen = label_scores(plan, table)
+    report_validation(scores, chosen, table.ts.labels, table.trained_on, table.labelled)
+    measured: MeasuredChoice | None = None
+    if request.measured:
+        measured = measured_choice(plan, table, scores, chosen)
+        for line in measured.lost_workers:
+            click.echo(line, err=True)
+        report_measures(measured.measures, scores, classifiers)
+        if measured.by_measure is not None and measured.by_measure != chosen:
+            click.echo(f"kept {measured.by_measure}, not {chosen}: its worst held-out measured "
+                       "speedup is the best (label accuracy chose the other)")
+        chosen, scores = measured.chosen, measured.scores
+    policy = write_policy(plan, table, chosen, scores)
+    click.echo(f"{chosen} trained on {', '.join(policy.benchmarks)}: {request.out}")
+    if measured is not None:
+        click.echo(measured.gate_line, err=not measured.passed)
+        return measured.passed
+    return True
+
+
+def _word_table(table: TrainingTable) -> None:
+    """What each labels table gave, where labels and rewards met, and the sites trained on."""
+    for r in table.labels_read:
+        featureless = (f", {r.featureless} without features (not in the heuristic build) "
+                       "left out" if r.featureless else "")
+        click.echo(f"labels {r.benchmark}: {r.rows} rows, {r.measured} measured; "
+                   f"{r.sites} sites labelled ("
+                   + ", ".join(f"{r.counts.get(k, 0)} {k}" for k in LABELS)
+                   + f"), {r.unmeasured} without a measured row left out" + featureless)
+    if table.both is not None:
+        both, disagree = table.both
+        click.echo(f"labels and rewards: {both} sites labelled by both (the measured label "
+                   f"kept; {disagree} of them disagree)")
+    counts = table.ts.labels.value_counts()
+    click.echo(f"{len(table.ts.labels)} call sites from {len(table.trained_on)} benchmark(s): "
+               + ", ".join(f"{counts.get(k, 0)} {k}" for k in LABELS))
+
+
+def report_validation(scores: pd.DataFrame, chosen: str, labels: pd.Series,
+                      benchmarks: list[str], labelled: list[str] | None) -> None:
+    """The held-out scores: the mean per classifier, the chosen one's per benchmark and
+    overall, and one line when the overall figure is not above chance or there is none.
+    ``labelled``: the benchmarks with measured labels (None: no labels given)."""
+    if labelled is not None and len(labelled) < 2:
+        names = f" ({', '.join(labelled)})" if labelled else ""
+        what = ("no leave-one-benchmark-out figure" if len(benchmarks) < 2 else
+                "no leave-one-benchmark-out figure for the measured labels alone")
+        click.echo(f"fewer than 2 benchmarks have measured labels{names}: {what}", err=True)
+    table = summary(scores)
+    if table.empty:
+        if labelled is None or len(labelled) >= 2:
+            click.echo("one benchmark: no validation on a benchmark left out", err=True)
+        return
+    click.echo("held out one benchmark at a time (balanced accuracy over the pooled "
+               "held-out sites, the others a mean over benchmarks):")
+    click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    mine = scores[scores["classifier"] == chosen]
+    click.echo(f"{chosen}, each benchmark held out:")
+    for r in mine.itertuples():
+        click.echo(f"  {r.held_out}: {r.sites} sites, balanced accuracy "
+                   f"{r.balanced_accuracy:.3f}, accuracy {r.accuracy:.3f}, opposite "
+                   f"{r.opposite:.3f}")
+    overall = pooled_balanced_accuracy(mine)
+    classes = int(labels.nunique())
+    chance = 1 / classes
+    click.echo(f"{chosen} overall: balanced accuracy {overall:.3f} over the {int(mine.sites.sum())}"
+               f" sites of {len(mine)} benchmarks held out, pooled (chance {chance:.3f}: "
+               f"{classes} label(s) present)")
+    if overall <= chance:
+        click.echo(f"not above chance: {chosen}'s balanced accuracy on benchmarks left out, "
+                   f"{overall:.3f}, is not above {chance:.3f} (1/{classes} labels present)",
+                   err=True)
+
+
+def report_measures(measures: list[FoldMeasure], scores: pd.DataFrame,
+                    classifiers: list[str]) -> None:
+    """Per classifier and held-out benchmark: label accuracy beside the measured speedup;
+    then per classifier its worst and geometric mean held-out speedup."""
+    acc = {(r.classifier, r.held_out): r.balanced_accuracy for r in scores.itertuples()}
+    click.echo("measured, each benchmark held out (speedup = heuristic time / fold policy "
+               "time, paired, 95% interval; binary size relative to the heuristic's):")
+    click.echo(f"  {'classifier':10} {'held out':20} {'bal.acc':>7}  {'speedup [95% CI]':24} "
+               f"{'size':>6} pairs")
+    for m in sorted(measures, key=lambda m: (classifiers.index(m.classifier), m.held_out)):
+        a = acc.get((m.classifier, m.held_out), math.nan)
+        ratio = m.figure.size_ratio
+        size = f"{ratio:.3f}" if ratio is not None else "-"
+        click.echo(f"  {m.classifier:10} {m.held_out:20} {a:7.3f}  {m.text():24} "
+                   f"{size:>6} {m.figure.pairs}")
+    for name in classifiers:
+        mine = [m for m in measures if m.classifier == name]
+        w = worst(mine)
+        if w is None:
+            missing = ", ".join(m.held_out for m in mine if not m.measured)
+            click.echo(f"{name}: no worst held-out speedup (not measured: {missing})")
+        else:
+            click.echo(f"{name}: worst held-out measured speedup {w.text()} ({w.held_out}); "
+                       f"geometric mean {geomean(mine)} over {len(mine)} benchmarks")
 
 
 def main() -> None:

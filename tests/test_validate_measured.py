@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from commands.policy_validation import scores_with_measures
 from dispatcher.build.policy_file import read_policy_file
 from dispatcher.core.figures import Figure
 from pipeline.policy.selection import FoldMeasure, choose_measured, gate_line, worst
+from pipeline.policy.validation import scores_with_measures
 from tests.helpers import cli as _cli
 from tests.helpers import sites_table, tiny_search_config
 
@@ -128,7 +128,8 @@ def test_each_fold_policy_never_saw_its_benchmark(labels, tmp_path):
     the guard rails asked for (what the gate measures is what would be kept)."""
     from analysis.label_training import label_sites, read_sites_table
     from analysis.policy_training import encode
-    from commands.policy_validation import fold_policies
+    from dispatcher.build.policies import parse_policy
+    from pipeline.policy.validation import fold_policies
     parts = []
     for name in BENCHES:
         sites, _ = label_sites(read_sites_table(labels / "labels" / name / "sites.csv"), 0.01)
@@ -137,8 +138,11 @@ def test_each_fold_policy_never_saw_its_benchmark(labels, tmp_path):
     folds = fold_policies(ts, ["logistic"], 0.01, tmp_path / "folds", margin=0.3,
                           ranges=False, growth_budget=40)
     assert sorted(folds) == [("logistic", b) for b in sorted(BENCHES)]
-    for (_, held_out), path in folds.items():
-        trained = read_policy_file(path)
+    for (_, held_out), fold in folds.items():
+        trained = read_policy_file(fold.path)
+        # the compile gets the bytes in memory: the file's own, the same store identity
+        assert fold.spec.data == fold.path.read_bytes()
+        assert fold.spec.identity() == parse_policy(str(fold.path)).identity()
         assert trained.benchmarks == sorted(set(BENCHES) - {held_out})
         assert (trained.margin, trained.ranges, trained.growth_budget) == (0.3, False, 40)
     one = encode(parts[0])
