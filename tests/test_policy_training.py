@@ -190,6 +190,32 @@ def test_a_policy_file_is_read_once_and_answers_through_its_spec(tmp_path, monke
     assert first.decide(Site()) is policies.Advice.INLINE  # type: ignore[arg-type]
 
 
+def test_a_policy_in_memory_reaches_a_compile_as_its_file_s_bytes(tmp_path, monkeypatch):
+    """A policy trained in this process is named to a compile from memory (``learned_spec``):
+    its bytes made and hashed once, nothing written or read; the same identity (the store's
+    keys) as the file those bytes are saved to, named later, and the compiler is given them."""
+    import hashlib
+
+    import dispatcher.build.policies as policies
+    from dispatcher.build.policy_file import write_policy_bytes
+    policy = train(training_set(*planted(), threshold=0.01), "logistic", 0.01)
+    hashed = []
+    real_sha256 = hashlib.sha256
+    monkeypatch.setattr(policies.hashlib, "sha256",
+                        lambda data=b"": hashed.append(data) or real_sha256(data))
+    spec = policies.learned_spec(policy)
+    assert len(hashed) == 1 and spec.trained is policy
+    assert policies.compiler_policy_file(spec) is spec.data
+    assert spec.identity() == f"learned:sha256:{spec.digest}" and len(hashed) == 1
+    path = tmp_path / "p.policy"
+    write_policy_bytes(spec.data, path)
+    save_policy_file(policy, tmp_path / "q.policy")
+    assert (tmp_path / "q.policy").read_bytes() == spec.data
+    named = policies.parse_policy(str(path))
+    assert named.identity() == spec.identity()
+    assert named.data == spec.data
+
+
 def test_an_old_pickled_policy_is_refused_unread(tmp_path):
     """A .policy file of an older version (a joblib pickle) is refused in one line, never
     unpickled: nothing in it runs."""

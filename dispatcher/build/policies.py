@@ -14,9 +14,14 @@ wherever the heuristic decided freely) or an overrides file such as an
 file ``train-policy`` wrote (``learned``; its format: ``dispatcher.build.policy_file``).
 ``POLICY_KINDS`` maps each kind to what makes its policy object from a spec
 (``policy_of_spec``); ``compiler_policy_file`` gives the kinds the compiler evaluates itself
-(a learned policy, always-inline) as a policy file instead.  A learned policy's file is read
-once, when it is named (``parse_policy``): the spec carries the policy it held to every
-compile.
+(a learned policy, always-inline) as a policy file instead.
+
+A learned policy's spec carries its file's bytes and their sha256, computed once: from a file
+when it is named (``parse_policy``: read once, checked on reading), or from a policy trained
+in this process (``learned_spec``: serialised in memory, nothing written or read back).  The
+same content has the same identity either way, so a compile's cache key does not depend on
+whether its policy came from disk.  The compile service hands the bytes to the compiler
+(``compiler_policy_file``); the only file it writes is the one the compiler reads.
 """
 from __future__ import annotations
 
@@ -36,10 +41,10 @@ from dispatcher.build.policy_file import (
     PolicyFileError,
     TrainedPolicy,
     decode_policy_file,
+    policy_bytes,
     policy_text,
 )
 from dispatcher.core.decisions import (
-    STRING_BODY,
     DecisionFileError,
     Features,
     Override,
@@ -47,9 +52,8 @@ from dispatcher.core.decisions import (
     parse_features,
     parse_features_text,
     read_overrides,
-    read_sexp,
-    unescape,
 )
+from dispatcher.core.sexp import STRING_BODY, read_sexp, unescape
 
 
 class Advice(str, enum.Enum):
@@ -301,8 +305,7 @@ def parse_policy(text: str) -> PolicySpec:
             trained = decode_policy_file(data, source)
         except PolicyFileError as exc:  # it names the file (and the line)
             raise PolicyError(f"policy {exc}") from None
-        return PolicySpec("learned", source=source, digest=hashlib.sha256(data).hexdigest(),
-                          trained=trained, data=data)
+        return _learned(data, trained, source)
     if _PATH_LIKE.search(text) or Path(text).exists():
         try:
             overrides = tuple(read_overrides(text))
@@ -314,6 +317,19 @@ def parse_policy(text: str) -> PolicySpec:
     raise PolicyError(f"policy {text!r}: expected {', '.join(_NAMED)}, the path of an "
                       f"overrides file (.sexp) or of a policy file train-policy wrote "
                       f"({LEARNED_SUFFIX})")
+
+
+def learned_spec(trained: TrainedPolicy, source: str = "") -> PolicySpec:
+    """A policy trained in this process, as a compile names it: its file's bytes made and
+    hashed here, once; nothing written or read.  Saved to a file (``write_policy_bytes``),
+    those bytes give ``parse_policy`` the same identity, so the store's entries are shared."""
+    return _learned(policy_bytes(trained), trained, source)
+
+
+def _learned(data: bytes, trained: TrainedPolicy, source: str) -> PolicySpec:
+    """The spec of a learned policy's bytes and what they hold: their sha256, the one time."""
+    return PolicySpec("learned", source=source, digest=hashlib.sha256(data).hexdigest(),
+                      trained=trained, data=data)
 
 
 #: always-inline as a policy file the compiler evaluates itself: ``inline`` at every site the

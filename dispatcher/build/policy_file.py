@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dispatcher.core.files import atomic_output
+from dispatcher.core.sexp import SexpSyntaxError, scan
 
 if TYPE_CHECKING:
     import numpy as np
@@ -538,18 +539,24 @@ def policy_text(policy: TrainedPolicy) -> str:
     return "\n".join(lines) + "\n"
 
 
+def policy_bytes(policy: TrainedPolicy) -> bytes:
+    """The file's bytes (UTF-8 text): what the compiler reads, what a learned policy's
+    identity is the sha256 of (``dispatcher.build.policies.learned_spec``)."""
+    return policy_text(policy).encode("utf-8")
+
+
+def write_policy_bytes(data: bytes, path: Path) -> None:
+    """Write a policy file's bytes to ``path`` atomically; OSError if it cannot be written."""
+    with atomic_output(path) as tmp:
+        tmp.write_bytes(data)
+
+
 def save_policy_file(policy: TrainedPolicy, path: Path) -> None:
     """Write ``policy`` to ``path`` atomically; OSError if it cannot be written."""
-    text = policy_text(policy)
-    with atomic_output(path) as tmp:
-        tmp.write_text(text)
+    write_policy_bytes(policy_bytes(policy), path)
 
 
 # -- the file: reading ---------------------------------------------------------------------
-
-_TOKEN = re.compile(r'\s+|;[^\n]*|\(|\)|"(?:[^"\\\n]|\\.)*"|[^\s()";]+')
-_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
-
 
 class _Quoted(str):
     """A string that was written in double quotes (an atom is a plain str)."""
@@ -568,33 +575,23 @@ class _List:
 
 
 def _read(text: str) -> list[Any]:
-    """The s-expressions of ``text``: atoms (str), quoted strings (_Quoted), lists (_List)."""
+    """The s-expressions of ``text``: atoms (str), quoted strings (_Quoted), lists (_List).
+    Tokens through ``dispatcher.core.sexp.scan``: the compiler's own grammar, which is why the
+    project keeps a tokenizer of its own (this file must be refused where the compiler would)."""
     stack: list[_List] = [_List([], 1)]
-    pos, line = 0, 1
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None:
-            raise _Malformed(line, "unterminated string")
-        tok = m.group()
-        pos = m.end()
-        if tok == "(":
-            stack.append(_List([], line))
-        elif tok == ")":
-            if len(stack) == 1:
-                raise _Malformed(line, "unexpected ')'")
-            done = stack.pop()
-            stack[-1].items.append(done)
-        elif tok[0] == '"':
-            body = tok[1:-1]
-            if "\\" in body:
-                bad = re.search(r'\\[^nt"\\]', body)
-                if bad:
-                    raise _Malformed(line, f"invalid escape {bad.group()} in a string")
-                body = re.sub(r"\\(.)", lambda e: _ESCAPES[e.group(1)], body)
-            stack[-1].items.append(_Quoted(body))
-        elif tok[0] not in " \t\r\n;":
-            stack[-1].items.append(tok)
-        line += tok.count("\n")
+    try:
+        for kind, value, line in scan(text):
+            if kind == "(":
+                stack.append(_List([], line))
+            elif kind == ")":
+                if len(stack) == 1:
+                    raise _Malformed(line, "unexpected ')'")
+                done = stack.pop()
+                stack[-1].items.append(done)
+            else:
+                stack[-1].items.append(_Quoted(value) if kind == "string" else value)
+    except SexpSyntaxError as exc:
+        raise _Malformed(exc.line, str(exc)) from None
     if len(stack) > 1:
         raise _Malformed(stack[-1].line, "unclosed '(': expected ')' before the end of the file")
     return stack[0].items

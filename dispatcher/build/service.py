@@ -12,9 +12,11 @@ compiles that unit, and the later ones only if its .cmi/.cmx changed; the link a
 The binary and dumps are byte-identical to a whole build (tested).  Two compiles needing the
 same unit at once compile it once.
 
-A job may name a policy (``CompileJob.policy``, ``dispatcher.build.policies``): a policy file
-``train-policy`` wrote, and always-inline as a constant one, is given to the compiler, which
-evaluates it itself (``-inlining-policy``); any other policy is served by a policy host
+A job may name a policy (``CompileJob.policy``, ``dispatcher.build.policies``): a learned
+policy, whose spec carries its file's bytes (read from a ``.policy`` file, or serialised from
+a policy trained in this process), and always-inline as a constant one, are given to the
+compiler, which evaluates them itself (``-inlining-policy``, a file written for the build
+only: ``compiler_file``); any other policy is served by a policy host
 (``dispatcher.build.policy_host``) answering the compiler on its policy channel.  The policy's
 identity (for a file, the sha256 of its content) joins the cache keys of that job and its
 units; a job without one has the key it always had.
@@ -26,6 +28,7 @@ entries come from the compiler's own dumps, so they always pass.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -33,6 +36,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +70,21 @@ from dispatcher.storage.store import (
 )
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def compiler_file(data: bytes) -> Iterator[Path]:
+    """A policy's bytes where the compiler reads them (``-inlining-policy`` takes a path): the
+    one write between a spec and the compiler, for one build, removed when it ends.  Exactly
+    the bytes that were hashed, never the file a user named (it may have changed since); per
+    build, so no compile still running can lose it to another's cleanup."""
+    where = Path(tempfile.mkdtemp(prefix="inlining-policy-"))
+    try:
+        path = where / "policy.policy"
+        path.write_bytes(data)
+        yield path
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
 
 
 class BuilderLost(RuntimeError):
@@ -402,15 +421,8 @@ class CompileService:
             return run(), "master"
         data = compiler_policy_file(job.policy)
         if data is not None:
-            # The compiler evaluates the file itself: exactly the bytes that were hashed,
-            # copied beside nothing else (the file named may have changed since)
-            where = Path(tempfile.mkdtemp(prefix="inlining-policy-"))
-            try:
-                copy = where / "policy.policy"
-                copy.write_bytes(data)
-                return run(PolicyFile(copy, job.policy.identity())), "master"
-            finally:
-                shutil.rmtree(where, ignore_errors=True)
+            with compiler_file(data) as path:
+                return run(PolicyFile(path, job.policy.identity())), "master"
         try:
             policy = policy_of_spec(job.policy)
         except PolicyError as exc:
