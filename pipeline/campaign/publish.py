@@ -18,6 +18,7 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
+from dispatcher.build.policy_file import PolicyFileError, read_policy_file
 from dispatcher.core.files import write_text_atomic
 from pipeline.campaign.budget import WorkerClock
 from pipeline.campaign.plan import SEARCHES, Campaign, CampaignError
@@ -66,10 +67,10 @@ def _log(campaign: Campaign, stage: str) -> str:
 def reproduce_command(campaign: Campaign) -> str:
     """train-policy --dataset with the options that wrote the campaign's policy (the
     classifier its measured validation kept)."""
-    import re
-    text = campaign.policy_file.read_text(encoding="utf-8", errors="replace")
-    found = re.search(r"\(classifier ([a-z_]+)\)", text)
-    classifier = found.group(1) if found else campaign.policy.classifier
+    try:
+        classifier = read_policy_file(campaign.policy_file).classifier
+    except (PolicyFileError, OSError):  # unreadable: the classifier the campaign asked for
+        classifier = campaign.policy.classifier
     model = (f" --model {campaign.rewards_model}" if (campaign.dir / "rewards").is_dir()
              else "")
     return (f"train-policy --dataset dataset --classifier {classifier} --margin "
@@ -129,47 +130,51 @@ def readme(campaign: Campaign, state: CampaignState, spent_s: float) -> str:
     return "\n".join(lines)
 
 
+def _published(campaign: Campaign) -> list[tuple[Path, Path]]:
+    """What is published: (source in the campaign directory, destination in the results)."""
+    d, out = campaign.dir, campaign.results
+    pairs: list[tuple[Path, Path]] = []
+    measured = d / "results"
+    for src in sorted(measured.rglob("*")) if measured.is_dir() else []:
+        rel = src.relative_to(measured)
+        if not src.is_file():
+            continue
+        if rel.name.startswith("plugin_") and rel.name.endswith(".summary.csv") \
+                and len(rel.parts) == 1:
+            pairs.append((src, out / "summary.csv"))
+        elif src.suffix in (".csv", ".json", ".png"):
+            pairs.append((src, out / rel))
+    for name in (campaign.policy_file.name, campaign.policy_file.name + ".scores.csv"):
+        if (d / name).is_file():
+            pairs.append((d / name, out / name))
+    labels = d / "labels"
+    for src in sorted(labels.glob("*/*")) if labels.is_dir() else []:
+        if src.is_file() and src.name in ("sites.csv", "sites.parquet", "report.txt",
+                                          "effects.png"):
+            pairs.append((src, out / "labels" / src.parent.name / src.name))
+    dataset = d / "dataset"
+    for src in sorted(dataset.rglob("*")) if dataset.is_dir() else []:
+        if src.is_file():
+            pairs.append((src, out / "dataset" / src.relative_to(dataset)))
+    for rundir in experiments(campaign.batch_log, SEARCHES):
+        if (rundir / "plot.png").is_file():
+            pairs.append((rundir / "plot.png", out / "search" / f"{rundir.name}.png"))
+    return pairs
+
+
 def publish(campaign: Campaign) -> list[Path]:
     """Copy the campaign's results into ``campaign.results`` and write its README; the files
     written.  PublishError when there is nothing to publish or it cannot be written."""
-    d, out = campaign.dir, campaign.results
+    out = campaign.results
     written: list[Path] = []
     try:
         state = read_state(campaign)
-        measured = d / "results"
-        if measured.is_dir():
-            for src in sorted(measured.rglob("*")):
-                if not src.is_file():
-                    continue
-                rel = src.relative_to(measured)
-                if rel.name.startswith("plugin_") and rel.name.endswith(".summary.csv") \
-                        and len(rel.parts) == 1:
-                    _copy(src, out / "summary.csv", written)
-                elif src.suffix in (".csv", ".json", ".png"):
-                    _copy(src, out / rel, written)
-        for name in (campaign.policy_file.name, campaign.policy_file.name + ".scores.csv"):
-            if (d / name).is_file():
-                _copy(d / name, out / name, written)
-        labels = d / "labels"
-        if labels.is_dir():
-            for src in sorted(labels.glob("*/*")):
-                if src.is_file() and src.name in ("sites.csv", "sites.parquet", "report.txt",
-                                                  "effects.png"):
-                    _copy(src, out / "labels" / src.parent.name / src.name, written)
-        dataset = d / "dataset"
-        if dataset.is_dir():
-            for src in sorted(dataset.rglob("*")):
-                if src.is_file():
-                    _copy(src, out / "dataset" / src.relative_to(dataset), written)
-        for rundir in experiments(campaign.batch_log, SEARCHES):
-            plot = rundir / "plot.png"
-            if plot.is_file():
-                _copy(plot, out / "search" / f"{rundir.name}.png", written)
+        for src, dst in _published(campaign):
+            _copy(src, dst, written)
         if not written:
-            raise PublishError(f"{d}: nothing to publish (no stage wrote results)")
-        spent = WorkerClock().spent(campaign)
-        text = readme(campaign, state, spent)
-        write_text_atomic(out / "README.md", text)
+            raise PublishError(f"{campaign.dir}: nothing to publish (no stage wrote results)")
+        write_text_atomic(out / "README.md",
+                          readme(campaign, state, WorkerClock().spent(campaign)))
         written.append(out / "README.md")
     except OSError as exc:
         raise PublishError(f"{out}: cannot write the results ({exc.strerror or exc})") from None
