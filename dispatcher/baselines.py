@@ -16,13 +16,15 @@ from collections.abc import Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dispatcher.build.manifest import ALLOWED_FLAGS, ALLOWED_VALUE_FLAGS, Benchmark, Size
 from dispatcher.build.service import CompileJob
 from dispatcher.compare import Compared, Contender, Failure, compare_with_heuristic
 from dispatcher.core.figures import Figure, geomean_figure
-from dispatcher.core.files import atomic_output
+from dispatcher.core.files import TextFileError, atomic_output, read_regular_text
 from dispatcher.running.measurement import PairingPolicy
 from dispatcher.session import Session
 
@@ -47,9 +49,9 @@ class BaselineError(RuntimeError):
     """A record that cannot be used; the message is one line naming the file."""
 
 
-def check_grid(grid: Mapping[str, Sequence[str]]) -> None:
+def check_grid(grid: Mapping[str, Sequence[str]], what: str = "grid setting ") -> None:
     """Every option of the grid is on the manifests' allow-list (a value option followed by
-    its value)."""
+    its value); ValueError naming ``what`` and the setting otherwise."""
     for name, flags in grid.items():
         i = 0
         while i < len(flags):
@@ -58,7 +60,7 @@ def check_grid(grid: Mapping[str, Sequence[str]]) -> None:
             elif flags[i] in ALLOWED_FLAGS:
                 i += 1
             else:
-                raise ValueError(f"grid setting {name}: {flags[i]!r} is not allow-listed")
+                raise ValueError(f"{what}{name}: {flags[i]!r} is not allow-listed")
 
 
 def setting_flags(bench: Benchmark, flags: Sequence[str]) -> tuple[str, ...]:
@@ -142,23 +144,61 @@ class Tuning:
                 "grid": {k: list(v) for k, v in GRID.items()}, "training": self.table}
 
 
+class _TrainingRow(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    geomean: Optional[Annotated[list[float], Field(min_length=3, max_length=3)]]
+    # per benchmark: speedup, low, high, size ratio (None: not measured)
+    benchmarks: dict[str, Annotated[list[Optional[float]], Field(min_length=4, max_length=4)]]
+
+
+class _Record(BaseModel):
+    """The shape of ``global-setting.json``: checked whole on every read (a record is data
+    that chooses compiler flags: nothing in it is taken on trust)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    version: Literal[1]
+    chosen: Optional[str]
+    flags: list[str] = Field(max_length=64)
+    benchmarks: list[str] = Field(max_length=10_000)
+    size: str
+    grid: dict[str, list[str]] = Field(max_length=1_000)
+    training: dict[str, _TrainingRow] = Field(max_length=1_000)
+
+
+RECORD_LIMIT = 16 << 20  # bytes: a record of the whole bundled suite is a few kB
+
+
 def read_record(path: Path) -> dict[str, Any] | None:
-    """The recorded choice, or None when there is none; BaselineError for a file that is
-    not one."""
+    """The recorded choice, or None when there is none; BaselineError (one line naming the
+    file and the field) for a file that is not one: not a regular file, not JSON, a field
+    of the wrong type, a flag outside the allow-list, a ``chosen`` that is not a setting of
+    its grid or whose flags are not that setting's."""
+    def bad(what: str) -> BaselineError:
+        return BaselineError(f"{path}: {what}; --retune writes it again")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_regular_text(path, RECORD_LIMIT))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
-        raise BaselineError(f"{path}: unreadable ({exc}); --retune writes it again") from None
-    if not isinstance(data, dict) or data.get("version") != RECORD_VERSION or \
-            not isinstance(data.get("benchmarks"), list) or \
-            not isinstance(data.get("grid"), dict) or \
-            not isinstance(data.get("training"), dict) or \
-            not (data.get("chosen") is None or isinstance(data.get("chosen"), str)):
-        raise BaselineError(f"{path}: not a global-setting record of version {RECORD_VERSION} "
-                            "(expected version, chosen, flags, benchmarks, size, grid, "
-                            "training); --retune writes it again")
+    except (TextFileError, ValueError, RecursionError) as exc:
+        raise bad(f"unreadable ({str(exc).removeprefix(f'{path}: ')})") from None
+    if not isinstance(data, dict) or data.get("version") != RECORD_VERSION:
+        raise bad(f"not a global-setting record of version {RECORD_VERSION}")
+    try:
+        record = _Record.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise bad(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
+    try:
+        check_grid({**{f"grid.{k}": v for k, v in record.grid.items()},
+                    "flags": record.flags}, what="")
+    except ValueError as exc:
+        raise bad(str(exc)) from None
+    if record.chosen is None:
+        if record.flags:
+            raise bad("flags given but no setting chosen")
+    elif record.grid.get(record.chosen) != record.flags:
+        raise bad(f"chosen: {record.chosen!r} is not a setting of its grid with flags "
+                  f"{record.flags}")
     return data
 
 
@@ -177,8 +217,8 @@ def tune(session: Session, results: Path, benches: Sequence[Benchmark],
         if data is not None:
             same = (tuple(data["benchmarks"]) == names and data.get("size") == size_name
                     and data["grid"] == grid)
-            if same and data["chosen"] is not None:
-                return Tuning(data["chosen"], tuple(data.get("flags") or ()), names,
+            if same and data["chosen"] is not None:  # its flags are the grid's (read_record)
+                return Tuning(data["chosen"], GRID[data["chosen"]], names,
                               size_name, data["training"], reused=True)
             if say is not None:
                 say(f"{path}: " + ("no setting was measured on every tuning benchmark"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -41,6 +42,38 @@ def read_utf8(path: Path) -> str:
         line = data.count(b"\n", 0, exc.start) + 1
         raise TextFileError(f"{path}: expected UTF-8 text ({exc.reason} at byte {exc.start}, "
                             f"line {line})") from None
+
+
+def read_regular_text(path: Path, limit: int) -> str:
+    """The UTF-8 text of ``path``, which must be a regular file of at most ``limit`` bytes;
+    TextFileError (one line naming it) otherwise.  A FIFO, a device or a directory is refused
+    without blocking or reading it (opened non-blocking, judged by fstat); FileNotFoundError
+    passes through (a file that may be absent is the caller's case)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise TextFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise TextFileError(f"{path}: not a regular file")
+        if st.st_size > limit:
+            raise TextFileError(f"{path}: {st.st_size} bytes, more than the {limit} expected")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise TextFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise TextFileError(f"{path}: more than the {limit} bytes expected")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TextFileError(f"{path}: expected UTF-8 text ({exc.reason} at byte "
+                            f"{exc.start})") from None
 
 
 def write_text_atomic(path: Path, text: str) -> Path:
