@@ -73,6 +73,9 @@ def test_a_bad_record_is_one_line(tmp_path):
     with pytest.raises(BaselineError, match=f"{RECORD}: unreadable .*--retune writes it"):
         read_record(tmp_path / RECORD)
     (tmp_path / RECORD).write_text(json.dumps({"version": 1, "chosen": 3}))
+    with pytest.raises(BaselineError, match="chosen: Input should be a valid string"):
+        read_record(tmp_path / RECORD)
+    (tmp_path / RECORD).write_text("[]")
     with pytest.raises(BaselineError, match="not a global-setting record of version 1"):
         read_record(tmp_path / RECORD)
 
