@@ -160,3 +160,4 @@ def test_a_run_record_keeps_its_counts_and_an_older_one_reads_as_before():
     assert "counts" not in plain.to_json()
     counted = RunRecord(wall_ns=1, user_s=0.0, sys_s=0.0, maxrss_kb=1, counts={"Ir": 3})
     assert RunRecord.model_validate(counted.to_json()).counts == {"Ir": 3}
+

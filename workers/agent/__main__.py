@@ -29,6 +29,8 @@ def hold_slot_lock(path: str, wait: float) -> int:
     A kernel ``flock``: it dies with the process, so a master that crashed leaves nothing
     behind that blocks the next one (its agent exits on EOF once the connection is gone; a
     run in progress finishes first, hence ``wait``).  Two live masters never share a slot.
+    An agent whose own master dies while it waits (EOF on stdin) exits at once, status 0:
+    it would otherwise hold up the slot's next agent, its master's resume, for ``wait``.
     """
     import fcntl
     fd, writable = _open_lock_file(path)
@@ -38,6 +40,8 @@ def hold_slot_lock(path: str, wait: float) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except BlockingIOError:
+            if _master_gone(0):
+                sys.exit(0)  # nobody is waiting for this agent: leave the slot to the living
             if time.monotonic() >= deadline:
                 try:
                     holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
@@ -53,6 +57,29 @@ def hold_slot_lock(path: str, wait: float) -> int:
         os.pwrite(fd, ("pid %d since %s\n" % (os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%S"))
                        ).encode(), 0)
     return fd
+
+
+def _master_gone(fd: int) -> bool:
+    """Whether the master's end of ``fd`` (stdin) is closed: readable with nothing to read
+    (EOF), or hung up.  Nothing is read: a request the master sent early stays for serve."""
+    import fcntl
+    import select
+    import termios
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    try:
+        events = poller.poll(0)
+    except OSError:
+        return False
+    if not events:
+        return False
+    if events[0][1] & (select.POLLERR | select.POLLNVAL):
+        return True
+    try:
+        waiting = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+    except OSError:
+        return False  # not a pipe or socket (a file, a terminal): cannot tell
+    return int.from_bytes(waiting, sys.byteorder) == 0
 
 
 def _open_lock_file(path: str) -> tuple[int, bool]:
