@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from dispatcher.build.manifest import Benchmark, ManifestError, resolve_benchmark
-from dispatcher.build.toolchain import CompilerNotFound
-from dispatcher.config import Config, ConfigError, load_config
+from dispatcher.build.manifest import Benchmark, resolve_benchmark
+from dispatcher.config import Config, load_config
 from dispatcher.core.decisions import read_overrides
-from dispatcher.core.rundir import RundirError, check_batch_log, check_rundirs_dir
+from dispatcher.core.rundir import check_batch_log, check_rundirs_dir
 from dispatcher.labels.planning import (
     Job,
     LabelsSettings,
@@ -29,12 +28,10 @@ from dispatcher.labels.planning import (
 from dispatcher.labels.procedure import LabelsStatus, SiteLabeller
 from dispatcher.planning import PlanError, rundir_name, task_benchmarks
 from dispatcher.session import Session
-from dispatcher.storage.store import StoreError
 from pipeline.longrun import Ending, GracefulStop, StatusLine, progress, watch
+from pipeline.searches import INPUT_ERRORS
 
-#: The one-line errors of bad input or a refused plan (each names what is wrong).
-INPUT_ERRORS = (ConfigError, ManifestError, CompilerNotFound, RundirError, StoreError,
-                PlanError)
+__all__ = ["INPUT_ERRORS", "STOPPING", "SitesReport", "SitesRequest", "measure_sites"]
 STOPPING = "stopping: tests in flight are dropped and measured again on --resume"
 
 
