@@ -16,6 +16,7 @@ from typing import Any
 import sexpdata
 
 from dispatcher.core.files import TextFileError, read_utf8, write_text_atomic
+from dispatcher.core.sexp import INT_ATOM, STRING_BODY, read_sexp, unescape
 
 FORMAT_VERSION = 1  # of the overrides file
 DUMP_VERSIONS = (1, 2)  # the decision dumps this module reads
@@ -268,55 +269,6 @@ def _one(fields: dict, name: str, where: str):
     return values[0]
 
 
-# The compiler's writer (``sexp_string`` in the patch) escapes only these four characters.
-_GAP = r'(?:\s|;[^\n]*(?:\n|\Z))*'  # blanks and ;-comments (a comment runs to the line's end)
-#: The inside of a string as the compiler writes it (the four escapes above).
-STRING_BODY = r'(?:[^"\\]|\\["\\nt])*'
-_TOKEN = re.compile(_GAP + r'(?:(\()|(\))|"(' + STRING_BODY + r')"|([^\s()";]+))')
-_SPACE = re.compile(_GAP + r'\Z')
-_ESCAPE = re.compile(r'\\(.)')
-_UNESCAPE = {'"': '"', "\\": "\\", "n": "\n", "t": "\t"}
-_INT = re.compile(r"-?[0-9]+$")
-
-
-def read_sexp(text: str):
-    """One s-expression as sexpdata would read it (lists, ``Symbol``, str, int), but several
-    times faster: a dump is read for every candidate, on the master's critical path.
-
-    Only for the compiler's own output; ValueError on anything it does not write."""
-    stack: list[list] = [[]]
-    top = stack[0]
-    symbols: dict[str, sexpdata.Symbol] = {}
-    pos = 0
-    match = _TOKEN.match
-    while (m := match(text, pos)) is not None:
-        pos = m.end()
-        opened, closed, string, atom = m.groups()
-        if opened:
-            top = []
-            stack.append(top)
-        elif closed:
-            if len(stack) == 1:
-                raise ValueError(f"unbalanced ')' before offset {pos}")
-            done = stack.pop()
-            top = stack[-1]
-            top.append(done)
-        elif string is not None:
-            top.append(unescape(string))
-        elif _INT.match(atom):
-            top.append(int(atom))
-        else:
-            sym = symbols.get(atom)
-            if sym is None:
-                sym = symbols[atom] = sexpdata.Symbol(atom)
-            top.append(sym)
-    if not _SPACE.match(text, pos):
-        raise ValueError(f"unexpected character at offset {pos}")
-    if len(stack) != 1 or len(stack[0]) != 1:
-        raise ValueError("expected exactly one complete s-expression")
-    return stack[0][0]
-
-
 # A decision's features in the compiler's layout (the last field of a decision's line, no
 # strings), cut out of the dump before the s-expression reader sees it and read by
 # ``parse_features_text``.
@@ -443,7 +395,7 @@ MAX_OVERRIDES = 100_000
 # An overrides file in the layout ``overrides_text`` writes (sections and fields in its order,
 # no comments) is read entry by entry with one regular expression, several times faster than
 # the token reader; any other layout takes the general path, which also says what is wrong.
-_STRING = r'"([^"\\]*(?:\\["\\nt][^"\\]*)*)"'
+_STRING = '"(' + STRING_BODY + ')"'
 _HEAD = re.compile(r'\s*\(\s*inlining_overrides\s*\(\s*version\s+' + str(FORMAT_VERSION)
                    + r'\s*\)\s*\(\s*overrides(?=[\s()])')
 _ENTRY = re.compile(r'\s*\(\s*\(\s*unit\s*(?:' + _STRING + r'|\s([^\s()";]+))\s*\)\s*'
@@ -455,12 +407,7 @@ _ENTRY_FIELDS = ("unit", "round", "key", "action")
 
 def _atom(text: str):
     """An atom as ``read_sexp`` gives it: an int for digits, else a ``Symbol``."""
-    return int(text) if _INT.match(text) else sexpdata.Symbol(text)
-
-
-def unescape(s: str) -> str:
-    """The text of a string the compiler wrote, its escapes undone."""
-    return _ESCAPE.sub(lambda e: _UNESCAPE[e.group(1)], s) if "\\" in s else s
+    return int(text) if INT_ATOM.match(text) else sexpdata.Symbol(text)
 
 
 def _fast_entries(text: str) -> list[tuple] | None:

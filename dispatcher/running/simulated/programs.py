@@ -40,6 +40,7 @@ from pathlib import Path
 
 from dispatcher.build.manifest import BUNDLED_DIR, Benchmark
 from dispatcher.core.decisions import DUMP_NAME, Decision, Override, parse_dump
+from dispatcher.core.sexp import STRING_BODY, unescape
 from dispatcher.core.sites import site_function
 from dispatcher.core.tree import (
     CALL,
@@ -62,7 +63,7 @@ SOURCE_FILE = "source.json"  # in a bundle: what the dumps were made from
 MAX_DEPTH = 64  # frames: a call inlined into itself this deep is not expanded further
 
 # A decision's line in the compiler's dump: its key, and its features (the line's last field).
-_LINE_KEY = re.compile(r'^\s*\(\(key "((?:[^"\\]|\\.)*)"\)')
+_LINE_KEY = re.compile(r'^\s*\(\(key "(' + STRING_BODY + r')"\)')
 _LINE_FEATURES = re.compile(r" (\(features [^\"\n]*\))\)\s*$")
 
 
@@ -122,7 +123,7 @@ def program_from_dumps(name: str, texts: Mapping[str, str],
         for line in text.splitlines():
             k, f = _LINE_KEY.match(line), _LINE_FEATURES.search(line)
             if k and f:
-                key = k.group(1).replace('\\"', '"').replace("\\\\", "\\")
+                key = unescape(k.group(1))
                 features[(dump.unit, dump.round, key)] = f.group(1)
     tree = from_dumps(dumps)
     decls: dict[str, tuple[str, Node]] = {}
