@@ -155,7 +155,7 @@ class Campaign:
             if proc.returncode == -signal.SIGKILL:
                 self.kills[self.last_kind()] += 1
             else:
-                assert proc.returncode == 1 and "in use by another master (pid" in err, err
+                assert proc.returncode == USER_ERROR and "in use by another master (pid" in err, err
                 self.refused += 1
 
     def state(self) -> tuple[Path | None, list]:
