@@ -24,10 +24,21 @@ from dispatcher.core.records import (
     StepEvent,
 )
 from dispatcher.core.rundir import KILL_HOOK_ENV, Rundir, read_batch_log
-from tests.helpers import FIRST_CPU, REPO, kill_after, only_rundir, run_to_end, rundirs_in, start
+from tests.helpers import (
+    FIRST_CPU,
+    REPO,
+    invoke,
+    kill_after,
+    one_line_error,
+    only_rundir,
+    run_to_end,
+    rundirs_in,
+    start,
+)
 from tests.helpers import search_config as config
 from tests.helpers import training_command as command
 
+PROG = "run_training_experiments"
 
 def proposals(rundir: Path) -> list[tuple[int, int, str, str]]:
     """(step, candidate, mutation, proposal text) for every candidate of every step."""
@@ -278,15 +289,12 @@ def test_bad_inputs_fail_with_one_line(tmp_path):
                            (["--tasks", str(tmp_path / "latin1.txt")],
                             "latin1.txt: expected UTF-8 text (invalid continuation byte at "
                             "byte 3)")]:
-        proc = subprocess.run(command(cfg, *args), cwd=REPO, capture_output=True, text=True,
-                              timeout=120)
-        assert proc.returncode != 0
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        assert len(lines) == 1 and expected in lines[0], proc.stderr
+        # in this process: each is refused before a session, a worker or a rundir exists
+        line = one_line_error(invoke(PROG, "--config", str(cfg), *args, cwd=REPO))
+        assert line.startswith(f"{PROG}: ") and expected in line, line
     assert not list((tmp_path / "rundirs").glob("*"))  # refused before any rundir was made
     # A finished rundir is left as it is: no second finish.
     journal = (rundir / "journal.jsonl").read_bytes()
-    proc = subprocess.run(command(cfg, "--resume", str(rundir)), cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 0 and "already finished" in proc.stderr, proc.stderr
+    result = invoke(PROG, "--config", str(cfg), "--resume", str(rundir), cwd=REPO)
+    assert result.exit_code == 0 and "already finished" in result.stderr, result.stderr
     assert (rundir / "journal.jsonl").read_bytes() == journal

@@ -39,7 +39,7 @@ from dispatcher.core.tree import Tree, from_dumps
 from dispatcher.labels.ddmin import ddmin, split
 from dispatcher.labels.procedure import keeps_gain, pooled
 from dispatcher.labels.winner import confirmed_winner, tree_with, winner_decisions
-from tests.helpers import ROWS_0, ROWS_1, dump
+from tests.helpers import ROWS_0, ROWS_1, dump, invoke, one_line_error
 
 REPO = Path(__file__).resolve().parent.parent
 FIRST_CPU = min(os.sched_getaffinity(0))
@@ -294,24 +294,22 @@ def test_measure_sites_attributes_a_winner_survives_a_kill_and_writes_the_table(
     assert (tmp_path / "labels" / "kahan" / "report.txt").read_text().startswith("winner:")
 
 
-def test_measure_sites_refuses_bad_input_in_one_line(tmp_path, compiler):
+def test_measure_sites_refuses_bad_input_in_one_line(tmp_path):
+    """Each refused before a session, a worker or a rundir exists: in this process, one line
+    naming the command, the user-error status."""
     cfg = config(tmp_path, tmp_path / "store")
-    nothing = run("measure-sites", "--config", str(cfg), cwd=tmp_path, timeout=60)
-    assert nothing.returncode != 0 and "nothing to measure" in nothing.stderr
-    assert "Traceback" not in nothing.stderr
     (tmp_path / "not-a-rundir").mkdir()
-    bad = run("measure-sites", "--config", str(cfg), str(tmp_path / "not-a-rundir"),
-              cwd=tmp_path, timeout=60)
-    assert bad.returncode != 0 and "not a rundir" in bad.stderr
-    assert len(bad.stderr.strip().splitlines()) == 1
     (tmp_path / "tasks").write_text("no_such_benchmark\n")
-    unknown = run("measure-sites", "--config", str(cfg), "--tasks", str(tmp_path / "tasks"),
-                  cwd=tmp_path, timeout=60)
-    assert unknown.returncode != 0 and "no_such_benchmark" in unknown.stderr
-    assert "Traceback" not in unknown.stderr
-    resumed = run("measure-sites", "--config", str(cfg), "--resume",
-                  str(tmp_path / "not-a-rundir"), "--sweep", "3", cwd=tmp_path, timeout=60)
-    assert resumed.returncode != 0 and "cannot be used with --resume" in resumed.stderr
+    for args, expected in [
+            ([], "nothing to measure"),
+            ([str(tmp_path / "not-a-rundir")], "not a rundir"),
+            (["--tasks", str(tmp_path / "tasks")], "no_such_benchmark"),
+            (["--resume", str(tmp_path / "not-a-rundir"), "--sweep", "3"],
+             "--sweep cannot be used with --resume")]:
+        line = one_line_error(invoke("measure-sites", "--config", str(cfg), *args,
+                                     cwd=tmp_path))
+        assert line.startswith("measure-sites: ") and expected in line, line
+    assert not (tmp_path / "rundirs").exists() or not any((tmp_path / "rundirs").iterdir())
 
 
 def test_a_flip_whose_code_is_decided_again_in_another_unit_is_not_reached(tmp_path, compiler):
