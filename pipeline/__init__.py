@@ -8,5 +8,8 @@ prints to stdout or exits: it returns records and raises errors of one line.
 
 - ``pipeline.campaign``: the campaign's plan, stage runner, budget and publishing
 - ``pipeline.policy``: training inputs, policy validation and selection
-- ``pipeline.longrun``: the long-run protocol (graceful stop, status lines)
+- ``pipeline.longrun``: the long-run protocol (graceful stop, status lines, the one progress
+  writer)
+- ``pipeline.searches``: run_training_experiments' search chains, under that protocol
+- ``pipeline.sites``: measure-sites' labellers and labels tables, under that protocol
 """
