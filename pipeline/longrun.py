@@ -73,7 +73,10 @@ class GracefulStop:
         self._previous = signal.signal(signal.SIGINT, self._interrupt)
         self._armed = True
         # `kill -USR1 <pid>` prints every thread's stack: a stuck run can be inspected.
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        try:
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
+        except (OSError, ValueError):  # a stderr without a descriptor (captured in-process)
+            pass
 
     def _interrupt(self, signum: int, frame: FrameType | None) -> None:
         if self.event.is_set():
