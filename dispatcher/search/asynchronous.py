@@ -11,6 +11,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from dispatcher.build.service import CompileError, CompileJob, CompileResult
+from dispatcher.core.comparison import Comparison
 from dispatcher.core.records import (
     BaselineEvent,
     Candidate,
@@ -21,7 +22,6 @@ from dispatcher.core.records import (
     proposal_file,
 )
 from dispatcher.core.tree import Tree, to_overrides
-from dispatcher.core.comparison import Comparison
 from dispatcher.search.chain_core import ChainCore
 from dispatcher.search.rules import backlog, judge, proposal_rng, propose, temperature
 
