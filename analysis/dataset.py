@@ -716,7 +716,3 @@ def best_hyper(fits: pd.DataFrame, model: str) -> str | None:
             return str(means.idxmax())
     return str(sorted(fits["hyperparameters"])[0])
 
-
-def file_sha256(path: Path) -> str:
-    return _sha256(path.read_bytes())
-
