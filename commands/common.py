@@ -11,6 +11,7 @@ from typing import IO, Any, Callable, NoReturn, TypeVar
 
 import click
 
+from dispatcher.core.figures import METRICS
 from dispatcher.running.backend import BackendUnavailable
 from dispatcher.session import Session
 
@@ -52,6 +53,16 @@ def backend_errors_in_one_line(command: F) -> F:
         except BackendUnavailable as exc:
             raise UserError(str(exc)) from None
     return wrapper  # type: ignore[return-value]
+
+
+def metric_option(command: F) -> F:
+    """``--metric time|instructions|cycles``: what the command's comparisons measure (default:
+    the config's ``measure.metric``; docs/measurement.md, "Exact metrics")."""
+    return click.option(
+        "--metric", type=click.Choice(METRICS), default=None,
+        help="What comparisons measure: time (paired wall time), or instructions / cycles "
+             "(one cachegrind run of each binary: exact, needs valgrind on every worker). "
+             "Default: the config's measure.metric.")(command)
 
 
 def show_warnings() -> None:

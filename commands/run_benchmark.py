@@ -8,13 +8,19 @@ from pathlib import Path
 
 import click
 
-from commands.common import backend_errors_in_one_line, closing_session, fail, show_warnings
+from commands.common import (
+    backend_errors_in_one_line,
+    closing_session,
+    fail,
+    metric_option,
+    show_warnings,
+)
 from dispatcher.build.manifest import ManifestError, resolve_benchmark
 from dispatcher.build.policies import PolicyError, PolicySpec, parse_policy
 from dispatcher.build.service import CompileJob
 from dispatcher.build.toolchain import CompilerNotFound
 from dispatcher.compare import Compared, Contender, run_job
-from dispatcher.config import MAX_RUNS, ConfigError, load_config
+from dispatcher.config import MAX_RUNS, ConfigError, load_config, with_metric
 from dispatcher.core.comparison import share_range
 from dispatcher.core.decisions import (
     DecisionDump,
@@ -84,10 +90,12 @@ def summary_lines(results: list[RunResult], dumps: list[DecisionDump]) -> list[s
                    "(its decisions; the heuristic's elsewhere), or a .policy file train-policy "
                    "wrote (plain data: the compiler evaluates it itself).  Overrides in "
                    "DECISIONS win.")
+@metric_option
 @backend_errors_in_one_line
 def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
                   config_path: Path | None, size: str | None, csv_only: bool, summary: bool,
-                  remeasure: bool, compare: bool, policy_name: str | None) -> None:
+                  remeasure: bool, compare: bool, policy_name: str | None,
+                  metric: str | None) -> None:
     """Compile BENCHMARK (a bundled name, or a directory's path: ./mine) with DECISIONS (an
     overrides file; none: the compiler's heuristic), run it on every worker slot and print one
     CSV line per worker: worker, overrides file (or policy), run times in seconds.  With
@@ -95,7 +103,7 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
     the search measures candidates."""
     try:
         policy: PolicySpec | None = parse_policy(policy_name) if policy_name else None
-        config = load_config(config_path)
+        config = with_metric(load_config(config_path), metric)
         bench = resolve_benchmark(benchmark)
         overrides = tuple(read_overrides(decisions)) if decisions else ()
         bench_size = bench.size(size or config.run.size)
@@ -183,6 +191,11 @@ def speedup_line(got: Compared[None] | StoreError) -> str:
     speedup, low, high = compared.interval
     if speedup is None:
         return f"speedup over the heuristic: none ({compared.stopped}, no pairs)"
+    if compared.metric != "time":
+        cached = "; from the store" if compared.reused else ""
+        return (f"speedup over the heuristic in {compared.metric}: "
+                f"{format_speedup(speedup, low, high)} (exact: one cachegrind run of each, "
+                f"the last on {compared.worker}{cached})")
     return (f"speedup over the heuristic: {format_speedup(speedup, low, high)} (95% interval, "
             f"{compared.pairs} pairs on {compared.worker}, stopped: {compared.stopped})")
 

@@ -1,11 +1,13 @@
 """Compile builds of benchmarks, then measure each against its benchmark's heuristic build.
 
 The one driver behind ``run-benchmark``'s speedup line, ``run-all-benchmarks`` (optimal
-trees) and ``run-plugin-benchmark`` (policies): every build is asked for at once (each
-benchmark's heuristic first, so a comparison never waits for it), a comparison starts as soon
+trees) and ``run-plugin-benchmark`` (policies), in the config's ``measure.metric``: every
+build is asked for at once (each benchmark's heuristic first, so a comparison never waits for
+it), a comparison starts as soon
 as its build lands, and each outcome is handed back as soon as it ends, so a command can write
 its results file while the others are still measured.  Comparisons are paired and interleaved
-on one slot, as the search measures a candidate (docs/measurement.md).
+on one slot, as the search measures a candidate, or under an exact metric one counted run
+of each binary (docs/measurement.md).
 
 Commands word the outcomes; this module never prints.
 """
@@ -49,7 +51,8 @@ def heuristic_comparison(session: Session, bench: Benchmark, job: RunJob,
     """Start measuring ``job``'s binary against the heuristic build of ``bench`` (same
     arguments and settings) on one slot of the first slot's worker class.  A comparison
     measured before with the same binaries and policy comes from the store unless
-    ``remeasure``.
+    ``remeasure``.  In the config's ``measure.metric``: time (pairs), or an exact metric (one
+    counted run of each: ``MeasurementService.compare``).
 
     Raises CompileError when the heuristic build fails; the future raises AgentError (the
     workers were lost) or ReferenceFailed (a run of the heuristic failed)."""
@@ -57,7 +60,8 @@ def heuristic_comparison(session: Session, bench: Benchmark, job: RunJob,
     worker_class = session.scheduler.slots[0].worker_class
     heuristic = session.builds.compile(CompileJob(bench))
     reference = replace(job, sha256=heuristic.sha256, binary=heuristic.binary)
-    return measurements.compare(reference, job, worker_class, policy, reuse=not remeasure)
+    return measurements.compare(reference, job, worker_class, policy, reuse=not remeasure,
+                                metric=session.config.measure.metric)
 
 
 @dataclass(frozen=True)

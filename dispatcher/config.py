@@ -6,10 +6,11 @@ not a failed overnight run.  ``configs/local.yaml`` is the default.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from dispatcher.core.figures import METRICS
 from dispatcher.core.validation import (
     MAX_ATTEMPTS,
     MAX_BACKOFF_S,
@@ -89,6 +90,9 @@ class MeasureConfig:
     # ... and a run more than this below its binary's own quiet share on its slot (1: no
     # relative check)
     share_margin: float = SHARE_MARGIN
+    # What a comparison measures (docs/measurement.md, "Exact metrics"): "time" (paired wall
+    # time), or "instructions" / "cycles" (one cachegrind run of each binary, exact)
+    metric: str = "time"
 
 
 # Replaces the floor's default (not a config's own key): for a machine whose runs never reach
@@ -203,7 +207,10 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
         backoff_max_s=r.positive_number(sched, "backoff_max_s", "scheduler.backoff_max_s", 60.0,
                                         most=MAX_SECONDS, what="a positive number of seconds"))
     m = r.section(data, "measure", {"max_pairs", "half_width", "canary_every", "confirm",
-                                    "min_cpu_share", "share_margin"})
+                                    "min_cpu_share", "share_margin", "metric"})
+    metric = m.get("metric", MeasureConfig.metric)
+    if metric not in METRICS:
+        raise r.fail("measure.metric", " | ".join(METRICS), metric)
     half_width = m.get("half_width", MeasureConfig.half_width)
     if not finite_number(half_width) or not 0 < half_width < 1:
         raise r.fail("measure.half_width", "a fraction between 0 and 1 (0.01: +-1%)",
@@ -227,7 +234,7 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
         max_pairs=r.positive_int(m, "max_pairs", "measure.max_pairs", MeasureConfig.max_pairs,
                                  most=MAX_RUNS),
         half_width=float(half_width), canary_every=canary_every, confirm=confirm,
-        min_cpu_share=float(min_share), share_margin=float(margin))
+        min_cpu_share=float(min_share), share_margin=float(margin), metric=metric)
     return Config(path=path, backend=backend, store=store, search=search, scheduler=scheduler,
                   backends=backends, measure=measure,
                   run=RunConfig(runs=r.positive_int(run, "runs", "run.runs", RunConfig.runs,
@@ -284,6 +291,13 @@ def _search_config(r: Reader, data: dict, path: Path | None) -> SearchConfig:
         focus=focus, mode=mode, in_flight=in_flight,
         t_start=temps["t_start"], t_end=temps["t_end"], rundirs=paths["rundirs"],
         batch_log=paths["batch_log"])
+
+
+def with_metric(config: Config, metric: str | None) -> Config:
+    """``config`` measuring in ``metric`` (a command's ``--metric``; None: as it says)."""
+    if metric is None or metric == config.measure.metric:
+        return config
+    return replace(config, measure=replace(config.measure, metric=metric))
 
 
 def load_config(path: Path | str | None = None) -> Config:

@@ -28,6 +28,10 @@ class Comparison:
     failed: int = 0  # failed runs of the candidate
     dropped: int = 0  # pairs dropped because their runs were on different slots or disturbed
     min_pairs: int = 0  # the fewest pairs its policy asked for (0: stored before it was kept)
+    # "time" (paired wall times), or an exact metric ("instructions", "cycles": one run of
+    # each binary under cachegrind; reference_times/candidate_times then hold the one value
+    # of each, and the speedup has no sampling interval: docs/measurement.md)
+    metric: str = "time"
     # Read back from the store: its runs cost no worker time this time (not saved, not compared).
     reused: bool = field(default=False, compare=False)
 
@@ -45,6 +49,11 @@ class Comparison:
         unresolved comparison (its few pairs are no figure)."""
         if not self.candidate_times or not self.resolved:
             return None, None, None
+        if self.metric != "time":  # exact counts: the ratio, a degenerate interval
+            if self.stopped == "failed" or not self.candidate_times[0]:
+                return None, None, None
+            ratio = self.reference_times[0] / self.candidate_times[0]
+            return ratio, ratio, ratio
         return paired_speedup_ci(self.reference_times, self.candidate_times)
 
     @property
@@ -63,17 +72,20 @@ class Comparison:
                 f"disturbed (CPU shares {share_range(self.results)})")
 
     def to_json(self) -> dict:
-        return {"worker": self.worker, "reference_times": self.reference_times,
+        data = {"worker": self.worker, "reference_times": self.reference_times,
                 "candidate_times": self.candidate_times, "stopped": self.stopped,
                 "failed": self.failed, "dropped": self.dropped, "min_pairs": self.min_pairs,
                 "results": [r.to_json() for r in self.results]}
+        if self.metric != "time":  # absent for time: stored comparisons read as before
+            data["metric"] = self.metric
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> Comparison:
         return cls(worker=data["worker"], reference_times=list(data["reference_times"]),
                    candidate_times=list(data["candidate_times"]), stopped=data["stopped"],
                    failed=data["failed"], dropped=data["dropped"],
-                   min_pairs=data.get("min_pairs", 0),
+                   min_pairs=data.get("min_pairs", 0), metric=data.get("metric", "time"),
                    results=[RunResult.model_validate(r) for r in data["results"]])
 
 

@@ -13,7 +13,20 @@ from dataclasses import dataclass
 
 from dispatcher.core.stats import geomean_speedup_ci
 
-METRICS = ("time",)  # what a figure can be measured in (docs/measurement.md)
+# What a figure can be measured in (docs/measurement.md): paired wall time, or an exact
+# metric from one run of each binary under cachegrind (dispatcher.core.cycles)
+METRICS = ("time", "instructions", "cycles")
+EXACT_METRICS = ("instructions", "cycles")
+
+
+def metric_caption(metric: str) -> str:
+    """What a table's figures are, in one line: the metric and what its interval means."""
+    if metric == "time":
+        return "metric: time (wall-clock speedups, paired runs, 95% intervals)"
+    what = "instructions executed" if metric == "instructions" else \
+        "estimated cycles (dispatcher/core/cycles.py, default weights)"
+    return (f"metric: {metric} ({what}, one cachegrind run of each binary: exact counts, so "
+            "low = high)")
 
 
 def format_speedup(speedup: float, low: float | None = None, high: float | None = None) -> str:
@@ -72,7 +85,9 @@ def geomean_figure(figures: Iterable[Figure]) -> Figure | None:
         return None
     g, low, high = geomean_speedup_ci([(f.speedup, f.low, f.high)  # type: ignore[misc]
                                        for f in got])
-    return Figure(g, low, high, min(f.pairs for f in got))
+    metrics = {f.metric for f in got}
+    return Figure(g, low, high, min(f.pairs for f in got),
+                  metric=metrics.pop() if len(metrics) == 1 else "mixed")
 
 
 def against(a: Figure, b: Figure) -> Figure:
@@ -86,4 +101,5 @@ def against(a: Figure, b: Figure) -> Figure:
     se = math.hypot(math.log(a.high / a.low) / (2 * z), math.log(b.high / b.low) / (2 * z))
     log_ratio = math.log(a.speedup) - math.log(b.speedup)
     return Figure(math.exp(log_ratio), math.exp(log_ratio - z * se),
-                  math.exp(log_ratio + z * se), min(a.pairs, b.pairs))
+                  math.exp(log_ratio + z * se), min(a.pairs, b.pairs),
+                  metric=a.metric if a.metric == b.metric else "mixed")

@@ -27,6 +27,18 @@ class RunJob:
     # > 0: sample where the binary spends its time, every that many ns of CPU time (a
     # profile job: its runs are never used as timings, and are stored under their own key)
     profile_period_ns: int = 0
+    # What a run measures (the agent's ``metric``): "time" (the clock), or "cachegrind" (the
+    # exact metric: counts that depend on the binary and its input only, docs/measurement.md)
+    metric: str = "time"
+    # An exact job: what its counts depend on besides binary and input (the tool and its cache
+    # geometry, ``workers.agent.cachegrind.identity``); the store keys exact results by it
+    # instead of by worker class.  Not sent: the workers' hellos are checked against it.
+    exact_identity: str = ""
+
+    @property
+    def exact(self) -> bool:
+        """Counted, not timed: the same on every worker of any class."""
+        return self.metric != "time"
 
     def request(self, cpu: int) -> dict:
         message = {"op": "run", "sha256": self.sha256, "args": list(self.args),
@@ -35,6 +47,8 @@ class RunJob:
                    "env": dict(self.env), "aslr": self.aslr}
         if self.profile_period_ns:
             message["profile_period_ns"] = self.profile_period_ns
+        if self.metric != "time":
+            message["metric"] = self.metric
         return message
 
     # Fields that are not part of what is measured: where the binary lies on the master (its
@@ -42,7 +56,7 @@ class RunJob:
     NOT_MEASURED = frozenset({"binary", "runs"})
     # Fields added after measurements were stored: left out of the identity at their default,
     # so the keys of measurements already stored stay what they were.
-    LATER_OPTIONS = {"profile_period_ns": 0}
+    LATER_OPTIONS = {"profile_period_ns": 0, "metric": "time", "exact_identity": ""}
 
     def measurement_identity(self) -> dict:
         """Everything a run's verdict and times depend on: every field of the job but

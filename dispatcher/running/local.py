@@ -159,6 +159,17 @@ class LocalSlot:
             raise
         return result_from_response(job, self, response)
 
+    def exact_info(self) -> tuple[dict, str]:
+        """The agent's ``exact`` (whether it can count under cachegrind) and its host."""
+        with self._lock:
+            if self._closed:
+                raise WorkerLost(f"{self.name}: closed")
+            if self._agent is None or self._agent.process.poll() is not None:
+                self._agent = self._start_agent()
+            agent = self._agent
+        hello = agent.connection.request({"op": "hello", "exact": True})
+        return hello.get("exact") or {}, str(hello.get("hostname") or "")
+
     def _start_agent(self) -> LocalAgent:
         """A new agent holding this CPU's lock; PermanentLoss if another master holds it."""
         try:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
+import logging
 import statistics
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -33,10 +34,13 @@ from pathlib import Path
 from typing import Callable
 
 from dispatcher.core.comparison import Comparison
+from dispatcher.core.cycles import metric_value
 from dispatcher.core.files import write_json_atomic
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.core.stats import paired_speedup_ci, relative_half_width
+from dispatcher.running.agent_client import AgentError
+from dispatcher.running.exact import exact_job
 from dispatcher.running.scheduler import Scheduler
 from dispatcher.storage.store import Store, measurement_key
 
@@ -88,18 +92,33 @@ class PairingPolicy:
 
 
 def comparison_key(reference: RunJob, candidate: RunJob, worker_class: str,
-                   policy: PairingPolicy, trial: str | None = None) -> str:
+                   policy: PairingPolicy, trial: str | None = None,
+                   metric: str = "time") -> str:
     """Everything a comparison's outcome depends on (and which trial it is, if named)."""
     data = {"reference": reference.measurement_identity(),
             "candidate": candidate.measurement_identity(), "worker_class": worker_class,
             "policy": asdict(policy)}
     if trial is not None:  # absent otherwise: the keys of stored comparisons stay valid
         data["trial"] = trial
+    if metric != "time":  # likewise
+        data["metric"] = metric
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 class ReferenceFailed(RuntimeError):
     """The reference binary (the baseline) failed a run: nothing can be compared with it."""
+
+
+log = logging.getLogger(__name__)
+
+# Exact comparisons: of the binaries counted anew, the first and every this many-th after it
+# are counted twice; counts that differ make that comparison fall back to time (and so does
+# every later one of that binary: both counts stay in the store).
+DETERMINISM_EVERY = 10
+
+
+class NotDeterministic(RuntimeError):
+    """Two exact runs of one binary counted differently: its counts are no figure."""
 
 
 @dataclass
@@ -136,7 +155,7 @@ def judge_shares(shares: dict[str, list[float]], result: RunResult,
     records = []
     for rec in result.records:
         share = rec.cpu_share
-        if rec.usable and share is not None and rec.profile is None:
+        if rec.usable and share is not None and rec.profile is None and rec.counts is None:
             if share < floor:
                 rec = rec.model_copy(update={"disturbed": (
                     f"CPU share {share:.2f}, below the floor {floor:.2f}")})
@@ -210,6 +229,7 @@ class MeasurementService:
         self._waiting: dict[str, collections.deque[object]] = {}
         self._turn: dict[str, int] = {}
         self._closed = False
+        self._exact_counted = 0  # binaries counted anew (the determinism sample's clock)
 
     def submit(self, job: RunJob, worker_class: str, reuse: bool = True) -> Pending:
         """Measure ``job`` on a slot of ``worker_class``.  With ``reuse``, a stored result of
@@ -278,19 +298,30 @@ class MeasurementService:
 
     def compare(self, reference: RunJob, candidate: RunJob, worker_class: str,
                 policy: PairingPolicy, reuse: bool = True,
-                trial: str | None = None) -> Future[Comparison]:
+                trial: str | None = None, metric: str = "time") -> Future[Comparison]:
         """Measure ``candidate`` against ``reference`` in pairs on one slot of
         ``worker_class`` (the jobs' ``runs`` are ignored: the policy decides).  A comparison
         of the same jobs, class and policy is answered from the store, or shared while it is
         in flight: identical binaries are compared once (``reuse=False``: measured anew, as
         A/A trials must be).  ``trial`` names a repetition meant to be measured apart (the
         search's re-measurement at step N): other trials do not answer it, the same trial
-        does (a resumed chain redoing that step)."""
-        key = comparison_key(reference, candidate, worker_class, policy, trial)
+        does (a resumed chain redoing that step).
+
+        ``metric`` exact (``instructions``, ``cycles``): one cachegrind run of each binary
+        instead of pairs, on any slot of the class (``_compare_exact``); the store answers
+        from the runs it holds, not from a stored comparison."""
+        key = comparison_key(reference, candidate, worker_class, policy, trial, metric)
         with self._lock:
             running = self._comparing.get(key) if reuse else None
             if running is not None and not (running.done() and running.exception()):
                 return running
+            if metric != "time":
+                self._class_slots(worker_class)
+                exact = self._comparisons.submit(self._compare_exact, key, reference,
+                                                 candidate, worker_class, policy, reuse,
+                                                 trial, metric)
+                self._comparing[key] = exact
+                return exact
             stored = self._stored(key, policy) if reuse else None
             if stored is not None:
                 done: Future[Comparison] = Future()
@@ -308,6 +339,96 @@ class MeasurementService:
         # lock: the callback takes it, and runs here if the future is done already).
         future.add_done_callback(lambda _f: self._leave_line(worker_class, ticket))
         return future
+
+    def _compare_exact(self, key: str, reference: RunJob, candidate: RunJob,
+                       worker_class: str, policy: PairingPolicy, reuse: bool,
+                       trial: str | None, metric: str) -> Comparison:
+        """One exact run of each binary (both at once, on any slots of the class), the
+        figure the ratio of their ``metric_value``; a binary found not deterministic makes it
+        a timed comparison (one warning line)."""
+        try:
+            ref_job, cand_job = exact_job(reference), exact_job(candidate)
+            asked = [self._exact_submit(job, worker_class, reuse)
+                     for job in (ref_job, cand_job)]
+            (ref, ref_reused), (cand, cand_reused) = [self._exact_wait(a) for a in asked]
+            try:
+                ref_value = self._exact_value(ref, metric, reference=True)
+                cand_value = self._exact_value(cand, metric, reference=False)
+            except NotDeterministic as exc:
+                log.warning("%s; this comparison falls back to time", exc)
+                return self._timed_fallback(reference, candidate, worker_class, policy, reuse,
+                                            trial)
+            results = [*ref, *cand]
+            if cand_value is None:  # the candidate's run failed
+                return Comparison(worker=cand[-1].worker, reference_times=[],
+                                  candidate_times=[], results=results, stopped="failed",
+                                  failed=sum(r.failed for r in cand), metric=metric)
+            assert ref_value is not None
+            return Comparison(worker=cand[-1].worker, reference_times=[ref_value],
+                              candidate_times=[cand_value], results=results, stopped="exact",
+                              min_pairs=1, metric=metric, reused=ref_reused and cand_reused)
+        finally:
+            with self._lock:
+                self._comparing.pop(key, None)
+
+    def _exact_submit(self, job: RunJob, worker_class: str,
+                      reuse: bool) -> list[RunResult] | Pending:
+        """The stored results of an exact job (every one: all are checked for agreement), or
+        its request: counted twice for the first binary and every ``DETERMINISM_EVERY``-th
+        counted anew."""
+        stored = self.store.job_measurements(job, worker_class) if reuse else []
+        if stored:
+            return stored
+        with self._lock:
+            counted = self._exact_counted
+            self._exact_counted += 1
+        runs = 2 if counted % DETERMINISM_EVERY == 0 else 1
+        return self.submit(replace(job, runs=runs), worker_class, reuse)
+
+    def _exact_wait(self, asked: list[RunResult] | Pending) -> tuple[list[RunResult], bool]:
+        if isinstance(asked, list):
+            return asked, True
+        measured = self.wait(asked)
+        return measured.results, measured.reused
+
+    @staticmethod
+    def _exact_value(results: list[RunResult], metric: str, reference: bool) -> float | None:
+        """The figure of one binary's exact runs; None if the candidate failed;
+        ReferenceFailed if the reference did, NotDeterministic if two runs counted
+        differently, AgentError for runs without counts (a worker that does not count)."""
+        records = [rec for r in results for rec in r.records]
+        failed = next((rec.failure for rec in records if rec.failure), None)
+        if failed is not None:
+            if reference:
+                raise ReferenceFailed(f"the reference {results[0].sha256[:12]} failed on "
+                                      f"{results[0].worker}: {failed}")
+            return None
+        counts = [rec.counts for rec in records]
+        if not counts or any(c is None for c in counts):
+            raise AgentError(f"{results[0].worker}: an exact run came back without counts")
+        if any(c != counts[0] for c in counts[1:]):
+            differ = sorted(e for e in counts[0] if any(c.get(e) != counts[0][e]  # type: ignore
+                                                         for c in counts[1:]))
+            raise NotDeterministic(
+                f"exact runs of {results[0].sha256[:12]} counted differently "
+                f"({', '.join(differ) or 'events'}): it is not deterministic")
+        return metric_value(metric, counts[0])  # type: ignore[arg-type]
+
+    def _timed_fallback(self, reference: RunJob, candidate: RunJob, worker_class: str,
+                        policy: PairingPolicy, reuse: bool, trial: str | None) -> Comparison:
+        """The comparison in wall time, in this thread, stored as every timed one is."""
+        key = comparison_key(reference, candidate, worker_class, policy, trial)
+        stored = self._stored(key, policy) if reuse else None
+        if stored is not None:
+            return stored
+        ticket = object()
+        with self._lock:
+            self._waiting.setdefault(worker_class, collections.deque()).append(ticket)
+        try:
+            return self._compare_and_store(key, reference, candidate, worker_class, ticket,
+                                           policy)
+        finally:
+            self._leave_line(worker_class, ticket)
 
     def _path(self, key: str) -> Path:
         return self.store.root / "comparisons" / key[:2] / f"{key}.json"

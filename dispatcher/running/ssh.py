@@ -469,6 +469,11 @@ class SshSlot:
         assert self._channel is not None and self._connection is not None
         return self._channel, self._connection
 
+    def exact_info(self) -> tuple[dict, str]:
+        """The agent's ``exact`` (whether it can count under cachegrind) and its host."""
+        hello = self._exchange({"op": "hello", "exact": True}, JOB_SLACK_S + 60)
+        return hello.get("exact") or {}, self.host.name
+
     def run(self, job: RunJob) -> RunResult:
         request = job.request(self.cpu)
         self.probe()  # connected first: the host then knows what its cache already holds

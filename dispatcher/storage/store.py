@@ -105,12 +105,20 @@ def unit_key(compiler_identity: str, inputs: dict) -> str:
 
 
 def measurement_key(job: RunJob, worker_class: str) -> str:
-    """The store's key for the results of ``job`` on ``worker_class``: everything measured."""
+    """The store's key for the results of ``job`` on ``worker_class``: everything measured.
+    An exact job's counts are the same on every class: its key names no class (its identity
+    holds the exact metric's, ``RunJob.exact_identity``); a timed job's key is what it was."""
+    if job.exact:
+        return _hash({"job": job.measurement_identity()})
     return _hash({"job": job.measurement_identity(), "worker_class": worker_class})
 
 
-def binary_key(sha256: str, args: tuple[str, ...], worker_class: str) -> str:
-    """The key of every measurement of one binary with these arguments on one class."""
+def binary_key(sha256: str, args: tuple[str, ...], worker_class: str,
+               exact_identity: str | None = None) -> str:
+    """The key of every measurement of one binary with these arguments on one class; with
+    ``exact_identity``, of every exact one (on any class)."""
+    if exact_identity is not None:
+        return _hash({"binary": sha256, "args": list(args), "exact": exact_identity})
     return _hash({"binary": sha256, "args": list(args), "worker_class": worker_class})
 
 
@@ -554,7 +562,8 @@ class Store:
     # -- measurements
 
     def _measurement_path(self, job: RunJob, worker_class: str) -> Path:
-        bkey = binary_key(job.sha256, job.args, worker_class)
+        bkey = binary_key(job.sha256, job.args, worker_class,
+                          job.exact_identity if job.exact else None)
         return self.measurements / bkey[:2] / f"{bkey}.{measurement_key(job, worker_class)}.json"
 
     def job_measurements(self, job: RunJob, worker_class: str) -> list[RunResult]:

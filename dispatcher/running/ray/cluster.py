@@ -213,6 +213,19 @@ class RaySlot:
 
     # ------------------------------------------------------------------ jobs
 
+    def exact_info(self) -> tuple[dict, str]:
+        """The agent's ``exact`` (whether it can count under cachegrind) and its node."""
+        ray = self.backend.ray
+        actor = self._ensure()
+        try:
+            hello = ray.get(actor.run.remote({"op": "hello", "exact": True}, None),
+                            timeout=JOB_SLACK_S + 60)
+        except ray.exceptions.RayError as exc:
+            raise WorkerLost(f"{self.name}: {_one_line(exc)}") from None
+        if "lost" in hello:
+            raise WorkerLost(f"{self.name}: {hello['lost']}")
+        return hello.get("exact") or {}, self.node.name
+
     def run(self, job: RunJob) -> RunResult:
         ray = self.backend.ray
         actor = self._ensure()

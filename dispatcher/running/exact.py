@@ -1,0 +1,54 @@
+"""The exact metric on the master: its run jobs, and whether every worker can count.
+
+An exact comparison runs each binary once under Valgrind's cachegrind
+(``workers/agent/cachegrind.py``) instead of timing pairs of runs: its counts depend on the
+binary and its input only, so they need no quiet CPU and no interval (docs/measurement.md,
+"Exact metrics").  A worker without valgrind cannot serve one: a session measuring in an
+exact metric asks every slot's agent at start (``check_workers``) and stops with one line
+naming the first that cannot, rather than failing its runs one by one later.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from dispatcher.core.jobs import RunJob
+from dispatcher.running.backend import BackendUnavailable, Slot
+from workers.agent import cachegrind
+
+#: What every exact count depends on besides binary and input: the tool and its fixed cache
+#: geometry.  The agent is the master's own (its version is checked at hello), so each worker
+#: reports this same identity; the store keys exact results by it.
+IDENTITY = cachegrind.identity()
+#: How much slower a run is under cachegrind than natively (its timeout is scaled by it).
+SLOWDOWN = 100
+
+
+class ExactUnavailable(BackendUnavailable):
+    """A worker cannot run exact measurements (no valgrind there): one line naming it."""
+
+
+def exact_job(job: RunJob) -> RunJob:
+    """``job`` counted under cachegrind: one run, no perf counters or random layout (neither
+    applies), a timeout for cachegrind's pace, keyed by the exact identity."""
+    return replace(job, runs=1, metric="cachegrind", exact_identity=IDENTITY, perf=False,
+                   aslr=False, profile_period_ns=0, timeout=job.timeout * SLOWDOWN)
+
+
+def check_workers(slots: Sequence[Slot], metric: str) -> None:
+    """Ask each slot's agent (``hello`` with ``exact: true``) whether it can count;
+    ExactUnavailable (one line naming the slot and its host) for the first that cannot.
+    Slots that cannot be asked (a simulated backend's) are taken at their word."""
+    for slot in slots:
+        ask = getattr(slot, "exact_info", None)
+        if ask is None:
+            continue
+        info, host = ask()
+        where = f"{slot.name} (host {host})" if host else slot.name
+        if not info or not info.get("available"):
+            why = (info or {}).get("reason") or "its agent does not report exact measurements"
+            raise ExactUnavailable(f"{where}: cannot measure in {metric}: {why}")
+        if info.get("identity") != IDENTITY:
+            raise ExactUnavailable(
+                f"{where}: its exact counts are {info.get('identity')}, the master's "
+                f"{IDENTITY}")
