@@ -1,0 +1,335 @@
+"""The exact metric in the master: config and --metric, store keys, exact comparisons (one
+counted run of each binary, a degenerate interval, the determinism sample and its fallback to
+time), the workers' check at start, and one end-to-end run-benchmark with the real compiler
+and agent.
+
+The service's rules run on fake slots under the real scheduler (counts scripted per binary);
+the end-to-end test is the one that needs valgrind.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from dispatcher.config import ConfigError, parse_config, with_metric
+from dispatcher.core.comparison import Comparison
+from dispatcher.core.cycles import EVENTS, metric_value
+from dispatcher.core.figures import Figure, metric_caption
+from dispatcher.core.jobs import RunJob
+from dispatcher.core.records import RunRecord, RunResult
+from dispatcher.running.exact import IDENTITY, ExactUnavailable, check_workers, exact_job
+from dispatcher.running.measurement import (
+    DETERMINISM_EVERY,
+    MeasurementService,
+    PairingPolicy,
+    judge_shares,
+)
+from dispatcher.running.scheduler import Scheduler
+from dispatcher.storage.store import Store, measurement_key
+from tests.helpers import invoke, one_line_error, write_config
+
+REF, CAND = "aa" * 32, "bb" * 32
+POLICY = PairingPolicy(min_pairs=3, max_pairs=4, half_width=0.5)
+
+
+def counts(ir: int, **more: int) -> dict[str, int]:
+    return {**{e: 0 for e in EVENTS}, "Ir": ir, **more}
+
+
+def job(sha: str) -> RunJob:
+    return RunJob(sha256=sha, binary=Path("/nonexistent"), args=("7",), runs=3, timeout=5)
+
+
+class CountingSlot:
+    """A worker that counts each binary as scripted (a list: one count per run, the last
+    repeated) and times it at ``wall`` ns; it records every job it ran."""
+
+    depth = 1
+
+    def __init__(self, name: str, script: dict[str, list[dict]], wall: dict[str, int]):
+        self.name, self.worker_class, self.cpu = name, "local", 0
+        self.script, self.wall = script, wall
+        self.ran: list[RunJob] = []
+        self.lock = threading.Lock()
+
+    def probe(self) -> None:
+        pass
+
+    def run(self, job: RunJob) -> RunResult:
+        with self.lock:
+            self.ran.append(job)
+            records = []
+            for _ in range(job.runs):
+                if job.exact:
+                    seq = self.script[job.sha256]
+                    got = seq.pop(0) if len(seq) > 1 else seq[0]
+                    records.append(RunRecord(wall_ns=10**9, user_s=1.0, sys_s=0.0,
+                                             maxrss_kb=1, exit_status=0, output_ok=True,
+                                             counts=got))
+                else:
+                    wall = self.wall[job.sha256]
+                    records.append(RunRecord(wall_ns=wall, user_s=wall / 1e9, sys_s=0.0,
+                                             maxrss_kb=1, exit_status=0, output_ok=True))
+        return RunResult(sha256=job.sha256, args=job.args, worker=self.name,
+                         worker_class=self.worker_class, cpu=self.cpu, records=tuple(records))
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def world(tmp_path):
+    """A service over one counting slot: (service, slot, store root); closed at the end."""
+    made = []
+
+    def make(script: dict[str, list[dict]], wall: dict[str, int] | None = None):
+        slot = CountingSlot("local/cpu0", script, wall or {REF: 2 * 10**6, CAND: 10**6})
+        scheduler = Scheduler([slot])
+        service = MeasurementService(scheduler, Store(tmp_path / "store"), min_cpu_share=0.0)
+        made.append((service, scheduler))
+        return service, slot
+
+    yield make
+    for service, scheduler in made:
+        service.close()
+        scheduler.close()
+
+
+# --------------------------------------------------------------------------- config, --metric
+
+def test_the_config_takes_a_metric_and_refuses_others_in_one_line():
+    assert parse_config({}).measure.metric == "time"
+    assert parse_config({"measure": {"metric": "cycles"}}).measure.metric == "cycles"
+    with pytest.raises(ConfigError, match=r"measure.metric: expected time \| instructions "
+                                          r"\| cycles, got 'wall'"):
+        parse_config({"measure": {"metric": "wall"}}, Path("c.yaml"))
+    config = parse_config({})
+    assert with_metric(config, None) is config
+    assert with_metric(config, "instructions").measure.metric == "instructions"
+
+
+def test_a_bad_metric_option_is_refused_before_anything_runs(tmp_path):
+    result = invoke("run-benchmark", "tak", "--metric", "wall", "--config",
+                    str(write_config(tmp_path)))
+    assert result.exit_code == 2 and "--metric" in result.stderr
+
+
+# --------------------------------------------------------------------------- jobs and keys
+
+def test_a_timed_job_keeps_its_identity_and_key_and_an_exact_one_names_no_class():
+    timed = job(REF)
+    assert "metric" not in timed.measurement_identity()
+    assert "exact_identity" not in timed.measurement_identity()
+    assert "metric" not in timed.request(1)  # the agent's default: time
+    assert measurement_key(timed, "a") != measurement_key(timed, "b")
+    exact = exact_job(timed)
+    assert exact.request(1)["metric"] == "cachegrind" and exact.runs == 1
+    assert exact.measurement_identity()["exact_identity"] == IDENTITY
+    assert measurement_key(exact, "a") == measurement_key(exact, "b")
+    assert measurement_key(exact, "a") != measurement_key(timed, "a")
+
+
+def test_an_exact_result_stored_on_one_class_answers_another(tmp_path):
+    store = Store(tmp_path / "store")
+    exact = exact_job(job(REF))
+    result = RunResult(sha256=REF, args=("7",), worker="ssh/h/cpu0", worker_class="ssh",
+                       cpu=0, records=(RunRecord(wall_ns=1, user_s=0.0, sys_s=0.0,
+                                                 maxrss_kb=1, exit_status=0, output_ok=True,
+                                                 counts=counts(5)),))
+    store.add_measurement(result, exact)
+    assert store.job_measurements(exact, "local") == [result]
+    assert store.job_measurements(job(REF), "ssh") == []  # a timed job is another thing
+
+
+def test_exact_runs_are_never_judged_by_their_cpu_share():
+    slow = RunRecord(wall_ns=10**9, user_s=0.1, sys_s=0.0, maxrss_kb=1, exit_status=0,
+                     output_ok=True, counts=counts(5))
+    result = RunResult(sha256=REF, args=(), worker="w", worker_class="c", cpu=0,
+                       records=(slow,))
+    assert judge_shares({}, result, floor=0.8) is result
+
+
+# --------------------------------------------------------------------------- comparisons
+
+def test_an_exact_comparison_is_one_counted_run_of_each_with_equal_bounds(world):
+    service, slot = world({REF: [counts(1200)], CAND: [counts(1000)]})
+    compared = service.compare(job(REF), job(CAND), "local", POLICY,
+                               metric="instructions").result(30)
+    assert compared.metric == "instructions" and compared.stopped == "exact"
+    assert compared.interval == pytest.approx((1.2, 1.2, 1.2))
+    assert compared.pairs == 1 and not compared.reused
+    assert all(j.exact for j in slot.ran)  # no timed run at all
+    # the first binary counted is counted twice (the determinism sample), the next once
+    assert sorted(j.runs for j in slot.ran) == [1, 2]
+
+
+def test_cycles_are_the_models_estimate(world):
+    service, _ = world({REF: [counts(1000, Bcm=10)], CAND: [counts(1000)]})
+    compared = service.compare(job(REF), job(CAND), "local", POLICY,
+                               metric="cycles").result(30)
+    assert compared.interval[0] == pytest.approx(
+        metric_value("cycles", counts(1000, Bcm=10)) / 1000)
+
+
+def test_a_second_exact_comparison_is_taken_from_the_store(world):
+    first, _ = world({REF: [counts(1200)], CAND: [counts(1000)]})
+    first.compare(job(REF), job(CAND), "local", POLICY, metric="cycles").result(30)
+    again, slot = world({REF: [counts(1)], CAND: [counts(1)]})  # a new master, same store
+    compared = again.compare(job(REF), job(CAND), "local", POLICY,
+                             metric="cycles").result(30)
+    assert slot.ran == [] and compared.reused
+    assert compared.interval[0] == pytest.approx(1.2)
+    # the same store under the other exact metric: still no run
+    assert again.compare(job(REF), job(CAND), "local", POLICY,
+                         metric="instructions").result(30).interval[0] == pytest.approx(1.2)
+    assert slot.ran == []
+
+
+def test_the_first_and_every_tenth_binary_counted_are_counted_twice(world):
+    script = {REF: [counts(1000)]}
+    shas = [f"{i:02d}" * 32 for i in range(2 * DETERMINISM_EVERY)]
+    script.update({sha: [counts(900)] for sha in shas})
+    service, slot = world(script)
+    for sha in shas:  # one at a time: the order binaries are counted in is known
+        service.compare(job(REF), job(sha), "local", POLICY, metric="cycles").result(30)
+    twice = [j.sha256 for j in slot.ran if j.runs == 2]
+    # binaries 0 (the reference), 10 and 20 (the 10th and 20th candidates)
+    assert twice == [REF, shas[DETERMINISM_EVERY - 1], shas[2 * DETERMINISM_EVERY - 1]]
+    assert len(slot.ran) == 1 + len(shas)  # the reference counted once, then stored
+
+
+def test_counts_that_differ_are_one_warning_and_the_comparison_falls_back_to_time(
+        world, caplog):
+    service, slot = world({REF: [counts(1000), counts(1001)], CAND: [counts(900)]})
+    with caplog.at_level(logging.WARNING):
+        compared = service.compare(job(REF), job(CAND), "local", POLICY,
+                                   metric="cycles").result(60)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "not deterministic" in warnings[0] \
+        and "falls back to time" in warnings[0]
+    assert compared.metric == "time" and compared.pairs >= POLICY.min_pairs
+    assert compared.interval[0] == pytest.approx(2.0)  # the wall times: 2 ms against 1 ms
+    assert any(not j.exact for j in slot.ran)
+    # the two counts stay in the store: a later exact comparison of it falls back as well
+    again, _ = world({REF: [counts(1)], CAND: [counts(1)]})
+    assert again.compare(job(REF), job(CAND), "local", POLICY,
+                         metric="cycles").result(60).metric == "time"
+
+
+def test_a_failed_exact_run_of_the_candidate_is_a_failed_comparison(world):
+    service, _ = world({REF: [counts(1000)], CAND: [counts(900)]})
+    original = CountingSlot.run
+
+    def failing(self, job):
+        got = original(self, job)
+        if job.sha256 != CAND:
+            return got
+        bad = got.records[0].model_copy(update={"failure": "exit status 2", "counts": None})
+        return got.model_copy(update={"records": (bad,)})
+    CountingSlot.run = failing  # type: ignore[method-assign]
+    try:
+        compared = service.compare(job(REF), job(CAND), "local", POLICY,
+                                   metric="cycles").result(30)
+    finally:
+        CountingSlot.run = original  # type: ignore[method-assign]
+    assert compared.stopped == "failed" and compared.failed == 1
+    assert compared.interval == (None, None, None)
+
+
+def test_an_exact_comparison_reads_and_writes_its_metric_and_a_timed_one_as_before():
+    exact = Comparison(worker="w", reference_times=[12.0], candidate_times=[10.0],
+                       results=[], stopped="exact", min_pairs=1, metric="cycles")
+    assert Comparison.from_json(json.loads(json.dumps(exact.to_json()))) == exact
+    timed = Comparison(worker="w", reference_times=[1.0], candidate_times=[1.0], results=[],
+                       stopped="budget")
+    assert "metric" not in timed.to_json()
+    assert Comparison.from_json(timed.to_json()).metric == "time"
+
+
+def test_every_figure_names_its_metric():
+    assert "low = high" in metric_caption("cycles")
+    assert "95% intervals" in metric_caption("time")
+    assert Figure(1.2, 1.2, 1.2, 1, metric="cycles").significant is True
+
+
+# --------------------------------------------------------------------------- the workers' check
+
+class AskedSlot:
+    def __init__(self, name: str, info: dict, host: str):
+        self.name, self.info, self.host = name, info, host
+
+    def exact_info(self) -> tuple[dict, str]:
+        return self.info, self.host
+
+
+def test_a_worker_that_cannot_count_is_one_line_naming_it_and_its_host():
+    fine = AskedSlot("local/cpu0", {"available": True, "identity": IDENTITY}, "m")
+    missing = AskedSlot("ssh/h1/cpu2", {"available": False, "reason": "valgrind is not "
+                                        "installed (Debian package valgrind)"}, "h1")
+    check_workers([fine], "cycles")  # all can: nothing said
+    with pytest.raises(ExactUnavailable) as got:
+        check_workers([fine, missing], "cycles")
+    assert str(got.value) == ("ssh/h1/cpu2 (host h1): cannot measure in cycles: valgrind is "
+                              "not installed (Debian package valgrind)")
+    other = AskedSlot("ssh/h2/cpu0", {"available": True, "identity": "cachegrind[x]"}, "h2")
+    with pytest.raises(ExactUnavailable, match="ssh/h2/cpu0 .host h2.: its exact counts are "
+                                               r"cachegrind\[x\]"):
+        check_workers([other], "instructions")
+
+
+needs_valgrind = pytest.mark.skipif(shutil.which("valgrind") is None,
+                                    reason="valgrind is not installed")
+
+
+@needs_valgrind
+def test_a_local_agent_says_it_can_count(tmp_path):
+    from dispatcher.running.local import LocalSlot
+    from tests.helpers import FIRST_CPU
+    slot = LocalSlot(FIRST_CPU, tmp_path / "cache", "local", lock_dir=tmp_path / "locks")
+    try:
+        info, host = slot.exact_info()
+    finally:
+        slot.close()
+    assert info["available"] and info["identity"] == IDENTITY and host
+
+
+def test_run_benchmark_stops_in_one_line_when_a_worker_cannot_count(tmp_path, monkeypatch):
+    from dispatcher.running import local
+    monkeypatch.setattr(local.LocalSlot, "exact_info", lambda self: (
+        {"available": False, "reason": "valgrind is not installed"}, "box"))
+    cfg = write_config(tmp_path, run={"runs": 1, "timeout": 30, "size": "tiny"})
+    line = one_line_error(invoke("run-benchmark", "tak", "--metric", "cycles", "--config",
+                                 str(cfg)))
+    assert line.startswith("run-benchmark: local/cpu") and "(host box): cannot measure in " \
+        "cycles: valgrind is not installed" in line
+
+
+# --------------------------------------------------------------------------- end to end
+
+@needs_valgrind
+def test_run_benchmark_in_cycles_gives_an_exact_ratio_and_takes_it_from_the_store_again(
+        tmp_path):
+    """The real compiler and agent: a bundled program at the tiny size, never-inline against
+    the heuristic in estimated cycles; the second invocation runs nothing."""
+    cfg = write_config(tmp_path, run={"runs": 1, "timeout": 30, "size": "tiny"})
+    args = ("run-benchmark", "tak", "--policy", "never-inline", "--metric", "cycles",
+            "--config", str(cfg), "--summary")
+    first = invoke(*args)
+    line = [ln for ln in first.stdout.splitlines() if ln.startswith("speedup")]
+    assert line and line[0].startswith("speedup over the heuristic in cycles: "), first.stdout
+    ratio, low, high = (float(x.strip("[],")) for x in line[0].split(": ", 1)[1].split()[:3])
+    assert ratio == low == high and ratio > 0
+    measurements = sorted((tmp_path / "store" / "measurements").rglob("*.json"))
+    before = {p: p.read_bytes() for p in measurements}
+    second = invoke(*args)
+    again = [ln for ln in second.stdout.splitlines() if ln.startswith("speedup")]
+    assert again and again[0].split(" (")[0] == line[0].split(" (")[0]
+    assert "from the store" in again[0]
+    after = {p: p.read_bytes() for p in sorted((tmp_path / "store" / "measurements")
+                                               .rglob("*.json"))}
+    assert after == before  # no new run of any kind
