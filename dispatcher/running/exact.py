@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from dispatcher.core.jobs import RunJob
-from dispatcher.running.backend import BackendUnavailable, Slot
+from dispatcher.running.backend import BackendUnavailable
 from workers.agent import cachegrind
 
 #: What every exact count depends on besides binary and input: the tool and its fixed cache
@@ -35,7 +36,7 @@ def exact_job(job: RunJob) -> RunJob:
                    aslr=False, profile_period_ns=0, timeout=job.timeout * SLOWDOWN)
 
 
-def check_workers(slots: Sequence[Slot], metric: str) -> None:
+def check_workers(slots: Sequence[Any], metric: str) -> None:
     """Ask each slot's agent (``hello`` with ``exact: true``) whether it can count;
     ExactUnavailable (one line naming the slot and its host) for the first that cannot.
     Slots that cannot be asked (a simulated backend's) are taken at their word."""
