@@ -95,21 +95,33 @@ def invoke(*args: str, cwd: Path | None = None,
            env: dict[str, str] | None = None) -> click.testing.Result:
     """``commands ARGS`` in this process through click's CliRunner: what a bad input's
     one-line error and exit status are, without starting Python again.  ``result.stderr`` is
-    stderr alone; ``result.exit_code`` the status."""
+    stderr alone; ``result.exit_code`` the status.  What a command may change of the process
+    is put back (the master confines itself off the worker CPUs, installs signal handlers):
+    the tests after it, and the processes they start, must not inherit it."""
     from click.testing import CliRunner
 
     from commands.__main__ import main
+    from dispatcher.running import local
     try:
         runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]  # click < 8.2
     except TypeError:
         runner = CliRunner()  # click >= 8.2 keeps stderr apart by itself
     old = Path.cwd()
+    affinity, confined = os.sched_getaffinity(0), local._confined_from
+    handlers = {sig: signal.getsignal(sig) for sig in _HANDLED}
     if cwd is not None:
         os.chdir(cwd)
     try:
         return runner.invoke(main, list(args), env=env, catch_exceptions=False)
     finally:
         os.chdir(old)
+        os.sched_setaffinity(0, affinity)
+        local._confined_from = confined
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+_HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def one_line_error(result: subprocess.CompletedProcess | click.testing.Result,
