@@ -47,7 +47,15 @@ def pairs_by_worker(c: Comparison) -> dict[str, tuple[list[float], list[float]]]
 
 def csv_rows(c: Comparison, overrides: str, rundirs: tuple[str, ...]) -> list[list[str]]:
     """The header and, per worker, a line of the optimal tree's paired run times and one of
-    the heuristic's (README.md, "results/")."""
+    the heuristic's (README.md, "results/"); under an exact metric, the one counted value of
+    each, in a column named after the metric (``instructions``, ``cycles``)."""
+    if c.metric != "time":
+        def value(v: list[float]) -> list[str]:
+            return [format(x, ".15g") for x in v]
+        worker = c.worker or "-"
+        return [["worker", "overrides", "rundirs", c.metric],
+                [worker, overrides, ";".join(rundirs), *value(c.candidate_times)],
+                [worker, HEURISTIC, "", *value(c.reference_times)]]
     by_worker = pairs_by_worker(c) or {c.worker or "-": ([], [])}
     longest = max(len(cands) for _, cands in by_worker.values())
     rows = [["worker", "overrides", "rundirs", *(f"run_{i + 1}" for i in range(longest))]]
@@ -68,14 +76,15 @@ def write_csv(path: Path, rows: list[list[str]]) -> Path:
 
 
 SUMMARY_HEADER = ["benchmark", "split", "build", "speedup", "low", "high", "pairs",
-                  "size_ratio", "policy_vs", "policy_vs_low", "policy_vs_high"]
+                  "size_ratio", "policy_vs", "policy_vs_low", "policy_vs_high", "metric"]
 
 
 def summary_rows(lines: Iterable[tuple[str, str, str, Figure, Figure | None]]
                  ) -> list[list[str]]:
     """The header and one row per (benchmark, split, build, its figure, the policy against
     it): the build's speedup against the heuristic, its pairs and size ratio, and the policy's
-    speedup over that build (empty on the policy's own row and where either has no figure)."""
+    speedup over that build (empty on the policy's own row and where either has no figure),
+    and the metric the figure is in (``time``, or an exact one: its low = high)."""
     def num(x: float | None) -> str:
         return "" if x is None else f"{x:.6f}"
     rows = [list(SUMMARY_HEADER)]
@@ -83,5 +92,5 @@ def summary_rows(lines: Iterable[tuple[str, str, str, Figure, Figure | None]]
         rows.append([bench, split, build, num(m.speedup), num(m.low), num(m.high),
                      str(m.pairs), num(m.size_ratio),
                      *((num(vs.speedup), num(vs.low), num(vs.high)) if vs is not None
-                       else ("", "", ""))])
+                       else ("", "", "")), m.metric])
     return rows

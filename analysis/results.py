@@ -53,7 +53,8 @@ class Outcome:
     def of(cls, benchmark: str, hyper: str, c: Comparison) -> Outcome:
         """A comparison with the heuristic, judged (no speedup when unresolved)."""
         speedup, low, high = c.interval
-        return cls(benchmark, hyper, Figure(speedup, low, high, c.pairs), c.worker, c.stopped)
+        return cls(benchmark, hyper, Figure(speedup, low, high, c.pairs, metric=c.metric),
+                   c.worker, c.stopped)
 
     def text(self) -> str:
         """Its speedup and interval, or ``-`` and why there is none."""

@@ -23,10 +23,17 @@ from pathlib import Path
 import click
 
 from analysis.results import Outcome, print_tables
-from commands.common import backend_errors_in_one_line, closing_session, fail, show_warnings
+from commands.common import (
+    backend_errors_in_one_line,
+    closing_session,
+    fail,
+    metric_option,
+    show_warnings,
+)
 from dispatcher.build.toolchain import CompilerNotFound
 from dispatcher.compare import pairing_policy
-from dispatcher.config import MAX_RUNS, ConfigError, load_config
+from dispatcher.config import MAX_RUNS, ConfigError, load_config, with_metric
+from dispatcher.core.figures import metric_caption
 from dispatcher.session import Session
 from pipeline.evaluation import Evaluated, EvaluationError, collect, measure_trees, sizes_of
 from pipeline.longrun import progress
@@ -42,6 +49,8 @@ def _said(step: Evaluated) -> int:
     if c is not None and step.outcome is not None:
         figure = (f"speedup {step.outcome.text()} ({c.pairs} pairs on {c.worker}, stopped: "
                   f"{c.stopped})" if c.resolved else f"no speedup, {c.unresolved_line()}")
+        if c.metric != "time":
+            figure = f"speedup in {c.metric} {step.outcome.text()} (exact, on {c.worker})"
         progress(f"{step.label}: {figure} -> {step.csv}")
     for line in step.errors:
         click.echo(f"{PROG}: {line}", err=True)
@@ -66,10 +75,12 @@ def _said(step: Evaluated) -> int:
 @click.option("--hyper", "hypers", multiple=True,
               help="Only these hyperparameters, as named by their directory "
                    "(gamma0.8-alpha0.01-log; repeatable; default: every one found).")
+@metric_option
 @backend_errors_in_one_line
 def run_all_benchmarks(model: str, benchmarks: tuple[str, ...], rewards: Path, results: Path,
                        config_path: Path | None, size: str | None, runs: int | None,
-                       max_pairs: int | None, hypers: tuple[str, ...]) -> None:
+                       max_pairs: int | None, hypers: tuple[str, ...],
+                       metric: str | None) -> None:
     """Measure each benchmark's optimal tree for MODEL (one per hyperparameters, under
     REWARDS/<bench>/MODEL/) against the heuristic build, in pairs on one worker CPU; write
     RESULTS/<bench>/MODEL/<hyperparameters>.csv and print the speedups, the best and median
@@ -78,7 +89,7 @@ def run_all_benchmarks(model: str, benchmarks: tuple[str, ...], rewards: Path, r
     slower nowhere, with the measurements that support them, or why there are none.  A
     setting without an optimal.sexp (assign-rewards withheld it: a weak fit) is skipped."""
     try:
-        config = load_config(config_path)
+        config = with_metric(load_config(config_path), metric)
         targets, skipped = collect(rewards, model, benchmarks, hypers)
         for o in skipped:
             click.echo(f"{PROG}: {o.benchmark}/{model}/{o.hyper}: skipped: {o.stopped}",
@@ -101,6 +112,7 @@ def run_all_benchmarks(model: str, benchmarks: tuple[str, ...], rewards: Path, r
     except (ConfigError, CompilerNotFound, EvaluationError) as exc:
         fail(str(exc))
     if outcomes:
+        click.echo(metric_caption(config.measure.metric))
         print_tables(outcomes)
     if errors:
         sys.exit(1)

@@ -31,14 +31,20 @@ from pathlib import Path
 import click
 
 from analysis.results import Outcome
-from commands.common import backend_errors_in_one_line, closing_session, fail, show_warnings
+from commands.common import (
+    backend_errors_in_one_line,
+    closing_session,
+    fail,
+    metric_option,
+    show_warnings,
+)
 from dispatcher import baselines as base
 from dispatcher.build.manifest import SPLITS, Benchmark
 from dispatcher.build.policies import PolicyError, PolicySpec, parse_policy
 from dispatcher.build.toolchain import CompilerNotFound
 from dispatcher.compare import pairing_policy
-from dispatcher.config import MAX_RUNS, ConfigError, load_config
-from dispatcher.core.figures import Figure, against, geomean_figure
+from dispatcher.config import MAX_RUNS, ConfigError, load_config, with_metric
+from dispatcher.core.figures import Figure, against, geomean_figure, metric_caption
 from dispatcher.core.stats import geomean
 from dispatcher.session import Session
 from pipeline import evaluation
@@ -101,11 +107,12 @@ def summary_lines(outcomes: list[Outcome], splits: dict[str, str]) -> list[str]:
 @click.option("--retune", is_flag=True,
               help="--baselines: tune again, even where RESULTS/global-setting.json holds a "
                    "choice made on the same benchmarks, size and grid.")
+@metric_option
 @backend_errors_in_one_line
 def run_plugin_benchmark(policy: str, benchmarks: tuple[str, ...], name: str | None,
                          results: Path, config_path: Path | None, size: str | None,
                          runs: int | None, max_pairs: int | None, baselines: bool,
-                         tune_on: tuple[str, ...], retune: bool) -> None:
+                         tune_on: tuple[str, ...], retune: bool, metric: str | None) -> None:
     """Compile BENCHMARKS (names, directories, training, test or all; default all) with
     POLICY answering the compiler, measure each against its heuristic build, write
     RESULTS/<bench>/plugins/plugin_<name>.csv and print the speedups.
@@ -114,7 +121,7 @@ def run_plugin_benchmark(policy: str, benchmarks: tuple[str, ...], name: str | N
     train-policy wrote (plain data, which the compiler evaluates itself: docs/policies.md)."""
     try:
         spec = parse_policy(policy)
-        config = load_config(config_path)
+        config = with_metric(load_config(config_path), metric)
     except (PolicyError, ConfigError) as exc:
         fail(str(exc))
     label = policy_name(spec, name)
@@ -137,6 +144,7 @@ def run_plugin_benchmark(policy: str, benchmarks: tuple[str, ...], name: str | N
             steps = list(_reported(evaluation.measure_policy(
                 session, contenders, label, spec, results, runs, pairing), label))
         splits = {b.name: b.split for b in benches}
+        click.echo(metric_caption(config.measure.metric))
         print_table([s.outcome for s in steps if s.tag[0] == label and s.outcome is not None],
                     splits, label)
         if baselines:
@@ -162,6 +170,8 @@ def _reported(steps: Iterable[Evaluated], label: str) -> Iterator[Evaluated]:
         elif c is not None and step.outcome is not None:
             figure = (f"speedup {step.outcome.text()} ({c.pairs} pairs on {c.worker})"
                       if c.resolved else f"no speedup, {c.unresolved_line()}")
+            if c.metric != "time":
+                figure = f"speedup in {c.metric} {step.outcome.text()} (exact, on {c.worker})"
             progress(f"{bench.name}: {figure} -> {step.csv}")
         for line in step.errors:
             click.echo(f"{PROG}: {line}", err=True)
@@ -236,8 +246,10 @@ def _mean(figures: Iterable[Figure]) -> str:
 
 
 def print_table(outcomes: list[Outcome], splits: dict[str, str], label: str) -> None:
-    click.echo(f"policy {label} against the heuristic (speedup = heuristic time / policy "
-               "time, paired, 95% interval)")
+    metrics = sorted({o.figure.metric for o in outcomes if o.figure.speedup is not None})
+    unit = "time" if metrics in ([], ["time"]) else " or ".join(metrics)
+    click.echo(f"policy {label} against the heuristic (speedup = heuristic {unit} / policy "
+               f"{unit}{', paired, 95% interval' if unit == 'time' else ''})")
     click.echo(f"{'benchmark':24} {'split':9} {'speedup [95% CI]':28} {'significant':12} pairs")
     for o in sorted(outcomes, key=lambda o: (splits.get(o.benchmark, ""), o.benchmark)):
         f = o.figure

@@ -94,7 +94,7 @@ def measured_of(session: Session, got: Compared[Any]) -> Figure:
     if c.failed:
         return Figure(pairs=c.pairs, error="a run of its build failed")
     speedup, low, high = c.interval
-    return Figure(speedup, low, high, c.pairs, size_ratio(session, got))
+    return Figure(speedup, low, high, c.pairs, size_ratio(session, got), metric=c.metric)
 
 
 def size_ratio(session: Session, got: Compared[Any]) -> float | None:

@@ -63,8 +63,8 @@ def test_the_summary_csv_layout():
                           Figure(2.4, 2.0, 2.9, 3))])
     assert rows[0] == SUMMARY_HEADER
     assert rows[1] == ["kahan", "test", "p", "1.200000", "1.100000", "1.300000", "5",
-                       "1.010000", "", "", ""]
-    assert rows[2][-3:] == ["2.400000", "2.000000", "2.900000"]
+                       "1.010000", "", "", "", "time"]
+    assert rows[2][-4:] == ["2.400000", "2.000000", "2.900000", "time"]
 
 
 def test_a_bad_record_is_one_line(tmp_path):

@@ -154,7 +154,7 @@ def _measure_of(session: Session, got: Compared[Any]) -> FoldMeasure:
             ratio = got.compiled.binary.stat().st_size / heuristic.binary.stat().st_size
         except OSError:  # a binary the store dropped: the size is informative only
             ratio = None
-    return fold(Figure(speedup, low, high, compared.pairs, ratio))
+    return fold(Figure(speedup, low, high, compared.pairs, ratio, metric=compared.metric))
 
 
 def _line(error: object) -> str:
