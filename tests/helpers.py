@@ -19,8 +19,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 import yaml
@@ -38,6 +40,8 @@ REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "golden"
 V1, V2 = GOLDEN / "rundir-v1", GOLDEN / "rundir-v2"
 FIRST_CPU = min(os.sched_getaffinity(0))
+T = TypeVar("T")
+R = TypeVar("R")
 
 # --------------------------------------------------------------------------- configs
 
@@ -252,6 +256,15 @@ def spin_benchmark(root: Path, iterations: int = 150_000_000) -> Path:
 
 
 # --------------------------------------------------------------------------- compiler programs
+
+
+def on_every_cpu(work: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """``[work(item) for item in items]``, as many at once as this process has CPUs: for
+    independent compiles (each its own ocamlopt process, in its own directory).  The first
+    item's exception, in order, is raised."""
+    with ThreadPoolExecutor(max_workers=len(os.sched_getaffinity(0))) as pool:
+        return list(pool.map(work, items))
+
 
 
 def compile_programs(ocamlopt: Path, programs: dict[str, str], directory: Path) -> dict:

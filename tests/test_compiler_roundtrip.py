@@ -21,7 +21,7 @@ from dispatcher.build.driver import build_benchmark
 from dispatcher.build.manifest import bundled_benchmarks
 from dispatcher.core.decisions import Decision, Override, dump_files, read_dumps, write_overrides
 from dispatcher.core.tree import split_key
-from tests.helpers import assert_subtrees_consistent
+from tests.helpers import assert_subtrees_consistent, on_every_cpu
 
 SAMPLE_SIZE = 60
 SEED = 20261122
@@ -62,13 +62,13 @@ def pins_with_flip(dumps, target: Decision, rounds: int) -> list[Override]:
 
 @pytest.fixture(scope="module")
 def built(compiler, tmp_path_factory):
-    """Each training benchmark built once with decision dumps."""
-    out = {}
-    for bench in bundled_benchmarks("training"):
-        d = tmp_path_factory.mktemp(bench.name)
+    """Each training benchmark built once with decision dumps (on every CPU at once)."""
+    def build(job):
+        bench, d = job
         build_benchmark(bench, d, compiler.ocamlopt, dump_decisions=True)
-        out[bench.name] = (bench, d)
-    return out
+        return bench.name, job
+    return dict(on_every_cpu(build, [(bench, tmp_path_factory.mktemp(bench.name))
+                                     for bench in bundled_benchmarks("training")]))
 
 
 def recompile_unit(compiler, bench, build_dir: Path, unit: str, overrides: Path) -> None:
@@ -93,9 +93,8 @@ def test_flip_fidelity_over_bundled_benchmarks(compiler, built, tmp_path):
     assert len(candidates) >= SAMPLE_SIZE
     sample = random.Random(SEED).sample(candidates, SAMPLE_SIZE)
 
-    honoured = prevented = appeared_or_vanished = 0
-    outside_changed = []
-    for i, (name, target) in enumerate(sample):
+    def flipped(i: int, name: str, target: Decision):
+        """The unit's dumps before, and its round-0 decisions after the flip."""
         bench, d = built[name]
         work = tmp_path / f"flip{i}"
         shutil.copytree(d, work)
@@ -104,7 +103,12 @@ def test_flip_fidelity_over_bundled_benchmarks(compiler, built, tmp_path):
         ov = write_overrides(work / "flip.sexp", pins_with_flip(unit_dumps, target, rounds))
         recompile_unit(compiler, bench, work, target.unit, ov)
         after = {x.round: x for x in read_dumps(dump_files(work)) if x.unit == target.unit}
-        new = {dec.key: dec for dec in after[0].decisions}
+        return unit_dumps, {dec.key: dec for dec in after[0].decisions}
+
+    honoured = prevented = appeared_or_vanished = 0
+    outside_changed = []
+    results = on_every_cpu(lambda job: flipped(job[0], *job[1]), list(enumerate(sample)))
+    for (name, target), (unit_dumps, new) in zip(sample, results):
         got = new.get(target.key)
         assert got is not None, f"{name}: flipped site {target.key} vanished"
         if got.action == flip(target.action):
