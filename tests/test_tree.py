@@ -5,6 +5,7 @@ the last test drives the real compiler: tree -> overrides -> compile must give t
 """
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 from pathlib import Path
@@ -57,6 +58,7 @@ from tests.helpers import (
     RUN_DECL,
     G,
     dump,
+    on_every_cpu,
 )
 
 # --------------------------------------------------------------------------- hand-written dumps
@@ -515,11 +517,10 @@ class Builds:
     """Compiles a benchmark with a tree's overrides, each into a fresh directory."""
 
     def __init__(self, compiler, root: Path) -> None:
-        self.compiler, self.root, self.n = compiler, root, 0
+        self.compiler, self.root, self.n = compiler, root, itertools.count(1)
 
     def compile(self, bench, overrides: list[Override] | None) -> tuple[Tree, list]:
-        self.n += 1
-        d = self.root / f"build{self.n}"
+        d = self.root / f"build{next(self.n)}"  # (one count for every thread)
         d.mkdir(parents=True)
         ov = write_overrides(d / "overrides.sexp", overrides) if overrides is not None else None
         build_benchmark(bench, d, self.compiler.ocamlopt, overrides=ov, dump_decisions=True)
@@ -536,36 +537,43 @@ def test_tree_overrides_compile_round_trip(compiler, tmp_path):
     and T' must honour every pin of P whose site it still has (or show it prevented)."""
     builds = Builds(compiler, tmp_path)
     stats = Counter()
-    for name in BENCHMARKS:
-        bench = resolve_benchmark(name)
-        base, _ = builds.compile(bench, None)
-        for seed in SEEDS:
-            rng = random.Random(seed)
-            proposal = (flip_leaves(base, 3, rng) if seed % 2 == 0 else backtrack(base, rng))
-            asked = to_overrides(proposal)
-            real, dumps1 = builds.compile(bench, asked)
+    benches = [resolve_benchmark(name) for name in BENCHMARKS]
+    bases = dict(zip(BENCHMARKS, on_every_cpu(lambda b: builds.compile(b, None)[0], benches)))
 
-            flipped = diff(base, proposal).changed
-            for pin in asked:
-                got = real.find(pin.unit, pin.round, pin.key)
-                if got is None:
-                    stats["pins without a site"] += 1
-                    continue
-                assert got.action == pin.action or got.prevented, (name, seed, pin, got)
-                if Site(pin.unit, pin.round, pin.key) in flipped:
-                    stats["flips honoured" if got.action == pin.action else "flips prevented"] += 1
-            assert unmatched(dumps1) == {Site(o.unit, o.round, o.key) for o in asked
-                                         if real.find(o.unit, o.round, o.key) is None}
+    def trip(job):
+        """The seed's proposal, its build, and the build pinned to what that one decided."""
+        bench, seed = job
+        base = bases[bench.name]
+        rng = random.Random(seed)
+        proposal = (flip_leaves(base, 3, rng) if seed % 2 == 0 else backtrack(base, rng))
+        real, dumps1 = builds.compile(bench, to_overrides(proposal))
+        return proposal, real, dumps1, builds.compile(bench, to_overrides(real))
 
-            pins = to_overrides(real)
-            again, dumps2 = builds.compile(bench, pins)
-            assert again == real, (name, seed, diff(real, again))
-            # Every node pin matched; only the carried-forward dont_inline pins did not.
-            carried = {Site(o.unit, o.round, o.key) for o in pins
-                       if real.find(o.unit, o.round, o.key) is None}
-            assert unmatched(dumps2) == carried
-            stats["round trips"] += 1
-            stats["carried pins unmatched"] += len(carried)
+    jobs = [(bench, seed) for bench in benches for seed in SEEDS]
+    for (bench, seed), (proposal, real, dumps1, (again, dumps2)) in zip(
+            jobs, on_every_cpu(trip, jobs)):
+        name, base = bench.name, bases[bench.name]
+        asked = to_overrides(proposal)
+        flipped = diff(base, proposal).changed
+        for pin in asked:
+            got = real.find(pin.unit, pin.round, pin.key)
+            if got is None:
+                stats["pins without a site"] += 1
+                continue
+            assert got.action == pin.action or got.prevented, (name, seed, pin, got)
+            if Site(pin.unit, pin.round, pin.key) in flipped:
+                stats["flips honoured" if got.action == pin.action else "flips prevented"] += 1
+        assert unmatched(dumps1) == {Site(o.unit, o.round, o.key) for o in asked
+                                     if real.find(o.unit, o.round, o.key) is None}
+
+        pins = to_overrides(real)
+        assert again == real, (name, seed, diff(real, again))
+        # Every node pin matched; only the carried-forward dont_inline pins did not.
+        carried = {Site(o.unit, o.round, o.key) for o in pins
+                   if real.find(o.unit, o.round, o.key) is None}
+        assert unmatched(dumps2) == carried
+        stats["round trips"] += 1
+        stats["carried pins unmatched"] += len(carried)
     print(f"\ntree round trip: {dict(stats)}")
     assert stats["round trips"] == len(BENCHMARKS) * len(SEEDS)
     assert stats["flips honoured"] > 0
@@ -604,9 +612,10 @@ def test_prevented_sites_flippable_or_not_as_the_compiler_honours_them(compiler,
     small seeded sample of round 0."""
     builds = Builds(compiler, tmp_path)
     outcomes: Counter = Counter()
-    for name in BENCHMARKS:
-        bench = resolve_benchmark(name)
-        base, _ = builds.compile(bench, None)
+    benches = [resolve_benchmark(name) for name in BENCHMARKS]
+    bases = on_every_cpu(lambda b: builds.compile(b, None)[0], benches)
+    jobs = []  # (benchmark, guard class, flippable, base, site): one build each, site inlined
+    for bench, base in zip(benches, bases):
         offered = {(u, r, n.key) for u, r, n in flippable(base)}
         by_class: dict[tuple[str, bool], list] = {}
         for site in leaves(base, 0):
@@ -616,12 +625,15 @@ def test_prevented_sites_flippable_or_not_as_the_compiler_honours_them(compiler,
                                     []).append(site)
         for (group, flippable_), sites in sorted(by_class.items()):
             for site in random.Random(7).sample(sites, min(2, len(sites))):
-                real, _ = builds.compile(bench, to_overrides(propose_action(base, site,
-                                                                            "inline")))
-                got = real.find(site.unit, site.round, site.node.key)
-                assert got is not None, (name, site.node.key)
-                honoured = got.action == "inline"
-                assert honoured == flippable_, (name, group, site.node.key, got)
-                outcomes[(group, honoured)] += 1
+                jobs.append((bench, group, flippable_, base, site))
+    reals = on_every_cpu(lambda job: builds.compile(job[0], to_overrides(propose_action(
+        job[3], job[4], "inline")))[0], jobs)
+    for (bench, group, flippable_, _, site), real in zip(jobs, reals):
+        name = bench.name
+        got = real.find(site.unit, site.round, site.node.key)
+        assert got is not None, (name, site.node.key)
+        honoured = got.action == "inline"
+        assert honoured == flippable_, (name, group, site.node.key, got)
+        outcomes[(group, honoured)] += 1
     print(f"\nprevented flips: {dict(outcomes)}")
     assert any(honoured for _, honoured in outcomes) and not all(h for _, h in outcomes)
