@@ -8,7 +8,13 @@ from pathlib import Path
 
 import click
 
-from commands.common import backend_errors_in_one_line, fail, refuse_with_resume, show_warnings
+from commands.common import (
+    backend_errors_in_one_line,
+    fail,
+    metric_option,
+    refuse_with_resume,
+    show_warnings,
+)
 from dispatcher.config import MAX_CHAINS, MAX_RUNS, MAX_SEED, MAX_STEPS
 from dispatcher.planning import Overrides
 from pipeline.longrun import GracefulStop
@@ -41,12 +47,14 @@ PROG = "run_training_experiments"
               help="The most pairs per candidate (default: config measure.max_pairs).")
 @click.option("--resume", "resume", multiple=True, type=click.Path(path_type=Path),
               help="Continue this rundir exactly where it stopped (repeatable).")
+@metric_option
 @backend_errors_in_one_line
 def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_per_task, seed,
-                             size, runs, max_pairs, resume) -> None:
-    """Generate training data: search over inlining decisions for every task."""
+                             size, runs, max_pairs, resume, metric) -> None:
+    """Generate training data: search over inlining decisions for every task (candidates
+    compared in --metric; a chain's best is confirmed in wall time)."""
     overrides = Overrides(algorithm=algorithm, steps=steps, seed=seed, size=size, runs=runs,
-                          max_pairs=max_pairs, chains=chains_per_task)
+                          max_pairs=max_pairs, chains=chains_per_task, metric=metric)
     if resume:
         refuse_with_resume((["--tasks"] if tasks_file else []) + overrides.given(),
                            "a rundir continues with the settings it recorded")

@@ -98,6 +98,7 @@ class Overrides:
     runs: int | None = None
     max_pairs: int | None = None
     chains: int | None = None  # per benchmark
+    metric: str | None = None  # what candidates are compared in (None: measure.metric)
 
     def given(self) -> list[str]:
         """The options given, as the command names them."""
@@ -169,7 +170,7 @@ def plan_chains(config: Config, benches: Sequence[Benchmark],
             exp = new_experiment(bench, k, config, slots[worker_class], worker_class,
                                  algorithm=overrides.algorithm, steps=overrides.steps,
                                  seed=overrides.seed, size=overrides.size, runs=overrides.runs,
-                                 max_pairs=overrides.max_pairs,
+                                 max_pairs=overrides.max_pairs, metric=overrides.metric,
                                  chains=sharing.get(worker_class, 1),
                                  compiler=compiler.identity)
             path = s.rundirs / rundir_name(bench, exp.algorithm, exp.seed, stamp)

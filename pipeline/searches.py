@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dispatcher.build.manifest import Benchmark, ManifestError, bundled_benchmarks
 from dispatcher.build.toolchain import CompilerNotFound
-from dispatcher.config import Config, ConfigError, load_config
+from dispatcher.config import Config, ConfigError, load_config, with_metric
 from dispatcher.core.rundir import Rundir, RundirError
 from dispatcher.cpu_split import split_config
 from dispatcher.planning import (
@@ -121,6 +121,10 @@ def _work(request: SearchRequest) -> _Work | None:
         if not resumes.rundirs:
             return None
         first = resumes.rundirs[0][0].experiment
+        # workers are checked for the exact metric when any chain resumed counts (its
+        # confirmation, in time, needs nothing more)
+        exact = [r.experiment.metric for r, _ in resumes.rundirs if r.experiment.metric != "time"]
+        config = with_metric(config, exact[0] if exact else None)
         config, split = split_config(config, [b for _, b in resumes.rundirs], first.size,
                                      first.runs)
         benches: list[Benchmark] = []
@@ -130,6 +134,7 @@ def _work(request: SearchRequest) -> _Work | None:
         benches = (task_benchmarks(request.tasks_file) if request.tasks_file
                    else bundled_benchmarks("training"))
         check_new_outputs(config)
+        config = with_metric(config, o.metric)
         config, split = split_config(config, benches, o.size or config.run.size,
                                      o.runs or config.run.runs)
         resumed = []

@@ -262,6 +262,9 @@ SearchMode = Literal["sync", "async"]
 
 
 Focus = Literal["uniform", "hot"]
+# What a chain's candidates are compared in (docs/measurement.md, "Exact metrics"): wall time,
+# or an exact count; the confirmation is always in time.
+Metric = Literal["time", "instructions", "cycles"]
 
 
 class SearchSettings(Record):
@@ -296,8 +299,10 @@ class SearchSettings(Record):
     perf: Optional[bool] = None
     aslr: Optional[bool] = None
     focus: Optional[Focus] = None
+    # Later: what candidates are compared in (absent: time, as every earlier rundir was).
+    metric: Metric = "time"
     later_fields: ClassVar[frozenset[str]] = frozenset(
-        {"mode", "in_flight", "timeout", "perf", "aslr", "focus"})
+        {"mode", "in_flight", "timeout", "perf", "aslr", "focus", "metric"})
 
     def settings(self) -> SearchSettings:
         """These settings alone (an ``Experiment``'s, without the chain's identity)."""

@@ -87,10 +87,12 @@ def new_experiment(bench: Benchmark, chain: int, config: Any, slots: int, worker
                    algorithm: str | None = None, steps: int | None = None,
                    seed: int | None = None, size: str | None = None,
                    runs: int | None = None, max_pairs: int | None = None,
-                   chains: int = 1, compiler: str | None = None) -> Experiment:
+                   chains: int = 1, compiler: str | None = None,
+                   metric: str | None = None) -> Experiment:
     """The experiment record of a new chain: its settings (``settings.settings_of``: the
     config's, then the overrides) and its identity."""
     settings = settings_of(config, slots, chain=chain, chains=chains, algorithm=algorithm,
-                           steps=steps, seed=seed, size=size, runs=runs, max_pairs=max_pairs)
+                           steps=steps, seed=seed, size=size, runs=runs, max_pairs=max_pairs,
+                           metric=metric)
     return Experiment(**settings.model_dump(), task=bench.name, benchmark=str(bench.directory),
                       chain=chain, worker_class=worker_class, compiler=compiler)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from dispatcher.core.records import Algorithm, Focus, SearchSettings
+from dispatcher.core.records import Algorithm, Focus, Metric, SearchSettings
 from dispatcher.search.rules import in_flight_share
 
 # Settings a rundir of an earlier version did not record, which a resume of it takes from
@@ -27,13 +27,17 @@ def _config_values(config: Any) -> dict[str, Any]:
 def settings_of(config: Any, slots: int, *, chain: int = 0, chains: int = 1,
                 algorithm: str | None = None, steps: int | None = None,
                 seed: int | None = None, size: str | None = None, runs: int | None = None,
-                max_pairs: int | None = None) -> SearchSettings:
+                max_pairs: int | None = None, metric: str | None = None) -> SearchSettings:
     """The settings of a new chain: the config's, then the command line's overrides (None:
     not given).  ``chain``: its index among its task's chains (its seed is the seed plus
     it); ``slots``: the worker slots of its class; ``chains``: the chains sharing them (an
-    asynchronous chain keeps its share of the slots in flight)."""
+    asynchronous chain keeps its share of the slots in flight).  Under an exact ``metric``
+    the incumbent is never re-measured and no canary is run: counts have no noise to undo
+    or to detect (docs/measurement.md, "Exact metrics")."""
     s, m = config.search, config.measure
     sync = s.mode != "async"
+    metric = metric or m.metric
+    exact = metric != "time"
     return SearchSettings(
         algorithm=cast(Algorithm, algorithm or s.algorithm),
         seed=(s.seed if seed is None else seed) + chain,
@@ -43,9 +47,10 @@ def settings_of(config: Any, slots: int, *, chain: int = 0, chains: int = 1,
         mode="sync" if sync else "async",
         in_flight=None if sync else (s.in_flight or in_flight_share(slots, chains)),
         t_start=s.t_start, t_end=s.t_end,
-        remeasure_every=s.remeasure_every, max_flips=s.max_flips,
+        remeasure_every=0 if exact else s.remeasure_every, max_flips=s.max_flips,
         max_pairs=max_pairs or m.max_pairs, half_width=m.half_width,
-        canary_every=m.canary_every, confirm=m.confirm,
+        canary_every=0 if exact else m.canary_every, confirm=m.confirm,
+        metric=cast(Metric, metric),
         timeout=config.run.timeout, perf=config.run.perf, aslr=config.run.aslr,
         focus=cast(Focus, s.focus))
 

@@ -20,6 +20,7 @@ from analysis.policy_training import CLASSIFIERS as TRAINED_CLASSIFIERS
 from dispatcher.build.manifest import SPLITS, ManifestError, resolve_benchmark
 from dispatcher.build.policy_file import DEFAULT_GROWTH_BUDGET, DEFAULT_MARGIN
 from dispatcher.config import ConfigError, load_config
+from dispatcher.core.figures import METRICS
 from dispatcher.core.records import Algorithm
 from dispatcher.core.validation import MAX_RUNS, MAX_STEPS, Reader, load_strict_file
 from pipeline.policy.selection import GATE
@@ -46,6 +47,9 @@ class SearchStage:
     chains: int = 1
     seed: int = 0
     size: str = ""  # the benchmark size searched at ("": the campaign's size)
+    # what candidates are compared in: time, or an exact metric to screen on (the chains'
+    # winners are confirmed in time, and everything published is measured in time)
+    metric: str = "time"
 
 
 @dataclass(frozen=True)
@@ -161,7 +165,7 @@ def _merge(base: dict, extra: dict) -> dict:
 def _search(r: Reader, data: dict, size: str) -> SearchStage:
     d = SearchStage()
     s = r.section(data, "search", {"benchmarks", "algorithm", "steps", "chains", "seed",
-                                   "size"})
+                                   "size", "metric"})
     seed = s.get("seed", d.seed)
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 31:
         raise r.fail("search.seed", "an integer from 0 to 2147483647", seed)
@@ -171,7 +175,9 @@ def _search(r: Reader, data: dict, size: str) -> SearchStage:
                           " or ".join(SEARCHES)),
         steps=r.positive_int(s, "steps", "search.steps", d.steps, most=MAX_STEPS),
         chains=r.positive_int(s, "chains", "search.chains", d.chains, most=1000), seed=seed,
-        size=_choice(r, s, "size", "search.size", size, SIZES, " or ".join(SIZES)))
+        size=_choice(r, s, "size", "search.size", size, SIZES, " or ".join(SIZES)),
+        metric=_choice(r, s, "metric", "search.metric", d.metric, METRICS,
+                       " | ".join(METRICS)))
 
 
 def _labels(r: Reader, data: dict) -> LabelsStage:
@@ -279,7 +285,9 @@ def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
 def _identity(c: Campaign) -> str:
     """What decides the stages' results: not where they are written nor the budget (a resumed
     campaign may be given more), but the config, size and every stage's settings."""
-    what = {"config": str(c.config), "size": c.size, "search": c.search.__dict__,
+    search = {k: v for k, v in c.search.__dict__.items()
+              if k != "metric" or v != "time"}  # absent at time: earlier identities hold
+    what = {"config": str(c.config), "size": c.size, "search": search,
             "labels": c.labels.__dict__, "rewards": c.rewards_model,
             "policy": c.policy.__dict__, "evaluate": c.evaluate.__dict__}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=list).encode()).hexdigest()

@@ -58,7 +58,8 @@ def _search(c: Campaign, conf: list[str], searches: list[Path]) -> list[str]:
     return ["run_training_experiments", *conf, "--tasks", str(c.dir / "search.tasks"),
             "--algorithm", c.search.algorithm, "--steps", str(c.search.steps),
             "--chains", str(c.search.chains), "--seed", str(c.search.seed),
-            "--size", c.search.size]
+            "--size", c.search.size,
+            *(["--metric", c.search.metric] if c.search.metric != "time" else [])]
 
 
 def _labels(c: Campaign, conf: list[str]) -> list[str]:
