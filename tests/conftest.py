@@ -39,3 +39,10 @@ def agent_pyz(tmp_path_factory):
     """The worker agent's zipapp, built once a session (the agent's and isolation tests')."""
     from workers.zipapp import build_agent_zipapp
     return build_agent_zipapp(tmp_path_factory.mktemp("agent-pyz"))
+
+
+@pytest.fixture(scope="session")
+def bundled_builds(compiler, tmp_path_factory):
+    """Bundled benchmarks, each built once a session (tests.helpers.BundledBuilds)."""
+    from tests.helpers import BundledBuilds
+    return BundledBuilds(compiler, tmp_path_factory.mktemp("bundled-builds"))

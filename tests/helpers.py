@@ -258,6 +258,41 @@ def spin_benchmark(root: Path, iterations: int = 150_000_000) -> Path:
 # --------------------------------------------------------------------------- compiler programs
 
 
+class BundledBuilds:
+    """Bundled benchmarks built once a session, with or without decision dumps (conftest's
+    ``bundled_builds``): several test files read the same builds.  ``prefetch`` builds the
+    ones not built yet on every CPU at once; ``get`` one, building it if need be.  The builds
+    are shared: read them, copy them to change them."""
+
+    def __init__(self, compiler, root: Path) -> None:
+        self.compiler, self.root = compiler, root
+        self.done: dict[tuple[str, bool], Any] = {}
+
+    def _build(self, job: tuple[Any, bool]) -> Any:
+        from dispatcher.build.driver import build_benchmark
+        bench, dumps = job
+        out = self.root / ("dumped" if dumps else "plain") / bench.name
+        out.mkdir(parents=True)
+        return build_benchmark(bench, out, self.compiler.ocamlopt, dump_decisions=dumps)
+
+    def prefetch(self, benches: Iterable[Any], dumps: bool) -> None:
+        todo = {b.name: b for b in benches if (b.name, dumps) not in self.done}
+        results = on_every_cpu(self._build, [(b, dumps) for b in todo.values()])
+        self.done.update({(name, dumps): r for name, r in zip(todo, results)})
+
+    def get(self, bench: Any, dumps: bool) -> Any:
+        self.prefetch([bench], dumps)
+        return self.done[(bench.name, dumps)]
+
+
+def selected_params(request: pytest.FixtureRequest, test: str, name: str) -> list[Any]:
+    """The values of parameter ``name`` of the ``test`` items this session runs (what a
+    fixture may prepare at once for all of them)."""
+    return [item.callspec.params[name] for item in request.session.items
+            if getattr(item, "originalname", None) == test and hasattr(item, "callspec")]
+
+
+
 def on_every_cpu(work: Callable[[T], R], items: Iterable[T]) -> list[R]:
     """``[work(item) for item in items]``, as many at once as this process has CPUs: for
     independent compiles (each its own ocamlopt process, in its own directory).  The first

@@ -28,6 +28,7 @@ from dispatcher.build.manifest import (
     resolve_benchmark,
 )
 from dispatcher.core.decisions import read_sexp
+from tests.helpers import selected_params
 
 BUNDLED = bundled_benchmarks()
 RUN_TIMEOUT = 60
@@ -147,10 +148,22 @@ def test_every_bundled_directory_has_a_manifest():
     assert dirs == [b.name for b in BUNDLED]
 
 
+@pytest.fixture(scope="module")
+def builds(request, compiler, bundled_builds):
+    """The session's builds, those this module's parametrized tests need built at once."""
+    bundled_builds.prefetch(selected_params(
+        request, "test_bundled_benchmark_builds_and_quick_run_matches", "bench"), dumps=False)
+    if _supports_decision_dump(compiler.ocamlopt):
+        bundled_builds.prefetch(selected_params(
+            request, "test_bundled_benchmark_has_enough_inlining_decisions", "bench"),
+            dumps=True)
+    return bundled_builds
+
+
 @pytest.mark.parametrize("bench", BUNDLED, ids=[b.name for b in BUNDLED])
-def test_bundled_benchmark_builds_and_quick_run_matches(bench: Benchmark, compiler, tmp_path):
-    result = build_benchmark(bench, tmp_path / "build", compiler.ocamlopt)
-    assert result.binary == tmp_path / "build" / f"{bench.name}.exe"
+def test_bundled_benchmark_builds_and_quick_run_matches(bench: Benchmark, builds):
+    result = builds.get(bench, dumps=False)  # built into builds.root / "plain" / its name
+    assert result.binary == builds.root / "plain" / bench.name / f"{bench.name}.exe"
     assert result.decision_files == []  # not requested
     proc = _run(result.binary, bench.size("quick").args)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
@@ -159,10 +172,10 @@ def test_bundled_benchmark_builds_and_quick_run_matches(bench: Benchmark, compil
 
 
 @pytest.mark.parametrize("bench", BUNDLED, ids=[b.name for b in BUNDLED])
-def test_bundled_benchmark_has_enough_inlining_decisions(bench: Benchmark, compiler, tmp_path):
+def test_bundled_benchmark_has_enough_inlining_decisions(bench: Benchmark, compiler, builds):
     if not _supports_decision_dump(compiler.ocamlopt):
         pytest.skip(f"{compiler.ocamlopt} has no -dump-inlining-decisions option (stock compiler, not the patched one)")
-    result = build_benchmark(bench, tmp_path / "build", compiler.ocamlopt, dump_decisions=True)
+    result = builds.get(bench, dumps=True)
     assert result.decision_files, "no *.decisions.sexp written"
     count = sum(f.read_text(errors="replace").count("(key ") for f in result.decision_files)
     assert count >= MIN_DECISIONS, f"{bench.name}: only {count} inlining decisions"

@@ -61,14 +61,12 @@ def pins_with_flip(dumps, target: Decision, rounds: int) -> list[Override]:
 
 
 @pytest.fixture(scope="module")
-def built(compiler, tmp_path_factory):
-    """Each training benchmark built once with decision dumps (on every CPU at once)."""
-    def build(job):
-        bench, d = job
-        build_benchmark(bench, d, compiler.ocamlopt, dump_decisions=True)
-        return bench.name, job
-    return dict(on_every_cpu(build, [(bench, tmp_path_factory.mktemp(bench.name))
-                                     for bench in bundled_benchmarks("training")]))
+def built(bundled_builds):
+    """Each training benchmark built once a session with decision dumps (shared with
+    tests/test_benchmarks.py's; copied before a flip changes one)."""
+    training = bundled_benchmarks("training")
+    bundled_builds.prefetch(training, dumps=True)
+    return {b.name: (b, bundled_builds.get(b, dumps=True).binary.parent) for b in training}
 
 
 def recompile_unit(compiler, bench, build_dir: Path, unit: str, overrides: Path) -> None:
