@@ -25,7 +25,7 @@ ID_COLUMNS = ["benchmark", "unit", "round", "key", "callee", "location",
               "heuristic_action", "heuristic_reason"]
 OUTCOME_COLUMNS = ["action", "context", "status", "effect", "low", "high", "speedup", "pairs",
                    "disturbed_share", "runs", "cpu_s", "heat", "decision", "trial", "why",
-                   "rundir"]
+                   "rundir", "metric"]  # metric: what effect is in (time, or an exact one)
 
 
 class LabelsError(RuntimeError):
@@ -69,7 +69,8 @@ def label_rows(rundir: Path) -> pd.DataFrame:
             "speedup": o.speedup if o.measured else math.nan, "pairs": o.pairs,
             "disturbed_share": o.disturbed / o.runs if o.runs else math.nan,
             "runs": o.runs, "cpu_s": o.cpu_s, "heat": e.heat, "decision": e.decision,
-            "trial": e.trial, "why": o.why or "", "rundir": str(rundir)})
+            "trial": e.trial, "why": o.why or "", "rundir": str(rundir),
+            "metric": o.metric})
     if not rows:
         return pd.DataFrame(columns=ID_COLUMNS + OUTCOME_COLUMNS)
     return pd.DataFrame(rows)
@@ -130,6 +131,9 @@ def report(rundirs: Sequence[Path], table: pd.DataFrame) -> list[str]:
                       f"[{100 * (math.exp(r['low']) - 1):+.2f}, "
                       f"{100 * (math.exp(r['high']) - 1):+.2f}]")
             mark = " *" if significant(r) else ""
+            metric = r.get("metric")  # absent or NaN: a table from before the column
+            if isinstance(metric, str) and metric != "time":
+                mark += f" ({metric})"
         else:
             figure, mark = r["status"].replace("_", " "), ""
         lines.append(f"  {r['trial']:7} {r['context']:8} {r['action']:11} {r['callee']} in "

@@ -17,6 +17,7 @@ import click
 from commands.common import (
     backend_errors_in_one_line,
     fail,
+    metric_option,
     refuse_with_resume,
     show_warnings,
 )
@@ -58,17 +59,21 @@ PROG = "measure-sites"
               show_default=True, help="Where the labels tables are written.")
 @click.option("--resume", "resume", multiple=True, type=click.Path(path_type=Path),
               help="Continue this labels rundir where it stopped (repeatable).")
+@metric_option
 @backend_errors_in_one_line
 def measure_sites(rundirs, batch_log, tasks_file, trees, sweep, config_path, size, runs,
-                  max_pairs, keep, max_tests, retest, labels_dir, resume) -> None:
-    """Measure each inlining decision's effect: attribute search winners, sweep hot sites."""
+                  max_pairs, keep, max_tests, retest, labels_dir, resume, metric) -> None:
+    """Measure each inlining decision's effect: attribute search winners, sweep hot sites
+    (in --metric; with --retest under an exact metric, every label again in wall time)."""
     request = SitesRequest(config_path, rundirs, batch_log, tasks_file, trees, sweep, size,
-                           runs, max_pairs, keep, max_tests, retest, labels_dir, resume)
+                           runs, max_pairs, keep, max_tests, retest, labels_dir, resume,
+                           metric)
     if resume:
         refuse_with_resume([o for o, v in (
             ("RUNDIR", rundirs), ("--batch-log", batch_log), ("--tasks", tasks_file),
             ("--tree", trees), ("--sweep", sweep is not None), ("--size", size),
-            ("--runs", runs), ("--max-pairs", max_pairs), ("--retest", retest)) if v],
+            ("--runs", runs), ("--max-pairs", max_pairs), ("--retest", retest),
+            ("--metric", metric)) if v],
             "a labels rundir continues with what it recorded")
     show_warnings()
     # The graceful stop stays until the command ends, so the tables are written whenever a

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from dispatcher.build.manifest import Benchmark, resolve_benchmark
-from dispatcher.config import Config, load_config
+from dispatcher.config import Config, load_config, with_metric
 from dispatcher.core.decisions import read_overrides
 from dispatcher.core.rundir import check_batch_log, check_rundirs_dir
 from dispatcher.labels.planning import (
@@ -55,6 +55,7 @@ class SitesRequest:
     retest: bool = False
     labels_dir: Path = Path("labels")
     resume: tuple[Path, ...] = ()
+    metric: str | None = None  # what tests are measured in (None: measure.metric)
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,11 @@ class SitesReport:
 def measure_sites(request: SitesRequest, stop: GracefulStop) -> SitesReport | None:
     """Plan or resume the labels rundirs, measure them, write their tables.  None when every
     rundir to resume had already finished.  One of INPUT_ERRORS for bad input."""
-    config = load_config(request.config_path)
+    config = with_metric(load_config(request.config_path), request.metric)
     if request.resume:
         jobs, finished = open_label_resumes(request.resume)
+        exact = [rd.experiment.metric for rd, _ in jobs if rd.experiment.metric != "time"]
+        config = with_metric(config, exact[0] if exact else None)
         for rd in finished:
             progress(f"{rd.path}: already finished; nothing to resume")
         if not jobs:
@@ -161,7 +164,8 @@ def _plan(request: SitesRequest, config: Config, session: Session, sources: list
         half_width=config.measure.half_width, timeout=config.run.timeout,
         perf=config.run.perf, aslr=config.run.aslr, sweep=r.sweep, keep=r.keep,
         max_tests=r.max_tests, retest=r.retest, rundirs=config.search.rundirs,
-        batch_log=config.search.batch_log, config_raw=config.raw)
+        batch_log=config.search.batch_log, config_raw=config.raw,
+        metric=config.measure.metric)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     plan = plan_labels(settings, session.builds.toolchain.identity, session.worker_classes[0],
                        sources, swept, trees,

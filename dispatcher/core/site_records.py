@@ -15,7 +15,14 @@ from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import Field, TypeAdapter, ValidationError
 
-from dispatcher.core.records import FinishEvent, Record, RecordError, ResumeEvent, _describe
+from dispatcher.core.records import (
+    FinishEvent,
+    Metric,
+    Record,
+    RecordError,
+    ResumeEvent,
+    _describe,
+)
 
 SITES_FORMAT_VERSION = 1
 SITES_KIND: Literal["sites"] = "sites"
@@ -66,6 +73,10 @@ class SitesExperiment(Record):
     max_tests: int = 64  # delta-debugging tests at most
     retest: bool = False  # every measured label measured again, independently
     rundir: Optional[str] = None
+    # Later: what tests are measured in (absent: time, as in every earlier labels rundir);
+    # under an exact metric the retests are in time (docs/labels.md)
+    metric: Metric = "time"
+    later_fields: ClassVar[frozenset[str]] = frozenset({"metric"})
 
 
 def read_sites_experiment(path: Path) -> SitesExperiment:
@@ -118,6 +129,10 @@ class Paired(Record):
     disturbed: int = 0
     cpu_s: float = 0.0  # worker seconds its runs took now (its cost; 0: the store answered)
     why: Optional[str] = None  # one line, for every status but measured
+    # Later: what ``speedup`` is in: time (paired), or an exact metric (one counted run of
+    # each: ``ci95`` is [speedup, speedup]); absent: time
+    metric: Metric = "time"
+    later_fields: ClassVar[frozenset[str]] = frozenset({"metric"})
 
     @property
     def measured(self) -> bool:

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from dispatcher.build.manifest import Benchmark, load_benchmark
-from dispatcher.core.records import BatchEntry, RecordError, read_experiment
+from dispatcher.core.records import BatchEntry, Metric, RecordError, read_experiment
 from dispatcher.core.rundir import (
     EXPERIMENT,
     RundirError,
@@ -59,6 +59,7 @@ class LabelsSettings:
     rundirs: Path  # where the rundirs are made
     batch_log: Path  # where they are listed
     config_raw: dict[str, Any]  # the config each rundir keeps a copy of
+    metric: str = "time"  # what tests are measured in (the retests: in time)
 
 
 @dataclass(frozen=True)
@@ -197,4 +198,4 @@ def _experiment(settings: LabelsSettings, p: _Planned, sweep: int, compiler: str
         timeout=s.timeout, perf=s.perf, aslr=s.aslr, worker_class=worker_class,
         compiler=compiler, sources=[str(r.resolve()) for r in p.sources], winner=p.winner,
         sweep=sweep, keep=s.keep, max_tests=s.max_tests, retest=s.retest,
-        rundir=str(path.resolve()))
+        rundir=str(path.resolve()), metric=cast(Metric, s.metric))

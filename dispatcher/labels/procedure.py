@@ -452,9 +452,17 @@ class SiteLabeller:
 
     def _compare(self, tested: Artifact, reference: Artifact, trial: str) -> Paired:
         """``tested`` against ``reference`` in one comparison per slot, started together,
-        pooled: pairs never mix slots, a label takes the whole class."""
+        pooled: pairs never mix slots, a label takes the whole class.  Under an exact metric,
+        one counted comparison (a retest stays in time: the label's wall-time check)."""
         exp = self.rundir.experiment
         policy = self.part_policy()
+        if exp.metric != "time" and trial != "retest":
+            counted = self.wait(self.measurements.compare(
+                self.job(reference), self.job(tested), exp.worker_class, policy,
+                metric=exp.metric))
+            if counted.metric != "time":
+                return exact_outcome(counted, tested.sha256)
+            return pooled([counted], exp.runs, tested.sha256)  # not deterministic: timed
         parts = [self.measurements.compare(self.job(reference), self.job(tested),
                                            exp.worker_class, policy,
                                            trial=f"{trial} part {i}")
@@ -494,6 +502,22 @@ def pooled(parts: list[Comparison], fewest: int, sha256: str) -> Paired:
     return Paired(status="measured", speedup=speedup,
                   ci95=None if low is None or high is None else (low, high),
                   pairs=len(candidate), **common)
+
+
+def exact_outcome(c: Comparison, sha256: str) -> Paired:
+    """A test's outcome from one exact comparison: the ratio of the counts, its interval
+    [ratio, ratio] (docs/measurement.md, "Exact metrics")."""
+    common: dict[str, Any] = dict(runs=c.runs, sha256=sha256, metric=c.metric,
+                                  cpu_s=0.0 if c.reused else round(sum(
+                                      rec.wall_s for r in c.results for rec in r.records), 3))
+    if c.stopped == "failed":
+        failure = next((rec.failure for r in c.results for rec in r.records
+                        if rec.failure and r.sha256 == sha256), "a run failed")
+        return Paired(status="failed", why=f"the tested binary failed: {failure}"[:300],
+                      **common)
+    speedup, low, high = c.interval
+    assert speedup is not None and low is not None and high is not None
+    return Paired(status="measured", speedup=speedup, ci95=(low, high), pairs=1, **common)
 
 
 def inlined_copy(key: str) -> bool:
