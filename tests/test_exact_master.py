@@ -388,6 +388,15 @@ def test_a_campaign_may_screen_its_search_on_cycles_and_publishes_on_time(tmp_pa
     assert search[search.index("--metric") + 1] == "cycles"
     assert "--metric" not in stages.stage_command(screened, "labels")  # labels in time
     assert screened.identity != timed.identity
+    counted = plan.load_campaign(write_campaign(tmp_path, simulated_config(tmp_path),
+                                                labels={"metric": "instructions",
+                                                        "retest": True}))
+    labels = stages.stage_command(counted, "labels")
+    assert labels[labels.index("--metric") + 1] == "instructions" and "--retest" in labels
+    with pytest.raises(plan.CampaignError, match="labels.retest: expected true with "
+                                                 "labels.metric cycles"):
+        plan.load_campaign(write_campaign(tmp_path, simulated_config(tmp_path),
+                                          labels={"metric": "cycles", "retest": False}))
     with pytest.raises(plan.CampaignError, match="search.metric: expected time | "
                                                  "instructions | cycles, got 'wall'"):
         plan.load_campaign(write_campaign(tmp_path, simulated_config(tmp_path),

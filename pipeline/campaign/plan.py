@@ -59,6 +59,7 @@ class LabelsStage:
     max_tests: int = 12
     sweep: int = 4
     retest: bool = True
+    metric: str = "time"  # an exact one: tests counted, every label retested in time
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,8 @@ def _search(r: Reader, data: dict, size: str) -> SearchStage:
 
 def _labels(r: Reader, data: dict) -> LabelsStage:
     d = LabelsStage()
-    lab = r.section(data, "labels", {"runs", "max_pairs", "max_tests", "sweep", "retest"})
+    lab = r.section(data, "labels", {"runs", "max_pairs", "max_tests", "sweep", "retest",
+                                     "metric"})
     labels = LabelsStage(
         runs=max(2, r.positive_int(lab, "runs", "labels.runs", d.runs, most=MAX_RUNS)),
         max_pairs=r.positive_int(lab, "max_pairs", "labels.max_pairs", d.max_pairs,
@@ -191,7 +193,12 @@ def _labels(r: Reader, data: dict) -> LabelsStage:
                                  most=10000),
         sweep=r.count(lab, "sweep", "labels.sweep", d.sweep, most=10000,
                       what="a number of sites"),
-        retest=r.boolean(lab, "retest", "labels.retest", d.retest))
+        retest=r.boolean(lab, "retest", "labels.retest", d.retest),
+        metric=_choice(r, lab, "metric", "labels.metric", d.metric, METRICS,
+                       " | ".join(METRICS)))
+    if labels.metric != "time" and not labels.retest:  # a label is kept on the clock too
+        raise r.fail("labels.retest", f"true with labels.metric {labels.metric} (every "
+                     "exact label is measured again in wall time)", labels.retest)
     if labels.max_pairs < labels.runs:
         raise r.fail("labels.max_pairs", f"at least labels.runs ({labels.runs})",
                      labels.max_pairs)
@@ -288,7 +295,8 @@ def _identity(c: Campaign) -> str:
     search = {k: v for k, v in c.search.__dict__.items()
               if k != "metric" or v != "time"}  # absent at time: earlier identities hold
     what = {"config": str(c.config), "size": c.size, "search": search,
-            "labels": c.labels.__dict__, "rewards": c.rewards_model,
+            "labels": {k: v for k, v in c.labels.__dict__.items()
+                       if k != "metric" or v != "time"}, "rewards": c.rewards_model,
             "policy": c.policy.__dict__, "evaluate": c.evaluate.__dict__}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=list).encode()).hexdigest()
 

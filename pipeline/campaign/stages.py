@@ -70,7 +70,8 @@ def _labels(c: Campaign, conf: list[str]) -> list[str]:
     return ["measure-sites", *conf, "--batch-log", str(c.batch_log), *labels,
             "--size", c.size, "--runs", str(c.labels.runs),
             "--max-pairs", str(c.labels.max_pairs), "--max-tests", str(c.labels.max_tests),
-            "--sweep", str(c.labels.sweep), *(["--retest"] if c.labels.retest else [])]
+            "--sweep", str(c.labels.sweep), *(["--retest"] if c.labels.retest else []),
+            *(["--metric", c.labels.metric] if c.labels.metric != "time" else [])]
 
 
 def _policy(c: Campaign, conf: list[str]) -> list[str]:
