@@ -38,7 +38,7 @@ from dispatcher.running.scheduler import Scheduler
 from dispatcher.running.ssh import MAX_CACHE_MB
 from dispatcher.storage.gc import Needs, collect
 from dispatcher.storage.store import Store, unpack
-from tests.helpers import FIRST_CPU, REPO, invoke, one_line_error, write_config
+from tests.helpers import FIRST_CPU, REPO, cli, invoke, one_line_error, write_config
 
 
 @pytest.fixture
@@ -535,8 +535,7 @@ def test_scheduler_runs_jobs_on_local_agents(compiler, store, tmp_path):
 # -- run-benchmark end to end
 
 def run_cli(*args, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "commands", "run-benchmark", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=600)
+    return cli("run-benchmark", *args, cwd=cwd)
 
 
 def test_run_benchmark_bundled(tmp_path):
