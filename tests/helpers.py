@@ -255,7 +255,7 @@ def spin_benchmark(root: Path, iterations: int = 150_000_000) -> Path:
     return d
 
 
-# --------------------------------------------------------------------------- compiler programs
+# --------------------------------------------------------------------------- builds on every CPU
 
 
 class BundledBuilds:
