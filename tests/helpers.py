@@ -301,6 +301,8 @@ def on_every_cpu(work: Callable[[T], R], items: Iterable[T]) -> list[R]:
         return list(pool.map(work, items))
 
 
+# --------------------------------------------------------------------------- compiler programs
+
 
 def compile_programs(ocamlopt: Path, programs: dict[str, str], directory: Path) -> dict:
     """name -> executable of each ``programs[name]`` source (ocamlopt -O3, in parallel)."""
