@@ -532,13 +532,19 @@ def unmatched(dumps) -> set[Site]:
     return {Site(x.unit, x.round, k) for x in dumps for k in x.unmatched_keys}
 
 
-def test_tree_overrides_compile_round_trip(compiler, tmp_path):
+def heuristic_tree(bundled_builds, bench) -> Tree:
+    """The heuristic's tree of a bundled benchmark, from the session's build with dumps."""
+    return from_dumps(read_dumps(dump_files(bundled_builds.get(bench, dumps=True).binary.parent)))
+
+
+def test_tree_overrides_compile_round_trip(compiler, bundled_builds, tmp_path):
     """P = mutate(T) -> compile -> T'; pinning T' must give T' back exactly (T'' == T'),
     and T' must honour every pin of P whose site it still has (or show it prevented)."""
     builds = Builds(compiler, tmp_path)
     stats = Counter()
     benches = [resolve_benchmark(name) for name in BENCHMARKS]
-    bases = dict(zip(BENCHMARKS, on_every_cpu(lambda b: builds.compile(b, None)[0], benches)))
+    bundled_builds.prefetch(benches, dumps=True)
+    bases = {b.name: heuristic_tree(bundled_builds, b) for b in benches}
 
     def trip(job):
         """The seed's proposal, its build, and the build pinned to what that one decided."""
@@ -605,7 +611,8 @@ def test_split_key_cuts_only_at_top_level_slashes(key):
         assert frame.count("(") == frame.count(")")
 
 
-def test_prevented_sites_flippable_or_not_as_the_compiler_honours_them(compiler, tmp_path):
+def test_prevented_sites_flippable_or_not_as_the_compiler_honours_them(compiler, bundled_builds,
+                                                                       tmp_path):
     """Forced to inline as a search step would (``propose_action`` then ``to_overrides``),
     the prevented sites ``flippable`` offers are inlined, and those it keeps out are
     prevented again: the evidence of ``bench/prevented_flips`` (compiler/README.md), on a
@@ -613,7 +620,8 @@ def test_prevented_sites_flippable_or_not_as_the_compiler_honours_them(compiler,
     builds = Builds(compiler, tmp_path)
     outcomes: Counter = Counter()
     benches = [resolve_benchmark(name) for name in BENCHMARKS]
-    bases = on_every_cpu(lambda b: builds.compile(b, None)[0], benches)
+    bundled_builds.prefetch(benches, dumps=True)
+    bases = [heuristic_tree(bundled_builds, b) for b in benches]
     jobs = []  # (benchmark, guard class, flippable, base, site): one build each, site inlined
     for bench, base in zip(benches, bases):
         offered = {(u, r, n.key) for u, r, n in flippable(base)}
