@@ -66,7 +66,8 @@ class Session:
         BackendUnavailable (one line) if the backend cannot start."""
         if self._backend is None:
             context = BackendContext(store_root=self.store.root,
-                                     worker_cache=self.store.worker_cache)
+                                     worker_cache=self.store.worker_cache,
+                                     exact=self.config.measure.metric != "time")
             self._backend = self.spec.start(self.config.backend_settings, context)
             builder = self._backend.remote_builder()
             if builder is not None:  # compile capacity grows with the cluster

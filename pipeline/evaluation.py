@@ -43,6 +43,7 @@ from dispatcher.core.figures import Figure, against
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.running.agent_client import AgentError
+from dispatcher.running.backend import EXACT_CLASS
 from dispatcher.running.measurement import PairingPolicy, ShareJudge
 from dispatcher.running.scheduler import Scheduler
 from dispatcher.session import Session
@@ -133,7 +134,8 @@ def run_on_every_slot(session: Session, job: RunJob, judge: ShareJudge,
         return SlotRuns([judge(r) for r in stored], cached=True)
     got = SlotRuns()
     scheduler = session.start_workers().scheduler
-    futures = [scheduler.submit(job, slot=slot.name) for slot in scheduler.slots]
+    futures = [scheduler.submit(job, slot=slot.name) for slot in scheduler.slots
+               if slot.worker_class != EXACT_CLASS]  # a CPU lent to exact jobs times nothing
     for f in futures:
         try:
             got.results.append(judge(f.result()))

@@ -436,3 +436,52 @@ def test_delta_debugging_in_cycles_finds_exactly_the_planted_decision(tmp_path):
     assert {e.outcome.metric for e in labels if e.trial == "retest"} == {"time"}
     table = pd.read_csv(tmp_path / "labels" / "grid" / "sites.csv")
     assert set(table["metric"]) == {"cycles", "time"}
+
+
+# --------------------------------------------------------------------------- where exact jobs run
+
+def test_exact_jobs_run_on_a_cpu_lent_to_them_while_the_timed_slot_is_busy(tmp_path):
+    """The compile CPU's slot (EXACT_CLASS) takes exact jobs of any class; a timed job of the
+    class never goes there, and a comparison in cycles finishes while the class's one slot is
+    held by a timed run."""
+    from dispatcher.running.backend import EXACT_CLASS
+    timed_slot = CountingSlot("local/cpu1", {REF: [counts(1200)], CAND: [counts(1000)]},
+                              {REF: 10**6, CAND: 10**6})
+    lent = CountingSlot("local/cpu0/exact", timed_slot.script, timed_slot.wall)
+    lent.worker_class = EXACT_CLASS
+    gate = threading.Event()
+    original = timed_slot.run
+
+    def held(job):
+        if not job.exact:
+            assert gate.wait(30)
+        return original(job)
+    timed_slot.run = held  # type: ignore[method-assign]
+    scheduler = Scheduler([timed_slot, lent])
+    service = MeasurementService(scheduler, Store(tmp_path / "store"), min_cpu_share=0.0)
+    try:
+        busy = scheduler.submit(job(REF), worker_class="local")  # a timed run holds cpu1
+        compared = service.compare(job(REF), job(CAND), "local", POLICY,
+                                   metric="cycles").result(30)
+        assert compared.interval[0] == pytest.approx(1.2)
+        assert [j.exact for j in lent.ran] == [True, True]
+        gate.set()
+        busy.result(30)
+        assert all(j.exact for j in lent.ran) and not any(j.exact for j in timed_slot.ran)
+    finally:
+        gate.set()
+        service.close()
+        scheduler.close()
+
+
+def test_a_cpu_lent_to_exact_jobs_refuses_a_timed_one(tmp_path):
+    from dispatcher.running.backend import EXACT_CLASS
+    from dispatcher.running.local import ExactSlot, LocalBackend
+    slot = ExactSlot(0, tmp_path / "cache", lock_dir=tmp_path / "locks")
+    assert slot.worker_class == EXACT_CLASS and slot.name == "local/cpu0/exact"
+    with pytest.raises(ValueError, match="a timed job on a CPU lent to exact jobs only"):
+        slot.run(job(REF))
+    backend = LocalBackend((1,), tmp_path / "cache", lock_dir=tmp_path / "locks",
+                           exact_cpus=(0,))
+    assert [s.name for s in backend.slots] == ["local/cpu1", "local/cpu0/exact"]
+    backend.close()

@@ -78,6 +78,14 @@ class BackendContext:
 
     store_root: Path
     worker_cache: Path  # where binaries for agents on this machine go, one file per sha256
+    # The session measures in an exact metric: a backend may add slots of ``EXACT_CLASS``
+    # where timed runs must not go (the local backend: the CPUs the compiles use)
+    exact: bool = False
+
+
+# The class of slots that run exact (counted) jobs only: exact jobs go to any slot of any
+# class (their counts are the same everywhere), timed jobs only to their own class's slots.
+EXACT_CLASS = "exact-only"
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from dispatcher.core.jobs import RunJob
+from dispatcher.running.agent_client import WorkerLost
 from dispatcher.running.backend import BackendUnavailable
 from workers.agent import cachegrind
 
@@ -39,12 +40,17 @@ def exact_job(job: RunJob) -> RunJob:
 def check_workers(slots: Sequence[Any], metric: str) -> None:
     """Ask each slot's agent (``hello`` with ``exact: true``) whether it can count;
     ExactUnavailable (one line naming the slot and its host) for the first that cannot.
-    Slots that cannot be asked (a simulated backend's) are taken at their word."""
+    Slots that cannot be asked (a simulated backend's) are taken at their word; one whose
+    worker is lost (a CPU another master holds) is left to the scheduler, which takes lost
+    slots out of service."""
     for slot in slots:
         ask = getattr(slot, "exact_info", None)
         if ask is None:
             continue
-        info, host = ask()
+        try:
+            info, host = ask()
+        except WorkerLost:  # lost before it could say: the scheduler deals with it as ever
+            continue
         where = f"{slot.name} (host {host})" if host else slot.name
         if not info or not info.get("available"):
             why = (info or {}).get("reason") or "its agent does not report exact measurements"

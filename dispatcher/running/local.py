@@ -30,7 +30,7 @@ from dispatcher.running.agent_client import (
     encode_request,
     result_from_response,
 )
-from dispatcher.running.backend import BackendContext, BackendSpec, PermanentLoss
+from dispatcher.running.backend import EXACT_CLASS, BackendContext, BackendSpec, PermanentLoss
 from workers.agent.protocol import (
     CPU_LOCK_NAME,
     DEFAULT_LOCK_DIR,
@@ -200,12 +200,32 @@ class LocalSlot:
                 self._agent = None
 
 
+class ExactSlot(LocalSlot):
+    """A CPU the compiles use, lent to exact jobs (``EXACT_CLASS``): a cachegrind run's
+    counts do not depend on what else runs there, and it times nothing.  Its agent holds the
+    CPU's lock like any slot's (not waiting for it: a CPU another master times on is not
+    lent), so a timed run's own CPU stays isolated; the scheduler hands it no timed job (their
+    class is never this one), and it refuses one if it gets it."""
+
+    def __init__(self, cpu: int, cache_dir: Path, lock_dir: Path | None = None):
+        super().__init__(cpu, cache_dir, EXACT_CLASS, lock_dir, lock_wait=0.0)
+        self.name = f"local/cpu{cpu}/exact"
+
+    def run(self, job: RunJob) -> RunResult:
+        if not job.exact:
+            raise ValueError(f"{self.name}: a timed job on a CPU lent to exact jobs only")
+        return super().run(job)
+
+
 class LocalBackend:
     def __init__(self, cpus: tuple[int, ...], cache_dir: Path, worker_class: str = "local",
-                 lock_dir: Path | None = None, lock_wait: float = DEFAULT_LOCK_WAIT_S):
+                 lock_dir: Path | None = None, lock_wait: float = DEFAULT_LOCK_WAIT_S,
+                 exact_cpus: tuple[int, ...] = ()):
+        """``exact_cpus``: CPUs the compiles use, lent to exact jobs too (``ExactSlot``)."""
         cache_dir.mkdir(parents=True, exist_ok=True)
-        self.slots = [LocalSlot(cpu, cache_dir, worker_class, lock_dir, lock_wait)
-                      for cpu in cpus]
+        self.slots: list[LocalSlot] = [LocalSlot(cpu, cache_dir, worker_class, lock_dir,
+                                                 lock_wait) for cpu in cpus]
+        self.slots += [ExactSlot(cpu, cache_dir, lock_dir) for cpu in exact_cpus]
 
     def remote_builder(self) -> None:
         """Compiles stay on the master."""
@@ -276,9 +296,12 @@ def parse_config(section: dict, r: Reader) -> LocalConfig:
 
 
 def start(config: LocalConfig, context: BackendContext) -> LocalBackend:
+    """The slots of ``config.cpus``; in an exact session, the master's CPUs lent to exact
+    jobs as well (docs/measurement.md, "Where exact jobs run")."""
+    lent = sorted(master_cpus(config.cpus) or ()) if context.exact else []
     keep_master_off(config.cpus)  # before the scheduler starts its threads
     return LocalBackend(config.cpus, context.worker_cache, config.worker_class,
-                        config.lock_dir, config.lock_wait)
+                        config.lock_dir, config.lock_wait, exact_cpus=tuple(lent))
 
 
 BACKEND = BackendSpec(name="local", parse=parse_config,

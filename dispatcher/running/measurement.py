@@ -251,8 +251,9 @@ class MeasurementService:
             future.set_running_or_notify_cancel()
             if reuse:
                 self._running[mkey] = (job.runs, future)
-        try:
-            job_future = self.scheduler.submit(job, worker_class=worker_class)
+        try:  # an exact job on any slot of any class (counts are the same everywhere)
+            job_future = self.scheduler.submit(
+                job, worker_class=None if job.exact else worker_class)
         except BaseException as exc:  # closed, or no slot of this class
             with self._lock:
                 if self._running.get(mkey, (0, None))[1] is future:
