@@ -654,6 +654,8 @@ def rundirs_of_batch_log(path: Path, kinds: Iterable[str] | None = None
         entries = read_batch_log(path)
     except OSError as exc:
         raise RundirError(f"{path}: cannot read the batch log: {exc.strerror}") from None
+    except RundirError as exc:  # a corrupt line: say what kind of file it is in
+        raise RundirError(f"{exc} (batch log)") from None
     wanted = None if kinds is None else set(kinds)
     seen: set[Path] = set()
     out = []
