@@ -144,13 +144,14 @@ def test_no_token_or_no_cluster_is_one_line(compiler, tmp_path):
     env["INLINING_COMPILER_PREFIX"] = str(compiler.prefix)
     command = [sys.executable, "-m", "commands", "run-benchmark", "kahan", "--config", str(cfg)]
     proc = _in_private_net(command, env)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(
-        "Error: ray: token authentication is on (ray.auth) but there is no token"), proc.stderr
+        "run-benchmark: ray: token authentication is on (ray.auth) but there is no token"), \
+        proc.stderr
     proc = _in_private_net(command, {**env, "RAY_AUTH_TOKEN": "0" * 32})
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(
-        "Error: ray: cannot connect to the cluster at 127.0.0.1:9"), proc.stderr
+        "run-benchmark: ray: cannot connect to the cluster at 127.0.0.1:9"), proc.stderr
 
 
 # -- against a real cluster (one for the module: it takes seconds to start)
@@ -237,9 +238,9 @@ def test_a_wrong_token_is_refused_in_one_line(lab, tmp_path):
                           cwd=REPO, env={**lab.env(), "RAY_AUTH_TOKEN": "f" * 32,
                                          "RAY_gcs_server_port_wait_time_s": "2"},  # not 20 s
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"Error: ray: cannot connect to the cluster at {lab.address}: "), \
+    assert last.startswith(f"run-benchmark: ray: cannot connect to the cluster at {lab.address}: "), \
         proc.stderr
     assert last.endswith("(AuthenticationError: RPC error: InvalidAuthToken: Authentication "
                          "token is missing or incorrect)"), last

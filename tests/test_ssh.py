@@ -261,12 +261,12 @@ def test_host_keys_are_pinned(lab, compiler, tmp_path):
     other = lab.hosts[1].host_key_line
     lab.known_hosts.write_text(f"{host.address} {other}\n")
     bad = cli("run-benchmark", "kahan", "--config", str(write_config(tmp_path / "c.yaml", data)))
-    assert bad.returncode == 1
+    assert bad.returncode == 2
     assert "h0: host key CHANGED" in bad.stderr and "SHA256:" in bad.stderr, bad.stderr
     # An unknown host is refused too, naming its fingerprint...
     lab.known_hosts.write_text("")
     unknown = cli("run-benchmark", "kahan", "--config", str(tmp_path / "c.yaml"))
-    assert unknown.returncode == 1 and "h0: unknown host key ssh-ed25519 SHA256:" \
+    assert unknown.returncode == 2 and "h0: unknown host key ssh-ed25519 SHA256:" \
         in unknown.stderr, unknown.stderr
     # ...unless the config opts in to trust on first use, which records the key.
     data["ssh"]["trust_on_first_use"] = True
@@ -278,7 +278,7 @@ def test_host_keys_are_pinned(lab, compiler, tmp_path):
     # From then on the key is pinned: a server with another key is refused.
     lab.known_hosts.write_text(f"{host.address} {other}\n")
     again = cli("run-benchmark", "kahan", "--config", str(tmp_path / "c.yaml"), "--remeasure")
-    assert again.returncode == 1 and "host key CHANGED" in again.stderr
+    assert again.returncode == 2 and "host key CHANGED" in again.stderr
 
 
 @needs_lab
@@ -306,8 +306,9 @@ def test_unreachable_host_is_reported_and_the_others_work(lab, compiler, tmp_pat
     # Only unreachable hosts: a clear one-line error, non-zero exit.
     only = write_config(tmp_path / "only.yaml", lab.config(cpus=[CPU], hosts=[lab.hosts[0]]))
     proc = cli("run-benchmark", "kahan", "--config", str(only), "--remeasure")
-    assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1].startswith("Error: no worker slot left"), \
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "run-benchmark: no worker slot left"), \
         proc.stderr
 
 
@@ -322,7 +323,7 @@ def test_missing_python3_names_the_host(tmp_path, compiler):
     try:
         cfg = write_config(tmp_path / "c.yaml", lab.config(cpus=[CPU], hosts=[lab.hosts[1]]))
         proc = cli("run-benchmark", "kahan", "--config", str(cfg))
-        assert proc.returncode == 1
+        assert proc.returncode == 2
         assert "h1: cannot run python3 as 'python3' on the worker" in proc.stderr, proc.stderr
     finally:
         lab.close()
