@@ -576,6 +576,15 @@ def synthetic_candidates(n: int = 120, noise: float = 0.005, seed: int = 1) -> C
 # interpreter (e.g. a python3.9) to run the whole suite against it.
 AGENT_PYTHON = os.environ.get("WORKER_AGENT_PYTHON", sys.executable)
 
+# A program the agent's tests run: allocates a list of argv[1] ints and prints their sum.
+SUM_ML = """
+let () =
+  let n = int_of_string Sys.argv.(1) in
+  let l = List.init n (fun i -> i) in
+  print_int (List.fold_left ( + ) 0 l);
+  print_newline ()
+"""
+
 
 def put(cache_dir: Path, binary: Path) -> str:
     """Place ``binary`` in an agent's cache under its sha256, as the master sends it."""

@@ -12,21 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import AgentProc, compile_programs, put
+from tests.helpers import SUM_ML, AgentProc, compile_programs, put
 from workers.agent import cachegrind
 
 pytestmark = pytest.mark.skipif(shutil.which("valgrind") is None,
                                 reason="valgrind is not installed")
 
 PROGRAMS = {
-    # allocates a list of argv[1] ints and prints their sum
-    "sum": """
-let () =
-  let n = int_of_string Sys.argv.(1) in
-  let l = List.init n (fun i -> i) in
-  print_int (List.fold_left ( + ) 0 l);
-  print_newline ()
-""",
+    "sum": SUM_ML,
     "segv": "let () = print_int !(Obj.magic 0 : int ref)\n",
 }
 

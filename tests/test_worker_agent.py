@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import AGENT_PYTHON, AgentProc, compile_programs, put
+from tests.helpers import AGENT_PYTHON, SUM_ML, AgentProc, compile_programs, put
 from workers.zipapp import build_agent_zipapp
 
 PACKAGE = Path(__file__).resolve().parent.parent / "workers" / "agent"
@@ -33,14 +33,7 @@ def _agent(agent_pyz: Path) -> Path:
     return AGENT
 
 PROGRAMS = {
-    # allocates a list of argv[1] ints and prints their sum
-    "sum": """
-let () =
-  let n = int_of_string Sys.argv.(1) in
-  let l = List.init n (fun i -> i) in
-  print_int (List.fold_left ( + ) 0 l);
-  print_newline ()
-""",
+    "sum": SUM_ML,
     "echo": "let () = print_string Sys.argv.(1)\n",
     "affinity": """
 let () =
