@@ -20,6 +20,7 @@ from dispatcher.core.validation import (
     MAX_SECONDS,
     MAX_SEED,
     MAX_STEPS,
+    FileKeyError,
     Reader,
     finite_number,
     load_strict_file,
@@ -34,13 +35,8 @@ DEFAULT_STORE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) \
     / "inlining-orchestrator" / "store"
 
 
-class ConfigError(ValueError):
+class ConfigError(FileKeyError):
     """A config file that cannot be used; the message is one line."""
-
-    @classmethod
-    def at(cls, file: str, key: str, message: str) -> ConfigError:
-        """``FILE: KEY: MESSAGE``, as ``Reader`` makes it."""
-        return cls(f"{file}: {key}: {message}")
 
 
 @dataclass(frozen=True)

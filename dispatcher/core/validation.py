@@ -14,7 +14,7 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Self
 
 import yaml
 
@@ -30,6 +30,15 @@ MAX_CHAINS = 1_000  # search.chains, search.max_flips, scheduler.quarantine_afte
 MAX_ATTEMPTS = 100  # scheduler.attempts
 MAX_PARALLEL = 1_024  # compile.jobs, search.candidates_per_step, search.in_flight
 MAX_SEED = 2 ** 63 - 1  # search.seed, either sign
+
+
+class FileKeyError(ValueError):
+    """A file that cannot be used because of one key: the message is one line,
+    ``FILE: KEY: MESSAGE``, as ``Reader`` makes it (configs, campaign files)."""
+
+    @classmethod
+    def at(cls, file: str, key: str, message: str) -> Self:
+        return cls(f"{file}: {key}: {message}")
 
 
 class KeyPathError(Exception):

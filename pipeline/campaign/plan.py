@@ -22,7 +22,13 @@ from dispatcher.build.policy_file import DEFAULT_GROWTH_BUDGET, DEFAULT_MARGIN
 from dispatcher.config import ConfigError, load_config
 from dispatcher.core.figures import METRICS
 from dispatcher.core.records import Algorithm
-from dispatcher.core.validation import MAX_RUNS, MAX_STEPS, Reader, load_strict_file
+from dispatcher.core.validation import (
+    MAX_RUNS,
+    MAX_STEPS,
+    FileKeyError,
+    Reader,
+    load_strict_file,
+)
 from pipeline.policy.selection import GATE
 
 SEARCHES: tuple[str, ...] = typing.get_args(Algorithm)  # the search stage's algorithms
@@ -31,12 +37,8 @@ SIZES = ("quick", "full")
 MAX_WORKER_HOURS = 1e6
 
 
-class CampaignError(ValueError):
+class CampaignError(FileKeyError):
     """A campaign file or campaign directory that cannot be used; the message is one line."""
-
-    @classmethod
-    def at(cls, file: str, key: str, message: str) -> CampaignError:
-        return cls(f"{file}: {key}: {message}")
 
 
 @dataclass(frozen=True)
