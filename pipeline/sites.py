@@ -105,6 +105,8 @@ def measure_sites(request: SitesRequest, stop: GracefulStop) -> SitesReport | No
     session = Session(config)
     with session:
         session.stop_on(stop.event)
+        if config.measure.metric != "time":  # workers that cannot count: before any rundir
+            session.start_workers()
         if inputs is not None:
             jobs = _plan(request, config, session, *inputs)
         measurements = session.start_workers()

@@ -485,3 +485,23 @@ def test_a_cpu_lent_to_exact_jobs_refuses_a_timed_one(tmp_path):
                            exact_cpus=(0,))
     assert [s.name for s in backend.slots] == ["local/cpu1", "local/cpu0/exact"]
     backend.close()
+
+
+@pytest.mark.parametrize("command", [
+    ["run_training_experiments", "--tasks", "TASKS", "--steps", "1"],
+    ["measure-sites", "--tasks", "TASKS", "--sweep", "1"]])
+def test_a_search_or_labels_stop_in_one_line_before_any_rundir_when_a_worker_cannot_count(
+        tmp_path, monkeypatch, command):
+    from dispatcher.running import local
+    from tests.helpers import search_config
+    monkeypatch.setattr(local.LocalSlot, "exact_info", lambda self: (
+        {"available": False, "reason": "valgrind is not installed"}, "box"))
+    cfg = search_config(tmp_path, tmp_path / "store")
+    tasks = tmp_path / "tasks"
+    tasks.write_text("tak\n")
+    args = [str(tasks) if a == "TASKS" else a for a in command]
+    line = one_line_error(invoke(*args, "--config", str(cfg), "--metric", "instructions",
+                                 cwd=tmp_path))
+    assert line.startswith(f"{command[0]}: local/cpu") and line.endswith(
+        "(host box): cannot measure in instructions: valgrind is not installed")
+    assert not (tmp_path / "rundirs").exists() or not any((tmp_path / "rundirs").iterdir())
