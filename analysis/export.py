@@ -164,9 +164,11 @@ def _read_measurements(path: Path, expect: bool) -> list[RunResult]:
         return []
 
 
-def figure(events: Sequence[Event], entry: _Entry, min_pairs: int) -> dict[str, Any]:
+def figure(events: Sequence[Event], entry: _Entry, min_pairs: int,
+           metric: str = "time") -> dict[str, Any]:
     """The entry's one figure (the module's docstring): speedup, interval, pairs, whether
-    confirmed or unresolved, and energy = 1 / speedup."""
+    confirmed or unresolved, and energy = 1 / speedup.  A candidate of a chain that searched
+    in an exact ``metric`` and was not confirmed: its counted figure, low = high."""
     none = {"speedup": math.nan, "ci_low": math.nan, "ci_high": math.nan, "pairs": 0,
             "confirmed": False, "unresolved": entry.stopped == "unresolved",
             "energy": math.nan}
@@ -183,6 +185,12 @@ def figure(events: Sequence[Event], entry: _Entry, min_pairs: int) -> dict[str, 
         confirmed = confirm is not None
         if confirm is not None:
             reference, times = confirm.reference_times, confirm.times
+        elif metric != "time":
+            exact = entry.energy  # the counted figure's energy, as the search judged it
+            if not exact:
+                return none
+            return {**none, "speedup": 1.0 / exact, "ci_low": 1.0 / exact,
+                    "ci_high": 1.0 / exact, "pairs": 1, "energy": exact}
         else:
             reference, times = pooled_pairs(events, Pointer(
                 step=entry.step, candidate=entry.candidate, dir=entry.dir,
@@ -220,7 +228,9 @@ def rundir_rows(rundir: Path) -> list[dict[str, Any]]:
         d = c.decisions
         head = {"benchmark": task, "rundir": str(rundir), "step": c.step,
                 "candidate": c.candidate, "dir": c.dir, "mutation": c.mutation,
-                "accepted": c.accepted, **figure(events, c, min_pairs), "stopped": c.stopped,
+                "accepted": c.accepted,
+                **figure(events, c, min_pairs, experiment.metric if experiment else "time"),
+                "stopped": c.stopped,
                 "search_energy": c.energy,
                 "inlined": d.inlined if d else None, "not_inlined": d.not_inlined if d else None,
                 "prevented": d.prevented if d else None, "remeasured_at": c.remeasured_at,

@@ -132,7 +132,7 @@ def rundir_rows(rundir: Path, trees: dict[str, Tree]) -> tuple[Experiment, list[
             "ci_low": 1.0, "ci_high": 1.0, "pairs": 0, "confirmed": False,
             "unresolved": False,
             "candidate_median_s": _median(baseline.times),
-            "reference_median_s": _median(baseline.times)}
+            "reference_median_s": _median(baseline.times), "metric": "time"}
     base.update(_gc_and_clock(rundir / baseline.dir, baseline.sha256))
     rows.append(base)
     for e in events:
@@ -145,7 +145,7 @@ def rundir_rows(rundir: Path, trees: dict[str, Tree]) -> tuple[Experiment, list[
                    "speedup": math.nan, "ci_low": math.nan, "ci_high": math.nan, "pairs": 0,
                    "confirmed": False, "unresolved": c.stopped == "unresolved",
                    "candidate_median_s": math.nan,
-                   "reference_median_s": math.nan}
+                   "reference_median_s": math.nan, "metric": "time"}
             if c.sha256 is not None:
                 row["tree"] = tree_of(c.dir)
                 pointer = Pointer(step=e.step, candidate=c.candidate, dir=c.dir,
@@ -155,7 +155,12 @@ def rundir_rows(rundir: Path, trees: dict[str, Tree]) -> tuple[Experiment, list[
                 if confirm is not None and confirm.times:
                     reference, times = list(confirm.reference_times), list(confirm.times)
                     row["confirmed"] = True
-                if 0 < len(times) < experiment.runs:  # short of the chain's minimum
+                if experiment.metric != "time" and not row["confirmed"]:
+                    if c.speedup is not None:  # counted: its exact figure, low = high
+                        row.update(speedup=c.speedup, ci_low=c.speedup, ci_high=c.speedup,
+                                   pairs=1, failed=row["tree"] is None or c.failed > 0,
+                                   metric=experiment.metric)
+                elif 0 < len(times) < experiment.runs:  # short of the chain's minimum
                     row.update(unresolved=True, pairs=len(times),
                                error=f"unresolved: {len(times)} pairs, fewer than the "
                                      f"minimum {experiment.runs}")

@@ -25,7 +25,9 @@ ID_COLUMNS = ["benchmark", "unit", "round", "key", "callee", "location",
               "heuristic_action", "heuristic_reason"]
 OUTCOME_COLUMNS = ["action", "context", "status", "effect", "low", "high", "speedup", "pairs",
                    "disturbed_share", "runs", "cpu_s", "heat", "decision", "trial", "why",
-                   "rundir", "metric"]  # metric: what effect is in (time, or an exact one)
+                   "rundir"]
+# and, in a table measure-sites writes now, ``metric``: what effect is in (time, or an exact
+# one); a table without it (older, or made by hand) is in time
 
 
 class LabelsError(RuntimeError):

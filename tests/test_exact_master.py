@@ -366,6 +366,19 @@ def test_a_search_screens_on_cycles_and_confirms_its_best_in_time(tmp_path):
     assert max(c.speedup for c in measured) > 1  # the winner in cycles...
     assert len(confirms) == 1 and len(confirms[0].times) >= 2  # ... confirmed in pairs
     assert confirms[0].ci95 is not None and confirms[0].ci95[0] < confirms[0].ci95[1]
+    # the readers: an unconfirmed candidate keeps its exact figure, the confirmed one its pairs
+    from analysis import export, extract
+    _, rows = extract.rundir_rows(rundir.path, {})
+    exact_rows = [r for r in rows if r["metric"] == "cycles"]
+    assert exact_rows and all(r["ci_low"] == r["ci_high"] == r["speedup"] and r["pairs"] == 1
+                              and not r["unresolved"] for r in exact_rows)
+    confirmed = [r for r in rows if r["confirmed"]]
+    assert len(confirmed) == 1 and confirmed[0]["metric"] == "time"
+    assert confirmed[0]["pairs"] >= 2 and confirmed[0]["ci_low"] < confirmed[0]["ci_high"]
+    figures = {(r["step"], r["candidate"]): r for r in export.rundir_rows(rundir.path)}
+    step2 = [r for (step, _), r in figures.items() if step > 0 and not r["confirmed"]
+             and r["pairs"] == 1]
+    assert step2 and all(r["ci_low"] == r["ci_high"] == r["speedup"] for r in step2)
 
 
 def test_an_older_experiment_reads_as_timed_and_writes_out_as_it_was_read():
