@@ -137,11 +137,15 @@ class Tuning:
     size: str
     table: dict[str, dict[str, Any]]  # setting -> {"geomean": [g, low, high] | None, ...}
     reused: bool = False
+    metric: str = "time"  # what the figures are in (docs/measurement.md, "Exact metrics")
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": RECORD_VERSION, "chosen": self.chosen, "flags": list(self.flags),
+        data = {"version": RECORD_VERSION, "chosen": self.chosen, "flags": list(self.flags),
                 "benchmarks": list(self.benchmarks), "size": self.size,
                 "grid": {k: list(v) for k, v in GRID.items()}, "training": self.table}
+        if self.metric != "time":  # absent: time, as every record before the key
+            data["metric"] = self.metric
+        return data
 
 
 class _TrainingRow(BaseModel):
@@ -163,6 +167,7 @@ class _Record(BaseModel):
     size: str
     grid: dict[str, list[str]] = Field(max_length=1_000)
     training: dict[str, _TrainingRow] = Field(max_length=1_000)
+    metric: Literal["time", "instructions", "cycles"] = "time"
 
 
 RECORD_LIMIT = 16 << 20  # bytes: a record of the whole bundled suite is a few kB
@@ -205,24 +210,28 @@ def read_record(path: Path) -> dict[str, Any] | None:
 def tune(session: Session, results: Path, benches: Sequence[Benchmark],
          sizes: Mapping[str, Size], size_name: str, runs: int, pairing: PairingPolicy,
          retune: bool, on_each=None, say=None) -> Tuning:
-    """The recorded choice when it was made on the same benchmarks, size and grid (unless
+    """The recorded choice when it was made on the same benchmarks, size, grid and metric (unless
     ``retune``; a record that chose nothing is not reused), else the grid measured on
     ``benches`` and the best training geometric mean recorded."""
     check_grid(GRID)
     path = results / RECORD
     names = tuple(sorted(b.name for b in benches))
     grid = {k: list(v) for k, v in GRID.items()}
+    metric = session.config.measure.metric if session is not None else "time"
     if not retune:
         data = read_record(path)
         if data is not None:
             same = (tuple(data["benchmarks"]) == names and data.get("size") == size_name
                     and data["grid"] == grid)
-            if same and data["chosen"] is not None:  # its flags are the grid's (read_record)
+            was = data.get("metric", "time")
+            if same and was == metric and data["chosen"] is not None:  # (read_record: its
+                # flags are the grid's)
                 return Tuning(data["chosen"], GRID[data["chosen"]], names,
-                              size_name, data["training"], reused=True)
+                              size_name, data["training"], reused=True, metric=metric)
             if say is not None:
-                say(f"{path}: " + ("no setting was measured on every tuning benchmark"
-                                   if same else "tuned on other benchmarks, size or grid")
+                say(f"{path}: " + ("tuned on other benchmarks, size or grid" if not same
+                                   else f"tuned in {was}, not {metric}" if was != metric
+                                   else "no setting was measured on every tuning benchmark")
                     + ": tuning again")
     contenders = [Contender((setting, b.name), b,
                             CompileJob(b, flags=setting_flags(b, flags)), sizes[b.name])
@@ -239,7 +248,8 @@ def tune(session: Session, results: Path, benches: Sequence[Benchmark],
         if g is not None and g.speedup is not None and (best is None or g.speedup > best[0]):
             best = (g.speedup, setting)
     chosen = best[1] if best else None
-    tuning = Tuning(chosen, GRID[chosen] if chosen else (), names, size_name, table)
+    tuning = Tuning(chosen, GRID[chosen] if chosen else (), names, size_name, table,
+                    metric=metric)
     results.mkdir(parents=True, exist_ok=True)
     with atomic_output(path) as tmp:
         Path(tmp).write_text(json.dumps(tuning.to_json(), indent=1, sort_keys=True) + "\n")

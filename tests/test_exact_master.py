@@ -518,3 +518,23 @@ def test_a_search_or_labels_stop_in_one_line_before_any_rundir_when_a_worker_can
     assert line.startswith(f"{command[0]}: local/cpu") and line.endswith(
         "(host box): cannot measure in instructions: valgrind is not installed")
     assert not (tmp_path / "rundirs").exists() or not any((tmp_path / "rundirs").iterdir())
+
+
+def test_a_global_setting_tuned_in_another_metric_is_tuned_again(tmp_path):
+    """The baselines' record names its metric (absent: time, as every earlier record): a
+    choice made in cycles is not reused by a run in time."""
+    from dispatcher.baselines import GRID, RECORD, read_record, tune
+    from dispatcher.build.manifest import resolve_benchmark
+    benches = [resolve_benchmark("kahan"), resolve_benchmark("hamming")]
+    record = {"version": 1, "chosen": "O2", "flags": ["-O2"], "benchmarks": ["hamming", "kahan"],
+              "size": "quick", "grid": {k: list(v) for k, v in GRID.items()}, "training": {}}
+    (tmp_path / RECORD).write_text(json.dumps(record))
+    got = tune(None, tmp_path, benches, {}, "quick", 2, None, False)  # type: ignore[arg-type]
+    assert got.reused and got.metric == "time" and "metric" not in got.to_json()
+    (tmp_path / RECORD).write_text(json.dumps({**record, "metric": "cycles"}))
+    assert read_record(tmp_path / RECORD)["metric"] == "cycles"  # type: ignore[index]
+    said: list[str] = []
+    with pytest.raises(AttributeError):  # the measuring, with no session
+        tune(None, tmp_path, benches, {"kahan": None, "hamming": None},  # type: ignore
+             "quick", 2, None, False, say=said.append)  # type: ignore[arg-type]
+    assert said == [f"{tmp_path / RECORD}: tuned in cycles, not time: tuning again"]
