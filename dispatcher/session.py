@@ -17,7 +17,7 @@ from dispatcher.build.service import CompileService
 from dispatcher.build.toolchain import locate_compiler
 from dispatcher.config import Config
 from dispatcher.running.backend import Backend, BackendContext, BackendSpec, backend_spec
-from dispatcher.running.exact import check_workers
+from dispatcher.running.exact import IDENTITY, check_workers
 from dispatcher.running.measurement import MeasurementService
 from dispatcher.running.scheduler import Scheduler
 from dispatcher.storage.store import Store
@@ -75,11 +75,11 @@ class Session:
         if self._scheduler is None:
             self._scheduler = Scheduler(self._backend.slots, self.config.scheduler)
         if self._measurements is None:
-            if self.config.measure.metric != "time":  # every worker can count, or one line
-                check_workers(self._backend.slots, self.config.measure.metric)
+            exact = (check_workers(self._backend.slots, self.config.measure.metric)
+                     if self.config.measure.metric != "time" else IDENTITY)  # or one line
             self._measurements = MeasurementService(
                 self._scheduler, self.store, self.config.measure.min_cpu_share,
-                self.config.measure.share_margin)
+                self.config.measure.share_margin, exact_identity=exact)
         return self._measurements
 
     @property

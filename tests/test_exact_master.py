@@ -269,10 +269,12 @@ class AskedSlot:
 
 
 def test_a_worker_that_cannot_count_is_one_line_naming_it_and_its_host():
-    fine = AskedSlot("local/cpu0", {"available": True, "identity": IDENTITY}, "m")
+    fine = AskedSlot("local/cpu0", {"available": True, "identity": IDENTITY,
+                                     "version": "3.19.0"}, "m")
     missing = AskedSlot("ssh/h1/cpu2", {"available": False, "reason": "valgrind is not "
                                         "installed (Debian package valgrind)"}, "h1")
-    check_workers([fine], "cycles")  # all can: nothing said
+    # all can: nothing said, and the counts' identity names the valgrind they run
+    assert check_workers([fine], "cycles") == f"{IDENTITY} valgrind-3.19.0"
     with pytest.raises(ExactUnavailable) as got:
         check_workers([fine, missing], "cycles")
     assert str(got.value) == ("ssh/h1/cpu2 (host h1): cannot measure in cycles: valgrind is "
@@ -281,6 +283,12 @@ def test_a_worker_that_cannot_count_is_one_line_naming_it_and_its_host():
     with pytest.raises(ExactUnavailable, match="ssh/h2/cpu0 .host h2.: its exact counts are "
                                                r"cachegrind\[x\]"):
         check_workers([other], "instructions")
+    newer = AskedSlot("ssh/h3/cpu1", {"available": True, "identity": IDENTITY,
+                                      "version": "3.22.0"}, "h3")
+    with pytest.raises(ExactUnavailable, match=r"ssh/h3/cpu1 \(host h3\): runs valgrind "
+                                               r"3.22.0 where local/cpu0 \(host m\) runs "
+                                               "3.19.0"):
+        check_workers([fine, newer], "cycles")
 
 
 needs_valgrind = pytest.mark.skipif(shutil.which("valgrind") is None,
@@ -294,9 +302,11 @@ def test_a_local_agent_says_it_can_count(tmp_path):
     slot = LocalSlot(FIRST_CPU, tmp_path / "cache", "local", lock_dir=tmp_path / "locks")
     try:
         info, host = slot.exact_info()
+        identity = check_workers([slot], "cycles")
     finally:
         slot.close()
     assert info["available"] and info["identity"] == IDENTITY and host
+    assert identity == f"{IDENTITY} valgrind-{info['version']}"
 
 
 def test_run_benchmark_stops_in_one_line_when_a_worker_cannot_count(tmp_path, monkeypatch):

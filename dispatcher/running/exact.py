@@ -30,19 +30,24 @@ class ExactUnavailable(BackendUnavailable):
     """A worker cannot run exact measurements (no valgrind there): one line naming it."""
 
 
-def exact_job(job: RunJob) -> RunJob:
+def exact_job(job: RunJob, identity: str = IDENTITY) -> RunJob:
     """``job`` counted under cachegrind: one run, no perf counters or random layout (neither
-    applies), a timeout for cachegrind's pace, keyed by the exact identity."""
-    return replace(job, runs=1, metric="cachegrind", exact_identity=IDENTITY, perf=False,
+    applies), a timeout for cachegrind's pace, keyed by the exact ``identity`` (the workers',
+    ``check_workers``)."""
+    return replace(job, runs=1, metric="cachegrind", exact_identity=identity, perf=False,
                    aslr=False, profile_period_ns=0, timeout=job.timeout * SLOWDOWN)
 
 
-def check_workers(slots: Sequence[Any], metric: str) -> None:
-    """Ask each slot's agent (``hello`` with ``exact: true``) whether it can count;
-    ExactUnavailable (one line naming the slot and its host) for the first that cannot.
-    Slots that cannot be asked (a simulated backend's) are taken at their word; one whose
-    worker is lost (a CPU another master holds) is left to the scheduler, which takes lost
-    slots out of service."""
+def check_workers(slots: Sequence[Any], metric: str) -> str:
+    """Ask each slot's agent (``hello`` with ``exact: true``) whether it can count ->
+    the identity of their counts (``IDENTITY`` and the valgrind version they run: another
+    version may count differently, so its results are stored apart).  ExactUnavailable (one
+    line naming the slot and its host) for the first that cannot, or for workers running
+    different valgrind versions (one session's counts must be comparable).  Slots that
+    cannot be asked (a simulated backend's) are taken at their word; one whose worker is
+    lost (a CPU another master holds) is left to the scheduler, which takes lost slots out
+    of service."""
+    versions: dict[str, str] = {}  # valgrind version -> the first slot that runs it
     for slot in slots:
         ask = getattr(slot, "exact_info", None)
         if ask is None:
@@ -59,3 +64,9 @@ def check_workers(slots: Sequence[Any], metric: str) -> None:
             raise ExactUnavailable(
                 f"{where}: its exact counts are {info.get('identity')}, the master's "
                 f"{IDENTITY}")
+        versions.setdefault(str(info.get("version")), where)
+        if len(versions) > 1:
+            (v1, w1), (v2, w2) = list(versions.items())[:2]
+            raise ExactUnavailable(f"{w2}: runs valgrind {v2} where {w1} runs {v1}: their "
+                                   "counts may differ (install one version everywhere)")
+    return f"{IDENTITY} valgrind-{next(iter(versions))}" if versions else IDENTITY

@@ -40,7 +40,7 @@ from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.core.stats import paired_speedup_ci, relative_half_width
 from dispatcher.running.agent_client import AgentError
-from dispatcher.running.exact import exact_job
+from dispatcher.running.exact import IDENTITY, exact_job
 from dispatcher.running.scheduler import Scheduler
 from dispatcher.storage.store import Store, measurement_key
 
@@ -207,9 +207,12 @@ class ShareJudge:
 class MeasurementService:
     def __init__(self, scheduler: Scheduler, store: Store,
                  min_cpu_share: float = DEFAULT_MIN_CPU_SHARE,
-                 share_margin: float = SHARE_MARGIN):
+                 share_margin: float = SHARE_MARGIN, exact_identity: str = IDENTITY):
         self.scheduler = scheduler
         self.store = store
+        # What exact counts here depend on (the tool, its geometry, the workers' valgrind:
+        # ``check_workers``): part of every exact measurement's key.
+        self.exact_identity = exact_identity
         # Every run it hands out is judged by its CPU share (the floor, the binary's quiet
         # share on its slot), stored ones again when read: a run below is never used.
         self.judge = ShareJudge(min_cpu_share, share_margin)
@@ -348,7 +351,8 @@ class MeasurementService:
         figure the ratio of their ``metric_value``; a binary found not deterministic makes it
         a timed comparison (one warning line)."""
         try:
-            ref_job, cand_job = exact_job(reference), exact_job(candidate)
+            ref_job, cand_job = (exact_job(reference, self.exact_identity),
+                                 exact_job(candidate, self.exact_identity))
             asked = [self._exact_submit(job, worker_class, reuse)
                      for job in (ref_job, cand_job)]
             (ref, ref_reused), (cand, cand_reused) = [self._exact_wait(a) for a in asked]
