@@ -26,6 +26,7 @@ from dispatcher.planning import (
     plan_chains,
     task_benchmarks,
 )
+from dispatcher.running.backend import EXACT_CLASS
 from dispatcher.running.scheduler import Scheduler
 from dispatcher.search.chain import Chain, ChainStatus
 from dispatcher.session import Session
@@ -89,7 +90,10 @@ def run_searches(request: SearchRequest, stop: GracefulStop) -> SearchReport | N
         session.stop_on(stop.event)
         measurements = session.start_workers()
         scheduler = session.scheduler
-        slots = {c: sum(x.worker_class == c for x in scheduler.slots)
+        # an exact chain's candidates may also run on the CPUs lent to exact jobs
+        lent = sum(x.worker_class == EXACT_CLASS for x in scheduler.slots) \
+            if work.config.measure.metric != "time" else 0
+        slots = {c: sum(x.worker_class == c for x in scheduler.slots) + lent
                  for c in session.worker_classes}
         plan = plan_chains(work.config, work.benches, work.resumed, request.overrides, slots,
                            session.builds.toolchain, datetime.now().strftime("%Y%m%d-%H%M%S"))
