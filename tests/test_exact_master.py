@@ -548,3 +548,11 @@ def test_a_global_setting_tuned_in_another_metric_is_tuned_again(tmp_path):
         tune(None, tmp_path, benches, {"kahan": None, "hamming": None},  # type: ignore
              "quick", 2, None, False, say=said.append)  # type: ignore[arg-type]
     assert said == [f"{tmp_path / RECORD}: tuned in cycles, not time: tuning again"]
+
+
+def test_a_backend_that_cannot_count_is_refused_at_start():
+    class Simulated:
+        name = "simulated/0"
+    with pytest.raises(ExactUnavailable, match="simulated/0: cannot measure in cycles: its "
+                                               "backend does not run cachegrind"):
+        check_workers([Simulated()], "cycles")

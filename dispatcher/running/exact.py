@@ -43,15 +43,16 @@ def check_workers(slots: Sequence[Any], metric: str) -> str:
     the identity of their counts (``IDENTITY`` and the valgrind version they run: another
     version may count differently, so its results are stored apart).  ExactUnavailable (one
     line naming the slot and its host) for the first that cannot, or for workers running
-    different valgrind versions (one session's counts must be comparable).  Slots that
-    cannot be asked (a simulated backend's) are taken at their word; one whose worker is
-    lost (a CPU another master holds) is left to the scheduler, which takes lost slots out
-    of service."""
+    different valgrind versions (one session's counts must be comparable), or for a slot that
+    cannot be asked (a simulated backend's: it cannot count).  A slot whose worker is lost
+    (a CPU another master holds) is left to the scheduler, which takes lost slots out of
+    service."""
     versions: dict[str, str] = {}  # valgrind version -> the first slot that runs it
     for slot in slots:
         ask = getattr(slot, "exact_info", None)
-        if ask is None:
-            continue
+        if ask is None:  # a simulated backend's: it times, it cannot count
+            raise ExactUnavailable(f"{slot.name}: cannot measure in {metric}: its backend "
+                                   "does not run cachegrind")
         try:
             info, host = ask()
         except WorkerLost:  # lost before it could say: the scheduler deals with it as ever
