@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from dispatcher.config import ConfigError, parse_config, with_metric
 from dispatcher.core.comparison import Comparison
@@ -556,3 +557,27 @@ def test_a_backend_that_cannot_count_is_refused_at_start():
     with pytest.raises(ExactUnavailable, match="simulated/0: cannot measure in cycles: its "
                                                "backend does not run cachegrind"):
         check_workers([Simulated()], "cycles")
+
+
+@needs_valgrind
+def test_run_benchmark_in_instructions_over_ssh_counts_on_the_hosts(tmp_path):
+    """The SSH hosts' agents are asked at start and count; the exact ratio is the same
+    whichever host ran which binary (two real sshd hosts on this machine)."""
+    from tests.sshhosts import LabUnavailable, SshLab
+    from tests.test_ssh import CPU
+    try:
+        with SshLab(tmp_path / "lab", hosts=2) as lab:
+            data = {**lab.config(cpus=[CPU]), "store": str(tmp_path / "store"),
+                    "run": {"runs": 1, "timeout": 30, "size": "tiny"}}
+            cfg = tmp_path / "c.yaml"
+            cfg.write_text(yaml.safe_dump(data))
+            got = invoke("run-benchmark", "kahan", "--policy", "never-inline", "--metric",
+                         "instructions", "--config", str(cfg), "--summary")
+    except LabUnavailable as exc:
+        pytest.skip(str(exc))
+    line = [ln for ln in got.stdout.splitlines() if ln.startswith("speedup")]
+    assert line and line[0].startswith("speedup over the heuristic in instructions: "), (
+        got.stdout, got.stderr)
+    ratio, low, high = (float(x.strip("[],")) for x in line[0].split(": ", 1)[1].split()[:3])
+    assert ratio == low == high
+    assert "ssh/h" in line[0]
