@@ -581,3 +581,18 @@ def test_run_benchmark_in_instructions_over_ssh_counts_on_the_hosts(tmp_path):
     ratio, low, high = (float(x.strip("[],")) for x in line[0].split(": ", 1)[1].split()[:3])
     assert ratio == low == high
     assert "ssh/h" in line[0]
+
+
+def test_a_failed_count_in_the_store_is_counted_again(tmp_path, world):
+    """A stored exact result whose run failed (a timeout, say) does not answer: the binary is
+    counted again, and the new count answers from then on."""
+    store = Store(tmp_path / "store")
+    failed = RunRecord(wall_ns=1, user_s=0.0, sys_s=0.0, maxrss_kb=1, exit_status=-9,
+                       output_ok=False, failure="timed out")
+    store.add_measurement(RunResult(sha256=CAND, args=("7",), worker="w", worker_class="c",
+                                    cpu=0, records=(failed,)), exact_job(job(CAND)))
+    service, slot = world({REF: [counts(1200)], CAND: [counts(1000)]})
+    compared = service.compare(job(REF), job(CAND), "local", POLICY,
+                               metric="instructions").result(30)
+    assert compared.interval[0] == pytest.approx(1.2)
+    assert sorted(j.sha256 for j in slot.ran) == [REF, CAND]

@@ -378,17 +378,17 @@ class MeasurementService:
 
     def _exact_submit(self, job: RunJob, worker_class: str,
                       reuse: bool) -> list[RunResult] | Pending:
-        """The stored results of an exact job (every one: all are checked for agreement), or
-        its request: counted twice for the first binary and every ``DETERMINISM_EVERY``-th
-        counted anew."""
+        """The stored results of an exact job (every one that succeeded: all are checked for
+        agreement; the latest failed: counted again), or its request: counted twice for the
+        first binary and every ``DETERMINISM_EVERY``-th counted anew."""
         stored = self.store.job_measurements(job, worker_class) if reuse else []
-        if stored:
-            return stored
+        if stored and not stored[-1].failed:  # a failed count is counted again (a timeout)
+            return [r for r in stored if not r.failed]
         with self._lock:
             counted = self._exact_counted
             self._exact_counted += 1
         runs = 2 if counted % DETERMINISM_EVERY == 0 else 1
-        return self.submit(replace(job, runs=runs), worker_class, reuse)
+        return self.submit(replace(job, runs=runs), worker_class, reuse and not stored)
 
     def _exact_wait(self, asked: list[RunResult] | Pending) -> tuple[list[RunResult], bool]:
         if isinstance(asked, list):
