@@ -84,10 +84,13 @@ class Summary:
     # (rundirs of versions that used such comparisons); or its confirmation was unresolved.
     unresolved: bool = False
     confirm_unresolved: bool = False
+    # What the speedup shown is in: time, or the exact metric an unconfirmed best of a chain
+    # searched in one was counted in (its interval low = high); said in the table only
+    metric: str = "time"
 
     def row(self) -> dict:
         d = asdict(self)
-        for internal in ("error", "best_step", "paired", "confirm_unresolved"):
+        for internal in ("error", "best_step", "paired", "confirm_unresolved", "metric"):
             d.pop(internal)
         return d
 
@@ -178,7 +181,8 @@ def summarize(rundir: Path, entry: BatchEntry | None = None, now: float | None =
         "stale" if summary.last_update is not None and now - summary.last_update > stale_after
         else "running")
     summarize_speedup(summary, events, steps[-1].best if steps else None,
-                      min_pairs=experiment.runs if experiment is not None else 0)
+                      min_pairs=experiment.runs if experiment is not None else 0,
+                      metric=experiment.metric if experiment is not None else "time")
     return summary
 
 
@@ -204,7 +208,7 @@ def summarize_labels(rundir: Path, summary: Summary, now: float,
 
 
 def summarize_speedup(summary: Summary, events: Sequence[Event], best: Pointer | None,
-                      min_pairs: int = 0) -> None:
+                      min_pairs: int = 0, metric: str = "time") -> None:
     """The best speedup with its interval, by the one definition (docs/measurement.md): the
     end-of-chain confirmation if there is one; else the paired speedup over every pair of the
     best candidate (its step's and its re-measurements'), none if those are fewer than
@@ -212,7 +216,8 @@ def summarize_speedup(summary: Summary, events: Sequence[Event], best: Pointer |
     whatever the version that journaled it); for a version-1 rundir (no pairs), the Welch
     interval of its runs against the baseline's.  A confirmation not above 1, or whose
     interval holds 1, says that no candidate beat the heuristic.  Then the A/A canaries
-    (unresolved ones, with no pairs, are not counted)."""
+    (unresolved ones, with no pairs, are not counted).  A chain searched in an exact
+    ``metric`` whose best is not confirmed shows that best's counted figure (low = high)."""
     canaries = [e for e in events if isinstance(e, CanaryEvent) and e.speedup is not None]
     summary.canaries = len(canaries)
     summary.canary_alarms = sum(e.significant for e in canaries)
@@ -231,6 +236,10 @@ def summarize_speedup(summary: Summary, events: Sequence[Event], best: Pointer |
         low, high = confirm.ci95 if confirm.ci95 is not None else (None, None)
         summary.pairs = len(confirm.times)
         summary.none_better = not (speedup > 1.0 and low is not None and low > 1.0)
+    elif metric != "time" and best.energy:
+        summary.confirm_unresolved = confirm is not None
+        summary.metric, summary.pairs = metric, 1
+        speedup = low = high = 1.0 / best.energy
     elif candidate:
         summary.confirm_unresolved = confirm is not None
         summary.pairs = len(candidate)
@@ -286,6 +295,7 @@ def format_speedup(s: Summary) -> str:
     marks = [m for m, on in (("confirmed", s.confirmed),
                              ("confirmation unresolved", s.confirm_unresolved),
                              ("not significant", s.significant is False),
+                             (f"in {s.metric}", s.metric != "time"),
                              ("unpaired", not s.paired)) if on]
     tail = f" ({', '.join(marks)})" if marks else ""
     return f"{figure}{tail}"

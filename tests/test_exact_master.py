@@ -390,6 +390,19 @@ def test_a_search_screens_on_cycles_and_confirms_its_best_in_time(tmp_path):
     step2 = [r for (step, _), r in figures.items() if step > 0 and not r["confirmed"]
              and r["pairs"] == 1]
     assert step2 and all(r["ci_low"] == r["ci_high"] == r["speedup"] for r in step2)
+    # batch-log: the confirmed best in time; an unconfirmed best in cycles, said so
+    from analysis.batch_log import Summary, format_speedup, summarize, summarize_speedup
+    shown = summarize(rundir.path)
+    assert shown.confirmed and shown.metric == "time" and "in cycles" not in format_speedup(
+        shown)
+    best = [x for x in events if isinstance(x, StepEvent)][-1].best
+    unconfirmed = Summary(task="t", rundir="r", algorithm="random-walk", steps_done=3,
+                          steps_planned=3, best_speedup=None, ci_low=None, ci_high=None,
+                          last_update=None, status="finished")
+    summarize_speedup(unconfirmed, [x for x in events if not isinstance(x, ConfirmEvent)],
+                      best, min_pairs=2, metric="cycles")
+    assert unconfirmed.best_speedup == unconfirmed.ci_low == unconfirmed.ci_high
+    assert not unconfirmed.unresolved and "(in cycles)" in format_speedup(unconfirmed)
 
 
 def test_an_older_experiment_reads_as_timed_and_writes_out_as_it_was_read():
