@@ -14,7 +14,6 @@ import shutil
 import threading
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import yaml
 
@@ -438,41 +437,6 @@ def test_a_campaign_may_screen_its_search_on_cycles_and_publishes_on_time(tmp_pa
                                                  "instructions | cycles, got 'wall'"):
         plan.load_campaign(write_campaign(tmp_path, simulated_config(tmp_path),
                                           search={"metric": "wall"}))
-
-
-@needs_valgrind
-def test_delta_debugging_in_cycles_finds_exactly_the_planted_decision(tmp_path):
-    """The labels test that is not about the clock, in cycles: of a tree of four decisions the
-    minimal subset is exactly the planted one (the idle ones change no count that matters,
-    whatever the machine's load), its labels are exact, and --retest measures them again in
-    wall time."""
-    from dispatcher.core.rundir import SitesRundir
-    from dispatcher.core.site_records import LabelEvent, MinimalEvent
-    from tests.test_labels import GAIN, IDLE, PLANTED, config, run
-    cfg = config(tmp_path, tmp_path / "store")
-    tree = tmp_path / "tree.sexp"
-    tree.write_text("(inlining_overrides (version 1) (overrides\n" + "".join(
-        f' ((unit {u}) (round {r}) (key "{k}") (action {a}))\n' for u, r, k, a in [*IDLE, GAIN])
-        + "))\n")
-    done = run("measure-sites", "--config", str(cfg), "--tree", f"{PLANTED}={tree}",
-               "--runs", "2", "--max-pairs", "3", "--keep", "0.5", "--metric", "cycles",
-               "--retest", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    rundir = SitesRundir(next(p for p in (tmp_path / "rundirs").iterdir()
-                              if "-sites-" in p.name))
-    assert rundir.experiment.metric == "cycles"
-    events = rundir.events()
-    minimal = next(e for e in events if isinstance(e, MinimalEvent))
-    kept = [(d.unit, d.round, d.key, d.action) for d in
-            next(e for e in events if e.event == "winner").decisions]  # type: ignore
-    assert [kept[i] for i in minimal.subset] == [GAIN]
-    assert minimal.kept.metric == "cycles" and minimal.kept.speedup > 1.3
-    assert minimal.kept.ci95 == (minimal.kept.speedup, minimal.kept.speedup)
-    labels = [e for e in events if isinstance(e, LabelEvent)]
-    assert {e.outcome.metric for e in labels if e.trial == "labels"} == {"cycles"}
-    assert {e.outcome.metric for e in labels if e.trial == "retest"} == {"time"}
-    table = pd.read_csv(tmp_path / "labels" / "grid" / "sites.csv")
-    assert set(table["metric"]) == {"cycles", "time"}
 
 
 # --------------------------------------------------------------------------- where exact jobs run

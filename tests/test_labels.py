@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -377,43 +378,44 @@ IDLE = [("Main", 0, "C(Grid.make@main.ml:3:10-25)", "inline"),  # run once each
          "inline")]
 
 
-def test_delta_debugging_finds_the_planted_decision_among_idle_ones(tmp_path, compiler):
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_delta_debugging_finds_exactly_the_planted_decision_among_idle_ones(tmp_path):
     """A tree of four decisions, one of which (inlining Grid.update in the loop) makes the
-    planted program about 3x faster: the minimal subset is that one, it keeps the gain on
-    fresh pairs, and its labels say so (measured for real: the effect is large enough for a
-    loaded machine)."""
-    # A floor on the CPU share (the suite runs without one): a run that lost half its CPU to
-    # a neighbour is run again rather than timed, on however loaded a machine.
+    planted program about 3x faster: the minimal subset is exactly that one, it keeps the
+    gain, and its labels say so.  Measured in cycles: what this asserts is delta debugging,
+    not the clock, and counts do not depend on the machine's load (the timed version failed
+    on a loaded CI machine, 22 of 24 runs disturbed); --retest measures the labels again in
+    wall time, as a published label is."""
     cfg = config(tmp_path, tmp_path / "store")
-    data = yaml.safe_load(cfg.read_text())
-    data["measure"]["min_cpu_share"] = 0.5
-    cfg.write_text(yaml.safe_dump(data))
     tree = tmp_path / "tree.sexp"
     tree.write_text("(inlining_overrides (version 1) (overrides\n" + "".join(
         f' ((unit {u}) (round {r}) (key "{k}") (action {a}))\n' for u, r, k, a in [*IDLE, GAIN])
         + "))\n")
-    # --keep 0.5: the planted decision alone keeps far more than half the gain, the idle ones
-    # none of it, whatever a loaded machine does to the figures in between
     done = run("measure-sites", "--config", str(cfg), "--tree", f"{PLANTED}={tree}",
-               "--runs", "3", "--max-pairs", "6", "--keep", "0.5", cwd=tmp_path)
+               "--runs", "2", "--max-pairs", "3", "--keep", "0.5", "--metric", "cycles",
+               "--retest", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    rundir = next(p for p in (tmp_path / "rundirs").iterdir() if "-sites-" in p.name)
-    events = SitesRundir(rundir).events()
+    rundir = SitesRundir(next(p for p in (tmp_path / "rundirs").iterdir()
+                              if "-sites-" in p.name))
+    assert rundir.experiment.metric == "cycles"
+    events = rundir.events()
     winner = next(e for e in events if isinstance(e, WinnerEvent))
     found = [(d.unit, d.round, d.key, d.action) for d in winner.decisions]
     assert sorted(found) == sorted([*IDLE, GAIN]), found  # the heuristic took none of them
     minimal = next(e for e in events if isinstance(e, MinimalEvent))
     assert minimal.stopped == "minimal"
-    # Without the planted decision no subset gains; an idle one may stay beside it only
-    # when noise made the planted one alone look short of half the gain.
-    kept = [found[i] for i in minimal.subset]
-    assert GAIN in kept and len(kept) <= 2, kept
-    assert minimal.kept.measured and minimal.kept.speedup > 1.3, minimal.kept
-    alone = next(e for e in events if isinstance(e, LabelEvent) and e.context == "alone"
-                 and e.site.key == GAIN[2])
+    assert [found[i] for i in minimal.subset] == [GAIN]
+    assert minimal.kept.metric == "cycles" and minimal.kept.speedup > 1.3
+    assert minimal.kept.ci95 == (minimal.kept.speedup, minimal.kept.speedup)  # exact
+    labels = [e for e in events if isinstance(e, LabelEvent)]
+    alone = next(e for e in labels if e.context == "alone" and e.site.key == GAIN[2]
+                 and e.trial == "labels")
     assert alone.site.action == GAIN[3] and alone.outcome.status == "measured"
+    assert {e.outcome.metric for e in labels if e.trial == "labels"} == {"cycles"}
+    assert {e.outcome.metric for e in labels if e.trial == "retest"} == {"time"}
     table = pd.read_csv(tmp_path / "labels" / "grid" / "sites.csv")
     assert {"alone", "removed"} <= set(table["context"]) <= {"alone", "removed", "minimal"}
+    assert set(table["metric"]) == {"cycles", "time"}
     report = (tmp_path / "labels" / "grid" / "report.txt").read_text()
     assert f"winner: {tree}; 4 decision(s)" in report, report
 
