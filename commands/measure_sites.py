@@ -54,7 +54,8 @@ PROG = "measure-sites"
 @click.option("--max-tests", type=click.IntRange(1, 10_000), default=64, show_default=True,
               help="Delta-debugging tests at most per benchmark.")
 @click.option("--retest", is_flag=True,
-              help="Measure every label again, independently (fresh pairs).")
+              help="Measure every label again, independently (fresh pairs); always, under an "
+                   "exact metric (a label carries its wall-time figure too).")
 @click.option("--labels", "labels_dir", type=click.Path(path_type=Path), default=Path("labels"),
               show_default=True, help="Where the labels tables are written.")
 @click.option("--resume", "resume", multiple=True, type=click.Path(path_type=Path),
@@ -64,7 +65,7 @@ PROG = "measure-sites"
 def measure_sites(rundirs, batch_log, tasks_file, trees, sweep, config_path, size, runs,
                   max_pairs, keep, max_tests, retest, labels_dir, resume, metric) -> None:
     """Measure each inlining decision's effect: attribute search winners, sweep hot sites
-    (in --metric; with --retest under an exact metric, every label again in wall time)."""
+    (in --metric; under an exact metric every label again in wall time, as --retest)."""
     request = SitesRequest(config_path, rundirs, batch_log, tasks_file, trees, sweep, size,
                            runs, max_pairs, keep, max_tests, retest, labels_dir, resume,
                            metric)

@@ -24,7 +24,7 @@ config), ``session`` (config -> store -> compile service -> backend -> scheduler
 measurement service), ``cpu_split`` (CPUs for compiles and for runs), ``planning`` (the chains
 of a campaign, new or resumed) and ``compare`` (builds measured against the heuristic build),
 so that each command only parses, calls and prints.  Nothing in ``dispatcher/`` imports
-``analysis/`` or ``commands/`` (they sit above it), ``workers/`` imports nothing from
+``analysis/``, ``pipeline/`` or ``commands/`` (they sit above it), ``workers/`` imports nothing from
 ``dispatcher/`` (it runs alone on worker machines), and no modules import one another in a
 circle, not even for types only.  ``tests/test_layers.py`` checks all of it from ``LAYERS``.
 """

@@ -12,4 +12,7 @@ prints to stdout or exits: it returns records and raises errors of one line.
   writer)
 - ``pipeline.searches``: run_training_experiments' search chains, under that protocol
 - ``pipeline.sites``: measure-sites' labellers and labels tables, under that protocol
+- ``pipeline.evaluation``: builds measured against the heuristic and the baselines
+  (run-benchmark, run-all-benchmarks, run-plugin-benchmark)
+- ``pipeline.rewards``: assign-rewards' procedure
 """

@@ -125,10 +125,11 @@ def _work(request: SearchRequest) -> _Work | None:
         if not resumes.rundirs:
             return None
         first = resumes.rundirs[0][0].experiment
-        # workers are checked for the exact metric when any chain resumed counts (its
-        # confirmation, in time, needs nothing more)
+        # a resume measures in its rundirs' metric, whatever the config says: workers are
+        # checked for the exact metric only when a chain resumed counts (its confirmation, in
+        # time, needs nothing more)
         exact = [r.experiment.metric for r, _ in resumes.rundirs if r.experiment.metric != "time"]
-        config = with_metric(config, exact[0] if exact else None)
+        config = with_metric(config, exact[0] if exact else "time")
         config, split = split_config(config, [b for _, b in resumes.rundirs], first.size,
                                      first.runs)
         benches: list[Benchmark] = []

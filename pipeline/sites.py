@@ -94,7 +94,7 @@ def measure_sites(request: SitesRequest, stop: GracefulStop) -> SitesReport | No
     if request.resume:
         jobs, finished = open_label_resumes(request.resume)
         exact = [rd.experiment.metric for rd, _ in jobs if rd.experiment.metric != "time"]
-        config = with_metric(config, exact[0] if exact else None)
+        config = with_metric(config, exact[0] if exact else "time")  # the rundirs' metric
         for rd in finished:
             progress(f"{rd.path}: already finished; nothing to resume")
         if not jobs:
@@ -165,7 +165,9 @@ def _plan(request: SitesRequest, config: Config, session: Session, sources: list
         max_pairs=r.max_pairs or config.measure.max_pairs,
         half_width=config.measure.half_width, timeout=config.run.timeout,
         perf=config.run.perf, aslr=config.run.aslr, sweep=r.sweep, keep=r.keep,
-        max_tests=r.max_tests, retest=r.retest, rundirs=config.search.rundirs,
+        # an exact label is retested in wall time: a label carries both (DESIGN, Labels)
+        max_tests=r.max_tests, retest=r.retest or config.measure.metric != "time",
+        rundirs=config.search.rundirs,
         batch_log=config.search.batch_log, config_raw=config.raw,
         metric=config.measure.metric)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")

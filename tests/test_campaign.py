@@ -120,6 +120,20 @@ def test_a_bad_campaign_file_is_one_line(tmp_path, change, expected):
     assert not (tmp_path / "camp").exists()
 
 
+def test_a_config_measuring_in_an_exact_metric_is_refused(tmp_path):
+    """train-policy's measured gate and the evaluation read measure.metric: a campaign
+    publishes in time and screens through search.metric / labels.metric instead."""
+    cfg = simulated_config(tmp_path)
+    data = yaml.safe_load(cfg.read_text())
+    data.setdefault("measure", {})["metric"] = "cycles"
+    cfg.write_text(yaml.safe_dump(data))
+    path = write_campaign(tmp_path, cfg)
+    line = one_line_error(invoke("run-campaign", "--config", str(path), cwd=tmp_path))
+    assert line.startswith(f"run-campaign: {path}: config: ") and \
+        "measure.metric is cycles: a campaign publishes in time" in line, line
+    assert not (tmp_path / "camp").exists()
+
+
 def test_yaml_syntax_and_a_missing_quick_section_are_one_line(tmp_path):
     path = tmp_path / "campaign.yaml"
     path.write_text("search: [\n")

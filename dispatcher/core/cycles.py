@@ -10,9 +10,10 @@ its typical cost on an out-of-order x86-64 core, one cycle per instruction:
 
 The default weights (``DEFAULT``) are the usual round figures (an L2 hit about 10 cycles, a
 memory access about 100, a mispredicted branch about 15-20: the costs KCachegrind's estimate
-and the optimisation manuals use), not fitted to this project's programs; ``bench/
-metric_agreement`` measures how well they track wall time and ``fit`` refits them.  The model
-is part of a figure's identity: a table in cycles names its weights.
+and the optimisation manuals use), not fitted to this project's programs yet: measuring how
+well they track wall time and refitting them on the training programs is issue 34's item 5
+(not written yet; ``bench/tiny_agreement`` checks only that tiny and quick sizes agree).  The
+model is part of a figure's identity: a table in cycles names its weights.
 
 Counts are exact for a binary, its arguments and environment (``workers/agent/cachegrind``),
 so a ratio of two estimates has no sampling interval.

@@ -14,7 +14,7 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Callable, Self
+from typing import Any, Callable, TypeVar
 
 import yaml
 
@@ -32,12 +32,15 @@ MAX_PARALLEL = 1_024  # compile.jobs, search.candidates_per_step, search.in_flig
 MAX_SEED = 2 ** 63 - 1  # search.seed, either sign
 
 
+_E = TypeVar("_E", bound="FileKeyError")
+
+
 class FileKeyError(ValueError):
     """A file that cannot be used because of one key: the message is one line,
     ``FILE: KEY: MESSAGE``, as ``Reader`` makes it (configs, campaign files)."""
 
     @classmethod
-    def at(cls, file: str, key: str, message: str) -> Self:
+    def at(cls: type[_E], file: str, key: str, message: str) -> _E:
         return cls(f"{file}: {key}: {message}")
 
 

@@ -253,11 +253,16 @@ def _top_level(r: Reader, data: Any, quick: bool) -> dict:
 
 def _batch_log_setting(r: Reader, config: Path) -> str:
     """The config's ``search.batch_log`` as written (a relative one lands in the campaign
-    directory, where the stages run), from the config loaded as every command loads it."""
+    directory, where the stages run), from the config loaded as every command loads it; a
+    config measuring in an exact metric is refused (what the campaign publishes is timed)."""
     try:
-        raw = load_config(config).raw
+        loaded = load_config(config)
     except ConfigError as exc:
         raise r.error("config", str(exc)) from None
+    if loaded.measure.metric != "time":  # train-policy's gate and the evaluation read it
+        raise r.error("config", f"{config}: measure.metric is {loaded.measure.metric}: a "
+                      "campaign publishes in time; screen with search.metric or labels.metric")
+    raw = loaded.raw
     search = raw.get("search") if isinstance(raw, dict) else None
     return str((search or {}).get("batch_log") or "batch.log")
 

@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dispatcher.core.figures import Figure, format_speedup
-from dispatcher.core.stats import geomean_speedup_ci
+from dispatcher.core.figures import Figure, geomean_figure
 
 GATE = 0.95  # the worst held-out measured speedup a kept policy may have
 EXIT_GATE = 3  # train-policy's exit status when the kept policy fails the gate
@@ -64,10 +63,8 @@ def choose_measured(measures: Sequence[FoldMeasure], classifiers: Sequence[str]
 def geomean(measures: Sequence[FoldMeasure]) -> str:
     """The geometric mean of measured speedups with its interval, as run-plugin-benchmark
     reports a split's; ``-`` unless every fold is measured."""
-    got = [(m.figure.speedup, m.figure.low, m.figure.high) for m in measures if m.measured]
-    if not got or len(got) != len(measures):
-        return "-"
-    return format_speedup(*geomean_speedup_ci(got))  # type: ignore[arg-type]
+    g = geomean_figure(m.figure for m in measures)
+    return g.text() if g is not None else "-"
 
 
 def gate_line(chosen: str, measures: Sequence[FoldMeasure], gate: float = GATE
