@@ -104,7 +104,10 @@ def compare_with_heuristic(session: Session, contenders: Iterable[Contender[T]],
                            pairing: PairingPolicy, remeasure: bool = False
                            ) -> Generator[Compared[T], None, None]:
     """Each contender's comparison with its benchmark's heuristic build, as each ends.
-    Closing the iterator early (Ctrl-C) cancels the builds not started yet."""
+    Closing the iterator early (Ctrl-C) cancels the builds not started yet.  The workers start
+    first: a backend that builds (Ray's compile nodes, the simulated builder) takes the builds
+    only from then on, and a build asked for before would go to this machine's compiler."""
+    session.start_workers()
     compiling: list[tuple[Future[CompileResult], Contender[T] | None, Contender[T]]] = []
     pending: list[tuple[Future[Comparison], Contender[T], CompileResult]] = []
     failed: set[Any] = set()  # benchmarks (directories) whose heuristic build failed
