@@ -9,6 +9,7 @@ benchmark (listed in the batch log, resumable with ``--resume``), then the label
 """
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from commands.common import (
 )
 from dispatcher.config import MAX_RUNS
 from dispatcher.labels.planning import DEFAULT_SWEEP
-from pipeline.longrun import GracefulStop
+from pipeline.longrun import FAILED, GracefulStop
 from pipeline.sites import INPUT_ERRORS, STOPPING, SitesReport, SitesRequest
 from pipeline.sites import measure_sites as measure
 
@@ -60,21 +61,26 @@ PROG = "measure-sites"
               show_default=True, help="Where the labels tables are written.")
 @click.option("--resume", "resume", multiple=True, type=click.Path(path_type=Path),
               help="Continue this labels rundir where it stopped (repeatable).")
+@click.option("--no-cycles", "no_cycles", is_flag=True,
+              help="Labels measured in time without their cycles effect (by default each "
+                   "label's binaries are also counted under cachegrind at the tiny size, "
+                   "where the workers can count).")
 @metric_option
 @backend_errors_in_one_line
 def measure_sites(rundirs, batch_log, tasks_file, trees, sweep, config_path, size, runs,
-                  max_pairs, keep, max_tests, retest, labels_dir, resume, metric) -> None:
+                  max_pairs, keep, max_tests, retest, labels_dir, resume, metric,
+                  no_cycles) -> None:
     """Measure each inlining decision's effect: attribute search winners, sweep hot sites
     (in --metric; under an exact metric every label again in wall time, as --retest)."""
     request = SitesRequest(config_path, rundirs, batch_log, tasks_file, trees, sweep, size,
                            runs, max_pairs, keep, max_tests, retest, labels_dir, resume,
-                           metric)
+                           metric, cycles=not no_cycles)
     if resume:
         refuse_with_resume([o for o, v in (
             ("RUNDIR", rundirs), ("--batch-log", batch_log), ("--tasks", tasks_file),
             ("--tree", trees), ("--sweep", sweep is not None), ("--size", size),
             ("--runs", runs), ("--max-pairs", max_pairs), ("--retest", retest),
-            ("--metric", metric)) if v],
+            ("--metric", metric), ("--no-cycles", no_cycles)) if v],
             "a labels rundir continues with what it recorded")
     show_warnings()
     # The graceful stop stays until the command ends, so the tables are written whenever a
@@ -84,11 +90,10 @@ def measure_sites(rundirs, batch_log, tasks_file, trees, sweep, config_path, siz
             report = measure(request, stop)
         except INPUT_ERRORS as exc:
             fail(str(exc))
-        if report is not None:
-            _word(report, config_path)
+        _word(report, config_path, labels_dir)
 
 
-def _word(report: SitesReport, config_path: Path | None) -> None:
+def _word(report: SitesReport, config_path: Path | None, labels_dir: Path) -> None:
     """The tables written, the failures, each rundir's state (stdout) and the exit status."""
     for line in report.lost_workers:
         click.echo(line, err=True)
@@ -108,8 +113,16 @@ def _word(report: SitesReport, config_path: Path | None) -> None:
         click.echo(f"{state:12} {lab.rundir}")
     if report.ending.interrupted:
         click.echo(report.ending.resume_line(PROG, config_path), err=True)
-    if report.ending.exit_status:
-        sys.exit(report.ending.exit_status)
+    unwritten = [t for t in report.tables if t.error is not None]
+    if unwritten and not report.ending.interrupted:  # the rundirs stay: a --resume writes them
+        conf = f" --config {shlex.quote(str(config_path))}" if config_path else ""
+        again = f" --labels {shlex.quote(str(labels_dir))}" + "".join(
+            f" --resume {shlex.quote(str(t.rundir))}" for t in unwritten)
+        click.echo(f"labels tables not written ({', '.join(t.name for t in unwritten)}); once "
+                   f"fixed, to write them: {PROG}{conf}{again}", err=True)
+    status = report.ending.exit_status or (FAILED if unwritten else 0)
+    if status:
+        sys.exit(status)
 
 
 def main() -> None:

@@ -122,6 +122,7 @@ def _work(request: SearchRequest) -> _Work | None:
         resumes = open_resumes(request.resume)
         for done in resumes.finished:
             progress(f"{done.path}: already finished; nothing to resume")
+        _plot_unplotted([done.path for done in resumes.finished])
         if not resumes.rundirs:
             return None
         first = resumes.rundirs[0][0].experiment
@@ -176,6 +177,20 @@ def plot_chains(chains: list[Chain], stop: GracefulStop) -> list[str]:
         except Exception as exc:  # a plot is a convenience: never lose the run over it
             notes.append(f"{c.rundir.path}: no plot ({exc})")
     return notes
+
+
+def _plot_unplotted(rundirs: list[Path]) -> None:
+    """The plot of each finished rundir that has none: its chain ended in a run a stop cut
+    short later (plots are drawn only when no stop came), so a resume draws it."""
+    missing = [p for p in rundirs if not (p / "plot.png").exists()]
+    if not missing:
+        return
+    from analysis.plots import plot_experiment
+    for path in missing:
+        try:
+            plot_experiment(path)
+        except Exception as exc:  # a plot is a convenience: never lose the run over it
+            progress(f"{path}: no plot ({' '.join(str(exc).split())})")
 
 
 def best_figure(status: ChainStatus) -> str:

@@ -8,15 +8,22 @@ table, report and plot are written (``analysis.labels``).  What it did comes bac
 """
 from __future__ import annotations
 
+import tempfile
 import threading
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from dispatcher.build.manifest import Benchmark, resolve_benchmark
+from dispatcher.build.manifest import (
+    Benchmark,
+    ManifestError,
+    load_benchmark,
+    resolve_benchmark,
+)
 from dispatcher.config import Config, load_config, with_metric
-from dispatcher.core.decisions import read_overrides
-from dispatcher.core.rundir import check_batch_log, check_rundirs_dir
+from dispatcher.core.decisions import MAX_OVERRIDES, parse_overrides
+from dispatcher.core.files import read_regular_text
+from dispatcher.core.rundir import SitesRundir, check_batch_log, check_rundirs_dir
 from dispatcher.labels.planning import (
     Job,
     LabelsSettings,
@@ -25,7 +32,7 @@ from dispatcher.labels.planning import (
     plan_labels,
     search_rundirs,
 )
-from dispatcher.labels.procedure import LabelsStatus, SiteLabeller
+from dispatcher.labels.procedure import LabelsStatus, SiteLabeller, enable_cycle_counts
 from dispatcher.planning import PlanError, rundir_name, task_benchmarks
 from dispatcher.session import Session
 from pipeline.longrun import Ending, GracefulStop, StatusLine, progress, watch
@@ -33,6 +40,7 @@ from pipeline.searches import INPUT_ERRORS
 
 __all__ = ["INPUT_ERRORS", "STOPPING", "SitesReport", "SitesRequest", "measure_sites"]
 STOPPING = "stopping: tests in flight are dropped and measured again on --resume"
+MAX_TREE_BYTES = MAX_OVERRIDES * 4096  # an overrides file of the most entries, long keys
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,7 @@ class SitesRequest:
     labels_dir: Path = Path("labels")
     resume: tuple[Path, ...] = ()
     metric: str | None = None  # what tests are measured in (None: measure.metric)
+    cycles: bool = True  # labels measured in time counted in cycles too, where workers can
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,7 @@ class LabelsTable:
     lines: list[str]
     files: list[Path]
     error: str | None = None
+    rundir: Path | None = None  # the labels rundir it is made from
 
 
 @dataclass(frozen=True)
@@ -87,30 +97,44 @@ class SitesReport:
     ending: Ending
 
 
-def measure_sites(request: SitesRequest, stop: GracefulStop) -> SitesReport | None:
-    """Plan or resume the labels rundirs, measure them, write their tables.  None when every
-    rundir to resume had already finished.  One of INPUT_ERRORS for bad input."""
+def measure_sites(request: SitesRequest, stop: GracefulStop) -> SitesReport:
+    """Plan or resume the labels rundirs, measure them, write their tables (a resumed rundir
+    that had already finished gets its table written again: the run that finished it may
+    have been stopped before it wrote it).  One of INPUT_ERRORS for bad input."""
     config = with_metric(load_config(request.config_path), request.metric)
+    finished: list[SitesRundir] = []
     if request.resume:
         jobs, finished = open_label_resumes(request.resume)
         exact = [rd.experiment.metric for rd, _ in jobs if rd.experiment.metric != "time"]
         config = with_metric(config, exact[0] if exact else "time")  # the rundirs' metric
+        check_labels_dir(request.labels_dir)
         for rd in finished:
-            progress(f"{rd.path}: already finished; nothing to resume")
+            progress(f"{rd.path}: already finished; nothing to resume (its labels table is "
+                     "written again)")
         if not jobs:
-            return None
+            return SitesReport([], write_tables([], finished, request.labels_dir), [],
+                               Ending.of(stop, []))
         inputs = None
     else:
         inputs = _inputs(request, config)
     session = Session(config)
     with session:
         session.stop_on(stop.event)
-        if config.measure.metric != "time":  # workers that cannot count: before any rundir
+        counted = config.measure.metric != "time"
+        counts = counted or (any(rd.experiment.cycles_size for rd, _ in jobs)
+                             if inputs is None else request.cycles)
+        if counts:  # workers that cannot count: before any rundir
             session.start_workers()
+        if counts and not counted:  # a label's cycles effect beside its wall effect
+            why = enable_cycle_counts(session.backend.slots, session.measurements)
+            if why is not None:
+                progress(f"labels carry no cycles effect: {why}")
+                counts = False
         if inputs is not None:
-            jobs = _plan(request, config, session, *inputs)
+            jobs = _plan(request, config, session, *inputs, cycles=counts)
         measurements = session.start_workers()
-        labellers = [SiteLabeller(rd, bench, session.builds, measurements, stop.event)
+        labellers = [SiteLabeller(rd, bench, session.builds, measurements, stop.event,
+                                  count_cycles=counts)
                      for rd, bench in sorted(jobs, key=gain_first)]
         stop.arm()
         _label_all(labellers, stop)
@@ -119,7 +143,7 @@ def measure_sites(request: SitesRequest, stop: GracefulStop) -> SitesReport | No
     return SitesReport(
         [Labelled(lab.status.task, lab.rundir.path, lab.status.state, lab.status.error)
          for lab in labellers],
-        write_tables(labellers, request.labels_dir), session.lost_workers(),
+        write_tables(labellers, finished, request.labels_dir), session.lost_workers(),
         Ending.of(stop, [(lab.status.state, lab.rundir.path) for lab in labellers]))
 
 
@@ -137,7 +161,22 @@ def _inputs(request: SitesRequest, config: Config) -> Inputs:
                         "--tasks")
     check_batch_log(config.search.batch_log)
     check_rundirs_dir(config.search.rundirs)
+    check_labels_dir(request.labels_dir)
     return sources, swept, trees
+
+
+def check_labels_dir(directory: Path) -> None:
+    """``--labels`` can hold the tables: a directory (made if need be) a file can be written
+    in; PlanError (one line) otherwise, before anything is measured."""
+    if directory.exists() and not directory.is_dir():
+        raise PlanError(f"{directory}: --labels: not a directory (the labels tables go there)")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):  # O_TMPFILE: never a name left behind
+            pass
+    except OSError as exc:
+        raise PlanError(f"{directory}: --labels: cannot write the labels tables there "
+                        f"({exc.strerror or exc})") from None
 
 
 def tree_option(value: str) -> tuple[Benchmark, Path]:
@@ -148,17 +187,26 @@ def tree_option(value: str) -> tuple[Benchmark, Path]:
         raise PlanError(f"--tree {value}: expected BENCH=FILE (a benchmark and an overrides "
                         "file)")
     path = Path(file)
+    benchmark = resolve_benchmark(bench)
     try:
-        read_overrides(path)
-    except OSError as exc:
-        raise PlanError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except ValueError as exc:
+        overrides = parse_overrides(read_regular_text(path, MAX_TREE_BYTES), str(path))
+    except FileNotFoundError:
+        raise PlanError(f"{path}: --tree {bench}: no such file") from None
+    except ValueError as exc:  # not a regular file, too large, not UTF-8, malformed
         raise PlanError(" ".join(str(exc).split())) from None
-    return resolve_benchmark(bench), path.resolve()
+    units = [u.module for u in benchmark.units() if u.is_impl]
+    strangers = sorted({o.unit for o in overrides} - set(units))
+    if strangers:
+        raise PlanError(f"{path}: --tree {bench}: its decisions are for unit "
+                        f"{', '.join(strangers[:3])}{', ...' if len(strangers) > 3 else ''}, "
+                        f"which {benchmark.name} does not have (its units: {', '.join(units)}):"
+                        " a tree of another program?")
+    return benchmark, path.resolve()
 
 
 def _plan(request: SitesRequest, config: Config, session: Session, sources: list[Path],
-          swept: list[Benchmark], trees: list[tuple[Benchmark, Path]]) -> list[Job]:
+          swept: list[Benchmark], trees: list[tuple[Benchmark, Path]],
+          cycles: bool = False) -> list[Job]:
     r = request
     settings = LabelsSettings(
         size=r.size, default_size=config.run.size, runs=r.runs or config.run.runs,
@@ -169,7 +217,7 @@ def _plan(request: SitesRequest, config: Config, session: Session, sources: list
         max_tests=r.max_tests, retest=r.retest or config.measure.metric != "time",
         rundirs=config.search.rundirs,
         batch_log=config.search.batch_log, config_raw=config.raw,
-        metric=config.measure.metric)
+        metric=config.measure.metric, cycles=cycles)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     plan = plan_labels(settings, session.builds.toolchain.identity, session.worker_classes[0],
                        sources, swept, trees,
@@ -205,25 +253,31 @@ def status_line(s: LabelsStatus) -> StatusLine:
                       f"label(s){last}", repeat=s.state == "running")
 
 
-def write_tables(labellers: list[SiteLabeller], labels_dir: Path) -> list[LabelsTable]:
+def write_tables(labellers: list[SiteLabeller], finished: list[SitesRundir],
+                 labels_dir: Path) -> list[LabelsTable]:
     """The labels table, report and plot of each benchmark measured (one not started is
-    left for a later --resume)."""
+    left for a later --resume), and of each rundir resumed that had already finished."""
     from analysis.labels import LabelsError, label_rows, plot_effects, report, write_table
-    out = []
-    for lab in labellers:
-        name = lab.benchmark.name
-        if lab.status.phase == "starting":
-            continue
+    done: list[tuple[str, Path]] = []
+    for rd in finished:
         try:
-            table = label_rows(lab.rundir.path)
+            done.append((load_benchmark(rd.experiment.benchmark).name, rd.path))
+        except ManifestError as exc:
+            done.append((Path(rd.experiment.benchmark).name, rd.path))
+            progress(f"{rd.path}: {' '.join(str(exc).split())}")
+    out = []
+    for name, path in done + [(lab.benchmark.name, lab.rundir.path) for lab in labellers
+                              if lab.status.phase != "starting"]:
+        try:
+            table = label_rows(path)
             directory = labels_dir / name
             written = write_table(table, directory)
-            lines = report([lab.rundir.path], table)
+            lines = report([path], table)
             (directory / "report.txt").write_text("\n".join(lines) + "\n")
             plot = plot_effects(table, directory / "effects.png", f"{name}: labels")
         except (LabelsError, OSError, ValueError) as exc:  # a full disk, say: the rundir stays
-            out.append(LabelsTable(name, [], [], " ".join(str(exc).split())))
+            out.append(LabelsTable(name, [], [], " ".join(str(exc).split()), path))
             continue
         out.append(LabelsTable(name, lines, [*written, directory / "report.txt",
-                                             *([plot] if plot else [])]))
+                                             *([plot] if plot else [])], rundir=path))
     return out

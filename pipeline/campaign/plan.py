@@ -17,10 +17,16 @@ from typing import Any
 
 from analysis.models import MODELS
 from analysis.policy_training import CLASSIFIERS as TRAINED_CLASSIFIERS
-from dispatcher.build.manifest import SPLITS, ManifestError, resolve_benchmark
+from dispatcher.build.manifest import (
+    SPLITS,
+    ManifestError,
+    is_benchmark_path,
+    resolve_benchmark,
+)
 from dispatcher.build.policy_file import DEFAULT_GROWTH_BUDGET, DEFAULT_MARGIN
 from dispatcher.config import ConfigError, load_config
 from dispatcher.core.figures import METRICS
+from dispatcher.core.files import sha256_file
 from dispatcher.core.records import Algorithm
 from dispatcher.core.validation import (
     MAX_RUNS,
@@ -100,6 +106,12 @@ class Campaign:
     evaluate: EvaluateStage = field(default_factory=EvaluateStage)
     quick: bool = False
     identity: str = ""  # sha256 of the settings that decide what the stages compute
+    # the identity before it covered the files' content (a campaign directory it started
+    # is taken over: read_state)
+    legacy_identity: str = ""
+    # the content (sha256) of every file the stages run on: the experiment config, a model
+    # file it names, each benchmark given as a directory (its sources)
+    inputs: tuple[tuple[str, str], ...] = ()
     batch_log_setting: str = "batch.log"  # the config's search.batch_log, as written
 
     @property
@@ -187,8 +199,12 @@ def _labels(r: Reader, data: dict) -> LabelsStage:
     d = LabelsStage()
     lab = r.section(data, "labels", {"runs", "max_pairs", "max_tests", "sweep", "retest",
                                      "metric"})
+    runs = lab.get("runs", d.runs)
+    if not isinstance(runs, int) or isinstance(runs, bool) or not 2 <= runs <= MAX_RUNS:
+        raise r.fail("labels.runs", f"an integer from 2 to {MAX_RUNS} (a label's interval "
+                     "needs two pairs at least)", runs)
     labels = LabelsStage(
-        runs=max(2, r.positive_int(lab, "runs", "labels.runs", d.runs, most=MAX_RUNS)),
+        runs=runs,
         max_pairs=r.positive_int(lab, "max_pairs", "labels.max_pairs", d.max_pairs,
                                  most=MAX_RUNS),
         max_tests=r.positive_int(lab, "max_tests", "labels.max_tests", d.max_tests,
@@ -251,10 +267,48 @@ def _top_level(r: Reader, data: Any, quick: bool) -> dict:
     return _merge({k: v for k, v in data.items() if k != "quick"}, overrides)
 
 
-def _batch_log_setting(r: Reader, config: Path) -> str:
+def _digest(r: Reader, key: str, path: Path) -> str:
+    try:
+        return sha256_file(path)
+    except OSError as exc:
+        raise r.error(key, f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _config_inputs(r: Reader, config: Path, raw: Any) -> list[tuple[str, str]]:
+    """The experiment config's content, and that of a model file it names (the simulated
+    backend's ``simulated.model``), each as (path, sha256)."""
+    out = [(str(config), _digest(r, "config", config))]
+    simulated = raw.get("simulated") if isinstance(raw, dict) else None
+    model = simulated.get("model") if isinstance(simulated, dict) else None
+    if isinstance(model, str):  # the config's loader checked it is a readable file
+        path = Path(os.path.expanduser(model))
+        path = (path if path.is_absolute() else config.parent / path).resolve()
+        out.append((str(path), _digest(r, "config", path)))
+    return out
+
+
+def _benchmark_inputs(r: Reader, stages: tuple[tuple[str, tuple[str, ...]], ...]
+                      ) -> list[tuple[str, str]]:
+    """Each benchmark given as a directory, with its sources' hash (a bundled name or a split
+    is the repository's own: it changes with the project, not with the user's files)."""
+    out = []
+    for key, names in stages:
+        for n in names:
+            if n in SPLITS or not is_benchmark_path(n):
+                continue
+            try:
+                bench = resolve_benchmark(n)
+                out.append((str(bench.directory.resolve()), bench.source_hash()))
+            except (ManifestError, OSError) as exc:
+                raise r.error(key, f"{n}: cannot read its sources ({exc})") from None
+    return out
+
+
+def _batch_log_setting(r: Reader, config: Path) -> tuple[str, list[tuple[str, str]]]:
     """The config's ``search.batch_log`` as written (a relative one lands in the campaign
-    directory, where the stages run), from the config loaded as every command loads it; a
-    config measuring in an exact metric is refused (what the campaign publishes is timed)."""
+    directory, where the stages run), from the config loaded as every command loads it, and
+    the content of the files it is made of; a config measuring in an exact metric is refused
+    (what the campaign publishes is timed)."""
     try:
         loaded = load_config(config)
     except ConfigError as exc:
@@ -264,7 +318,7 @@ def _batch_log_setting(r: Reader, config: Path) -> str:
                       "campaign publishes in time; screen with search.metric or labels.metric")
     raw = loaded.raw
     search = raw.get("search") if isinstance(raw, dict) else None
-    return str((search or {}).get("batch_log") or "batch.log")
+    return str((search or {}).get("batch_log") or "batch.log"), _config_inputs(r, config, raw)
 
 
 def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
@@ -277,7 +331,7 @@ def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
         return r.local_path(data.get(key, default), key, "a path").resolve()
 
     config = path("config", "local.yaml")
-    batch_log = _batch_log_setting(r, config)
+    batch_log, inputs = _batch_log_setting(r, config)
     size = _choice(r, data, "size", "size", "full", SIZES, " or ".join(SIZES))
     budget = r.section(data, "budget", {"worker_hours", "search_share"})
     campaign = Campaign(
@@ -293,18 +347,27 @@ def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
                               " or ".join(MODELS)),
         policy=_policy(r, data), evaluate=_evaluate(r, data), quick=quick,
         batch_log_setting=batch_log)
-    return replace(campaign, identity=_identity(campaign))
+    inputs += _benchmark_inputs(r, (("search.benchmarks", campaign.search.benchmarks),
+                                    ("evaluate.benchmarks", campaign.evaluate.benchmarks)))
+    campaign = replace(campaign, inputs=tuple(inputs))
+    return replace(campaign, identity=_identity(campaign),
+                   legacy_identity=_identity(campaign, legacy=True))
 
 
-def _identity(c: Campaign) -> str:
+def _identity(c: Campaign, *, legacy: bool = False) -> str:
     """What decides the stages' results: not where they are written nor the budget (a resumed
-    campaign may be given more), but the config, size and every stage's settings."""
+    campaign may be given more), but the config (its path and the content of every file the
+    stages run on: ``inputs``), size and every stage's settings.  ``legacy``: the identity
+    before it covered the files' content."""
     search = {k: v for k, v in c.search.__dict__.items()
               if k != "metric" or v != "time"}  # absent at time: earlier identities hold
-    what = {"config": str(c.config), "size": c.size, "search": search,
-            "labels": {k: v for k, v in c.labels.__dict__.items()
-                       if k != "metric" or v != "time"}, "rewards": c.rewards_model,
-            "policy": c.policy.__dict__, "evaluate": c.evaluate.__dict__}
+    what: dict[str, Any] = {
+        "config": str(c.config), "size": c.size, "search": search,
+        "labels": {k: v for k, v in c.labels.__dict__.items()
+                   if k != "metric" or v != "time"}, "rewards": c.rewards_model,
+        "policy": c.policy.__dict__, "evaluate": c.evaluate.__dict__}
+    if not legacy:
+        what["inputs"] = [list(x) for x in c.inputs]
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=list).encode()).hexdigest()
 
 

@@ -24,6 +24,7 @@ from pipeline.campaign.budget import WorkerClock
 from pipeline.campaign.plan import SEARCHES, Campaign, CampaignError
 from pipeline.campaign.stages import experiments
 from pipeline.campaign.state import STAGES, CampaignState, read_state
+from pipeline.longrun import progress
 
 
 class PublishError(Exception):
@@ -162,6 +163,22 @@ def _published(campaign: Campaign) -> list[tuple[Path, Path]]:
     return pairs
 
 
+def plot_searches(campaign: Campaign) -> None:
+    """Each search's plot drawn again from its journal.  The search draws it only when its
+    chains end uninterrupted: a chain that finished in a run stopped later (a kill, Ctrl-C,
+    the budget) was never drawn, and its resume says "already finished"; so the plots
+    published depend on the journals alone, whatever stopped the stage on the way."""
+    rundirs = experiments(campaign.batch_log, SEARCHES)
+    if not rundirs:
+        return
+    from analysis.plots import plot_experiment
+    for rundir in rundirs:
+        try:
+            plot_experiment(rundir)
+        except Exception as exc:  # a plot is a convenience: the rest is still published
+            progress(f"{rundir}: no plot ({' '.join(str(exc).split())})")
+
+
 def publish(campaign: Campaign) -> list[Path]:
     """Copy the campaign's results into ``campaign.results`` and write its README; the files
     written.  PublishError when there is nothing to publish or it cannot be written."""
@@ -169,6 +186,7 @@ def publish(campaign: Campaign) -> list[Path]:
     written: list[Path] = []
     try:
         state = read_state(campaign)
+        plot_searches(campaign)
         for src, dst in _published(campaign):
             _copy(src, dst, written)
         if not written:

@@ -12,6 +12,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -178,8 +179,29 @@ def run_stage(campaign: Campaign, name: str, argv: list[str], clock: WorkerClock
     return status, stopped["why"]
 
 
+def check_results(campaign: Campaign) -> None:
+    """``results`` can be published to: a directory (made if need be) that a file can be
+    written in; CampaignError naming the campaign file's key otherwise, before any stage
+    runs (not once the search has spent its hours)."""
+    out = campaign.results
+    why = ""
+    if out.exists() and not out.is_dir():
+        why = "not a directory"
+    else:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=out):  # O_TMPFILE: never a name left behind
+                pass
+        except OSError as exc:
+            why = f"cannot write there ({exc.strerror or exc})"
+    if why:
+        raise CampaignError.at(str(campaign.source), "results", f"{out}: {why}")
+
+
 def prepare(campaign: Campaign, state: CampaignState) -> None:
-    """The campaign directory with its state and the search's tasks file."""
+    """The campaign directory with its state and the search's tasks file, the results
+    directory checked."""
+    check_results(campaign)
     try:
         campaign.dir.mkdir(parents=True, exist_ok=True)
         write_state(campaign, state)

@@ -50,6 +50,8 @@ class CampaignState:
     identity: str
     stages: dict[str, StageState]
     version: int = STATE_VERSION
+    # the files the identity covers, path -> sha256 (to name the one that changed)
+    inputs: tuple[tuple[str, str], ...] = ()
 
     def next_stage(self) -> str | None:
         return next((s for s in STAGES if not self.stages[s].done), None)
@@ -60,7 +62,8 @@ class CampaignState:
 
 
 def new_state(campaign: Campaign) -> CampaignState:
-    return CampaignState(identity=campaign.identity, stages={s: StageState() for s in STAGES})
+    return CampaignState(identity=campaign.identity, stages={s: StageState() for s in STAGES},
+                         inputs=campaign.inputs)
 
 
 def read_state(campaign: Campaign) -> CampaignState:
@@ -76,19 +79,33 @@ def read_state(campaign: Campaign) -> CampaignState:
                                 f"run-campaign reads {STATE_VERSION}")
         stages = {s: StageState(**data["stages"][s]) for s in STAGES}
         identity = str(data["identity"])
+        inputs = {str(k): str(v) for k, v in (data.get("inputs") or {}).items()}
     except (TextFileError, ValueError, KeyError, TypeError, AttributeError) as exc:
         if isinstance(exc, CampaignError):
             raise
         raise CampaignError(f"{path}: not a campaign state ({exc})") from None
+    if identity == campaign.legacy_identity:
+        # started before the identity covered the files' content: taken over as it is (the
+        # next state written records the files as they are now)
+        identity = campaign.identity
     if identity != campaign.identity:
+        now_ = dict(campaign.inputs)
+        changed = [p for p, digest in inputs.items() if now_.get(p, digest) != digest]
+        if changed:
+            raise CampaignError(
+                f"{path}: this campaign directory was started with other content in "
+                f"{changed[0]} than it has now; give the campaign another dir, or put the "
+                "file back")
         raise CampaignError(
             f"{path}: this campaign directory was started with other settings than "
-            f"{campaign.source} now has (config, size or a stage's keys changed); give the "
+            f"{campaign.source} now has (the experiment config's content, a file it names, "
+            "a benchmark directory's sources, the size or a stage's keys changed); give the "
             "campaign another dir, or put the settings back")
-    return CampaignState(identity=identity, stages=stages)
+    return CampaignState(identity=identity, stages=stages, inputs=campaign.inputs)
 
 
 def write_state(campaign: Campaign, state: CampaignState) -> None:
     data = {"version": state.version, "identity": state.identity,
-            "stages": {s: state.stages[s].__dict__ for s in STAGES}}
+            "stages": {s: state.stages[s].__dict__ for s in STAGES},
+            "inputs": dict(state.inputs)}
     write_text_atomic(campaign.dir / STATE_FILE, json.dumps(data, indent=1) + "\n")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from dispatcher.running.simulated.model import (
     parse_model,
 )
 from dispatcher.running.simulated.programs import (
+    DUMPS_DIR,
     Program,
     SimulationError,
     compile_tree,
@@ -51,6 +53,8 @@ from dispatcher.running.simulated.programs import (
     function_heat,
     functions_of,
     load_program,
+    read_bundle,
+    unknown_sites,
 )
 from dispatcher.running.simulated.ray_settings import RayHosts, parse_section
 
@@ -154,6 +158,13 @@ class World:
             found = self._programs.get(where)
         if found is None:
             found = load_program(bench, self.config.cache_dir / "dumps")
+            bad = unknown_sites(found, self.model.program(bench.name))
+            if bad:  # a program of one's own, its dumps made only now
+                effect, c = bad[0]
+                raise SimulationError(
+                    f"simulated.model.programs.{bench.name}.{effect}: {bench.name} has no "
+                    f"call {c.key!r} in unit {c.unit} round {c.round} (nor one that "
+                    "inlining brings in): the effect would never hold")
             with self._lock:
                 found = self._programs.setdefault(where, found)
         return found
@@ -335,7 +346,34 @@ KEYS = ("slots", "worker_class", "time_scale", "compile_jobs", "model", "cache_d
 MAX_DEPTH = 2
 
 
-def _model_file(value: str, r: Reader) -> Model:
+def check_sites(model: Model, r: Reader, name: str, cache_dir: Path) -> None:
+    """Every effect of ``model`` on a decision its program's tree can take, for each program
+    whose dumps are at hand (bundled, or made before in ``cache_dir``; the others are checked
+    when first built: ``World.program``); one line naming the key otherwise."""
+    prefix = f"{name}." if name else ""
+    for bench_name, program_model in model.programs.items():
+        if not program_model.effects:
+            continue
+        path = DUMPS_DIR / f"{bench_name}.tar.gz"
+        if not path.is_file():
+            made = sorted(cache_dir.glob(f"dumps/{bench_name}-*.tar.gz"))
+            if len(made) != 1:  # none, or sources of several versions: when it is built
+                continue
+            path = made[0]
+        try:
+            program = read_bundle(path)
+        except (OSError, ValueError, SimulationError, tarfile.TarError):
+            continue  # a broken cache is made again when it is built, and checked then
+        bad = unknown_sites(program, program_model)
+        if bad:
+            where, c = bad[0]
+            raise r.error(f"{prefix}programs.{bench_name}.{where}",
+                          f"{bench_name} has no call {c.key!r} in unit {c.unit} round "
+                          f"{c.round} (nor one that inlining brings in): the effect would "
+                          "never hold")
+
+
+def _model_file(value: str, r: Reader, cache_dir: Path) -> Model:
     """A model in its own YAML (or JSON) file; its errors name the config's key and the
     file's."""
     path = r.local_path(value, "simulated.model", "a model file or a mapping")
@@ -347,7 +385,9 @@ def _model_file(value: str, r: Reader) -> Model:
         raise r.error("simulated.model", f"{path}: {' '.join(str(exc).split())}") from None
     inner = Reader(path, lambda file, key, message: r.error("simulated.model",
                                                            f"{file}: {key}: {message}"))
-    return parse_model(data, inner, name="")
+    model = parse_model(data, inner, name="")
+    check_sites(model, inner, "", cache_dir)
+    return model
 
 
 def parse_config(section: dict, r: Reader) -> SimulatedConfig:
@@ -365,16 +405,17 @@ def parse_config(section: dict, r: Reader) -> SimulatedConfig:
                                    what="real seconds per modelled second")
     jobs = r.positive_int(section, "compile_jobs", "simulated.compile_jobs",
                           SimulatedConfig.compile_jobs, most=MAX_PARALLEL)
-    raw = section.get("model")
-    if isinstance(raw, str):
-        model = _model_file(raw, r)
-    elif raw is None or isinstance(raw, dict):
-        model = parse_model(raw, r, name="simulated.model")
-    else:
-        raise r.fail_kind("simulated.model", "a model file or a mapping", raw)
     cache_raw = section.get("cache_dir")
     cache = CACHE_DIR if cache_raw is None else r.local_path(cache_raw, "simulated.cache_dir",
                                                              "a directory path")
+    raw = section.get("model")
+    if isinstance(raw, str):
+        model = _model_file(raw, r, cache)
+    elif raw is None or isinstance(raw, dict):
+        model = parse_model(raw, r, name="simulated.model")
+        check_sites(model, r, "simulated.model", cache)
+    else:
+        raise r.fail_kind("simulated.model", "a model file or a mapping", raw)
     depth = r.positive_int(section, "depth", "simulated.depth", SimulatedConfig.depth,
                            most=MAX_DEPTH)
     hosts = None

@@ -255,6 +255,29 @@ def _program(r: Reader, data: Any, name: str, base: ProgramModel) -> ProgramMode
         heat=_heat(r, d.get("heat"), f"{name}.heat", base.heat))
 
 
+def _program_name(r: Reader, key: str, name: str) -> str:
+    """The benchmark a ``programs`` key models, by the name its binaries carry: a bundled
+    benchmark's name, or the path of a benchmark directory of one's own (relative to the
+    file); anything else would model nothing, silently."""
+    from dispatcher.build.manifest import (
+        BUNDLED_DIR,
+        MANIFEST_NAME,
+        ManifestError,
+        is_benchmark_path,
+        load_benchmark,
+    )
+    if not is_benchmark_path(key):
+        if (BUNDLED_DIR / key / MANIFEST_NAME).is_file():
+            return key
+        raise r.error(name, "no bundled benchmark of that name (a benchmark directory of "
+                      "one's own is given by its path: ./NAME)")
+    try:
+        return load_benchmark(r.local_path(key, name, "a benchmark directory")).name
+    except ManifestError as exc:
+        raise r.error(name, f"not a benchmark directory ({' '.join(str(exc).split())})") \
+            from None
+
+
 def parse_model(data: Any, r: Reader, name: str = "model") -> Model:
     """A model from its mapping (YAML or JSON); ``r`` makes the one-line errors, each key
     named under ``name``."""
@@ -285,5 +308,6 @@ def parse_model(data: Any, r: Reader, name: str = "model") -> Model:
     programs = {}
     for bench, spec in programs_raw.items():
         r.string(bench, f"{prefix}programs")
-        programs[bench] = _program(r, spec, f"{prefix}programs.{bench}", default)
+        programs[_program_name(r, bench, f"{prefix}programs.{bench}")] = \
+            _program(r, spec, f"{prefix}programs.{bench}", default)
     return Model(programs=MappingProxyType(programs), default=default, noise=noise, seed=seed)

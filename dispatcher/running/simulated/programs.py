@@ -54,6 +54,7 @@ from dispatcher.core.tree import (
     from_dumps,
     guard_class,
     honourable,
+    split_key,
 )
 from dispatcher.running.simulated.elf import nameable
 from dispatcher.running.simulated.model import Condition, Effect, ProgramModel
@@ -207,6 +208,45 @@ def load_program(bench: Benchmark, cache_dir: Path) -> Program:
     if not path.is_file():
         make_bundle(bench, path)
     return read_bundle(path)
+
+
+def _callee(program: Program, calls: Mapping[tuple[str, int, str], str], unit: str,
+            round_: int, key: str, depth: int = 0) -> str | None:
+    """The callee of the call ``key`` in (unit, round) when a compile of ``program`` can
+    decide it (None: it cannot): a call of the heuristic tree, or one that inlining or
+    specialising a call brings in (``<call>/I/<rest>``: the callee's declaration's call
+    ``<decl>/<rest>``, round 0, re-keyed under the call, as ``_Compile.body`` does)."""
+    found = calls.get((unit, round_, key))
+    if found is not None or depth >= MAX_DEPTH:
+        return found
+    frames = split_key(key)
+    for i in range(len(frames) - 1, 0, -1):
+        if frames[i] not in ("I", "S") or i + 1 >= len(frames):
+            continue
+        name = _callee(program, calls, unit, round_, "/".join(frames[:i]), depth + 1)
+        decl = program.decls.get(name) if name is not None else None
+        if decl is None:
+            continue
+        decl_unit, node = decl
+        inner = _callee(program, calls, decl_unit, 0,
+                        f"{node.key}/{'/'.join(frames[i + 1:])}", depth + 1)
+        if inner is not None:
+            return inner
+    return None
+
+
+def unknown_sites(program: Program, model: ProgramModel) -> list[tuple[str, Condition]]:
+    """The decisions ``model``'s effects name (as ``effects[i]``, ``effects[i].requires[j]``)
+    that no compile of ``program`` can take: a unit, round or key its tree does not have,
+    even with calls inlined.  An effect on one would never hold, silently."""
+    calls = {(u, r, n.key): n.name for u, r, n in program.tree.calls()}
+    out = []
+    for i, e in enumerate(model.effects):
+        named = [(f"effects[{i}]", e.when)] + [(f"effects[{i}].requires[{j}]", c)
+                                               for j, c in enumerate(e.requires)]
+        out += [(where, c) for where, c in named
+                if _callee(program, calls, c.unit, c.round, c.key) is None]
+    return out
 
 
 # --------------------------------------------------------------------------- the compile
