@@ -56,6 +56,7 @@ from dispatcher.running.backend import (
     PermanentLoss,
 )
 from dispatcher.running.ray.connection import parse_connection
+from dispatcher.running.ray.local_session import auto_address
 from workers.agent.protocol import CHECKSUM_MISMATCH, DEFAULT_LOCK_WAIT_S, NOT_IN_CACHE
 
 if TYPE_CHECKING:
@@ -464,7 +465,11 @@ def connect(config: RayConfig) -> Any:
     except ImportError:
         raise BackendUnavailable("backend ray needs the ray package: pip install "
                                  "'inlining-orchestrator[ray]'") from None
-    if config.address != "auto":  # Ray itself waits minutes for an address nobody serves
+    # Ray itself waits minutes for an address nobody serves, and its "auto" takes whatever
+    # session file or raylet it finds: auto is resolved to this user's cluster on this
+    # machine first (local_session), in seconds or one line
+    address = auto_address() if config.address == "auto" else config.address
+    if config.address != "auto":
         host, _, port = config.address.rpartition(":")
         try:
             socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
@@ -473,13 +478,13 @@ def connect(config: RayConfig) -> Any:
                                      f"{exc.strerror or exc}") from None
     _keep_stdout_clean()
     try:
-        ray.init(address=config.address, namespace=config.namespace,
+        ray.init(address=address, namespace=config.namespace,
                  logging_level=logging.WARNING, log_to_driver=True)
     except Exception as exc:  # ConnectionError, AuthenticationError, ...
         why = _one_line(exc)
         if exc.__cause__ is not None:
             why += f" ({_last_line(exc.__cause__)})"
-        raise BackendUnavailable(f"ray: cannot connect to the cluster at {config.address}: "
+        raise BackendUnavailable(f"ray: cannot connect to the cluster at {address}: "
                                  f"{why}") from None
     return ray
 
