@@ -45,14 +45,21 @@ from dispatcher.core.records import (
     pooled_pairs,
 )
 from dispatcher.core.rundir import RundirError, SitesRundir, read_journal
-from dispatcher.core.site_records import SITES_KIND, LabelEvent, is_sites_rundir
+from dispatcher.core.site_records import (
+    SITES_KIND,
+    LabelEvent,
+    SitesStartEvent,
+    is_sites_rundir,
+)
 from dispatcher.core.stats import paired_speedup_ci, speedup_ci
 
 STALE_AFTER_S = 3600.0
 
 COLUMNS = ("task", "rundir", "algorithm", "steps_done", "steps_planned", "best_speedup",
            "ci_low", "ci_high", "last_update", "status", "confirmed", "significant",
-           "canaries", "canary_alarms", "pairs", "none_better", "unresolved")
+           "canaries", "canary_alarms", "pairs", "none_better", "unresolved", "metric")
+# ``metric`` (last, so that readers by position keep theirs): what best_speedup and its
+# interval are in; for a labels rundir, what its labels are measured in
 
 
 # --------------------------------------------------------------------------- summaries
@@ -85,12 +92,13 @@ class Summary:
     unresolved: bool = False
     confirm_unresolved: bool = False
     # What the speedup shown is in: time, or the exact metric an unconfirmed best of a chain
-    # searched in one was counted in (its interval low = high); said in the table only
+    # searched in one was counted in (its interval low = high); a labels rundir: what its
+    # labels are measured in.  The CSV's last column
     metric: str = "time"
 
     def row(self) -> dict:
         d = asdict(self)
-        for internal in ("error", "best_step", "paired", "confirm_unresolved", "metric"):
+        for internal in ("error", "best_step", "paired", "confirm_unresolved"):
             d.pop(internal)
         return d
 
@@ -201,6 +209,8 @@ def summarize_labels(rundir: Path, summary: Summary, now: float,
         summary.error = f"{rundir / 'journal.jsonl'}: {exc.strerror}"
         return summary
     summary.steps_done = sum(isinstance(e, LabelEvent) for e in events)
+    starts = [e for e in events if isinstance(e, SitesStartEvent)]
+    summary.metric = starts[0].metric if starts else "time"
     summary.steps_planned = None
     summary.last_update = events[-1].time if events else summary.last_update
     summary.status = status_of(events, now, stale_after) if events else "running"

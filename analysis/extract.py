@@ -10,6 +10,12 @@ unresolved ones: measured with fewer undisturbed pairs than the chain's minimum 
 figure.  Rows of several rundirs (chains, campaigns) of one benchmark are merged; each keeps
 its ``chain`` (the rundir), so models can be validated across chains.
 
+A chain searched in an exact metric (``instructions``, ``cycles``) gives its unconfirmed
+candidates their counted figure (low = high, one "pair", ``metric`` that metric) and its
+confirmed best its wall-time pairs; with ``counted`` (``assign-rewards``: one fit, one metric)
+every candidate of such a chain its counted figure, the confirmed one included (``confirmed``
+false then: the figure is the count, not the confirmation).
+
 The trees the compiler really produced are returned beside the table, once per distinct tree
 (``tree`` column: a digest of its decisions), for ``analysis.expanded``.
 """
@@ -107,8 +113,10 @@ def _median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 
-def rundir_rows(rundir: Path, trees: dict[str, Tree]) -> tuple[Experiment, list[dict]]:
-    """(experiment, rows) of one rundir; its trees are added to ``trees``."""
+def rundir_rows(rundir: Path, trees: dict[str, Tree], counted: bool = False
+                ) -> tuple[Experiment, list[dict]]:
+    """(experiment, rows) of one rundir; its trees are added to ``trees``; ``counted``: a
+    chain searched in an exact metric gives every candidate its counted figure."""
     experiment, events = _read(rundir)
     chain = str(rundir)
     baseline = next(e for e in events if isinstance(e, BaselineEvent))
@@ -155,9 +163,10 @@ def rundir_rows(rundir: Path, trees: dict[str, Tree]) -> tuple[Experiment, list[
                 if confirm is not None and confirm.times:
                     reference, times = list(confirm.reference_times), list(confirm.times)
                     row["confirmed"] = True
-                if experiment.metric != "time" and not row["confirmed"]:
+                if experiment.metric != "time" and (counted or not row["confirmed"]):
                     if c.speedup is not None:  # counted: its exact figure, low = high
                         row.update(speedup=c.speedup, ci_low=c.speedup, ci_high=c.speedup,
+                                   confirmed=False,
                                    pairs=1, failed=row["tree"] is None or c.failed > 0,
                                    metric=experiment.metric)
                 elif 0 < len(times) < experiment.runs:  # short of the chain's minimum
@@ -179,14 +188,15 @@ def rundir_rows(rundir: Path, trees: dict[str, Tree]) -> tuple[Experiment, list[
     return experiment, rows
 
 
-def extract(rundirs: Iterable[Path]) -> dict[str, Candidates]:
-    """The candidates of every benchmark found in ``rundirs``, by benchmark name."""
+def extract(rundirs: Iterable[Path], counted: bool = False) -> dict[str, Candidates]:
+    """The candidates of every benchmark found in ``rundirs``, by benchmark name
+    (``counted``: as ``rundir_rows``)."""
     by_bench: dict[str, list[dict]] = {}
     trees: dict[str, dict[str, Tree]] = {}
     directories: dict[str, str] = {}
     for rundir in rundirs:
         found: dict[str, Tree] = {}
-        experiment, rows = rundir_rows(Path(rundir), found)
+        experiment, rows = rundir_rows(Path(rundir), found, counted)
         bench = experiment.task
         by_bench.setdefault(bench, []).extend(rows)
         trees.setdefault(bench, {}).update(found)

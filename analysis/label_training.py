@@ -40,6 +40,17 @@ The labelling rule (docs/policies.md, "Labels from measured sites"):
    a site without features (not in the heuristic build's dump: only a winner's inlining made
    it) cannot be encoded as the policy would see it, and is left out too.
 
+**Sign agreement** (``agreement``, ``train-policy --require-sign-agreement``; docs/policies.md):
+a row's label may rest on its wall effect only where its cycles effect (``cycles_effect``, the
+same two binaries counted under cachegrind) agrees in sign.  A wall-time row whose effect is
+significant and beyond the threshold (the rows whose label is the sign of their wall effect)
+says nothing, as if not measured, when its cycles effect is of the other sign, below
+``CYCLES_ZERO`` in size (the flip changed no executed instruction worth counting: code layout
+on the measuring machine, not something features can predict), or missing.  A wall effect
+that is not significant (or within the threshold) says ``default`` as before: it has no sign to
+agree with, and a cycles effect the clock cannot see is not a label.  A row measured in an exact
+metric says nothing by itself: its wall effect is its retest row's, which is judged.
+
 Features come from the table itself (the heuristic build's dump, one column per
 ``Features`` field), typed as the dump types them, so that ``numeric_features`` encodes
 them exactly as it encodes a dump's (and as the policy host encodes an observation).
@@ -64,6 +75,8 @@ TRIALS = ("labels", "retest")
 ACTIONS = ("inline", "dont_inline", "specialise")  # specialise: a removed row's, set back
 OTHER = {"inline": "dont_inline", "dont_inline": "inline"}
 DEFAULT_LABEL_THRESHOLD = 0.01  # |log speedup|: about 1%
+#: |log ratio| of estimated cycles below which a flip changed nothing worth counting (0.01%)
+CYCLES_ZERO = 1e-4
 
 #: The feature columns, named as ``Features.row()`` names them, and the kind of each.
 FEATURES = [f.name for f in fields(Features)]
@@ -84,13 +97,40 @@ class LabelsError(ValueError):
 
 # -- the rule -----------------------------------------------------------------------------
 
-def row_label(row: Mapping[str, Any], threshold: float) -> str | None:
+def in_time(row: Mapping[str, Any]) -> bool:
+    """Whether a row's effect is in wall time (a table without ``metric``: it is)."""
+    metric = row.get("metric")
+    return not isinstance(metric, str) or metric == "time"
+
+
+def signs_agree(row: Mapping[str, Any], threshold: float) -> bool:
+    """Whether a measured row passes the sign-agreement rule (module docstring): an exact
+    row never does; a wall-time row does unless its wall effect is significant and beyond
+    ``threshold`` while its cycles effect is missing, below ``CYCLES_ZERO`` or of the other
+    sign."""
+    if not in_time(row):
+        return False
+    effect, low, high = float(row["effect"]), float(row["low"]), float(row["high"])
+    if not ((effect > threshold and low > 0) or (effect < -threshold and high < 0)):
+        return True
+    counted = row.get("cycles_effect")
+    if counted is None or _missing(counted):
+        return False
+    cycles = float(counted)
+    return abs(cycles) >= CYCLES_ZERO and (cycles > 0) == (effect > 0)
+
+
+def row_label(row: Mapping[str, Any], threshold: float,
+              agreement: bool = False) -> str | None:
     """The label one row of a labels table gives (rule 1): ``inline`` or ``dont_inline``,
     ``default`` (measured, without an effect beyond ``threshold`` that its interval confirms,
     or the heuristic's own choice shown best), or ``None``: the row says nothing a label can
     say (not measured; or a ``specialise`` set back in a winner, slower, where which action the
-    winner took instead is not in the row)."""
+    winner took instead is not in the row; with ``agreement``, a row that fails the
+    sign-agreement rule)."""
     if row["status"] != "measured":
+        return None
+    if agreement and not signs_agree(row, threshold):
         return None
     effect, low, high = float(row["effect"]), float(row["low"]), float(row["high"])
     action = str(row["action"])
@@ -106,10 +146,12 @@ def row_label(row: Mapping[str, Any], threshold: float) -> str | None:
     return "default"
 
 
-def site_label(rows: Iterable[Mapping[str, Any]], threshold: float) -> str | None:
+def site_label(rows: Iterable[Mapping[str, Any]], threshold: float,
+               agreement: bool = False) -> str | None:
     """The label of one site from all its rows (rules 2-4); ``None``: no row of it says
     anything (none measured), so it has no label and is left out."""
-    told = [(r, got) for r in rows if (got := row_label(r, threshold)) is not None]
+    told = [(r, got) for r in rows
+            if (got := row_label(r, threshold, agreement)) is not None]
     if not told:
         return None
     for context in CONTEXTS:
@@ -131,19 +173,25 @@ def _has_features(row: Mapping[str, Any]) -> bool:
     return all(not _missing(row.get(name)) for name in _ALWAYS)
 
 
-def label_sites(table: pd.DataFrame, threshold: float) -> tuple[pd.DataFrame, dict[str, int]]:
+def label_sites(table: pd.DataFrame, threshold: float, agreement: bool = False
+                ) -> tuple[pd.DataFrame, dict[str, int]]:
     """One row per site with a label (``unit``, ``round``, ``key``, ``label``, then its
     features) from a checked labels table (``read_sites_table``), in the order of the sites'
     first rows; and how many sites were left out: ``unmeasured`` (no row says anything: none
-    measured) and ``featureless`` (labelled, but not in the heuristic build's dump, so without
-    the features a policy would see: a site only a winner's inlining made)."""
+    measured, or with ``agreement`` none that passes the sign-agreement rule) and
+    ``featureless`` (labelled, but not in the heuristic build's dump, so without the features a
+    policy would see: a site only a winner's inlining made); and ``disagree``: the measured
+    wall-time rows the sign-agreement rule set aside (only with ``agreement``)."""
     out = []
-    left_out = {"unmeasured": 0, "featureless": 0}
+    left_out = {"unmeasured": 0, "featureless": 0, **({"disagree": 0} if agreement else {})}
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in table.to_dict("records"):
         groups.setdefault((r["unit"], r["round"], r["key"]), []).append(r)
+        if agreement and r["status"] == "measured" and in_time(r) and \
+                not signs_agree(r, threshold):
+            left_out["disagree"] += 1
     for (unit, rnd, key), rows in groups.items():
-        got = site_label(rows, threshold)
+        got = site_label(rows, threshold, agreement)
         if got is None:
             left_out["unmeasured"] += 1
             continue
@@ -257,6 +305,15 @@ def read_sites_table(path: Path) -> pd.DataFrame:
             raise LabelsError(f"{path}: row {i + 1}: status measured but {column} "
                               f"{table[column][i]!r}: expected a finite number (log speedup)")
         table[column] = numbers.astype(float)
+    if "cycles_effect" in table.columns:  # a table from before it: no cycles effects
+        numbers = pd.to_numeric(table["cycles_effect"], errors="coerce")
+        bad = numbers.isna() & table["cycles_effect"].map(lambda v: not _missing(v))
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise LabelsError(f"{path}: row {i + 1}: cycles_effect "
+                              f"{table['cycles_effect'][i]!r}: expected a number (log ratio "
+                              "of estimated cycles) or nothing")
+        table["cycles_effect"] = numbers.astype(float)
     for name in FEATURES:
         if name in KEY or name not in table.columns:
             continue

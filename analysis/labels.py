@@ -4,7 +4,9 @@ and its plot, from labels rundirs (``measure-sites``, docs/labels.md).
 One row per label: the site (unit, round, key, callee, its source location), what the
 heuristic did there and the site's features from the heuristic build's dump, the action
 tested and its context, and the outcome: the effect as a log speedup of the tested tree over
-its reference with its 95% interval, pairs, the share of disturbed runs, and the cost.
+its reference with its 95% interval, pairs, the share of disturbed runs, and the cost; and the
+same two binaries' effect in estimated cycles (``cycles_effect``, exact, counted at
+``cycles_size``), so a label carries its cycles effect beside its wall effect.
 """
 from __future__ import annotations
 
@@ -27,7 +29,10 @@ OUTCOME_COLUMNS = ["action", "context", "status", "effect", "low", "high", "spee
                    "disturbed_share", "runs", "cpu_s", "heat", "decision", "trial", "why",
                    "rundir"]
 # and, in a table measure-sites writes now, ``metric``: what effect is in (time, or an exact
-# one); a table without it (older, or made by hand) is in time
+# one); a table without it (older, or made by hand) is in time; and ``cycles_effect`` (the log
+# ratio reference / tested in estimated cycles, exact: no interval) with ``cycles_size`` (the
+# size it was counted at): empty where not counted, absent from older tables (read as empty)
+CYCLES_COLUMNS = ["cycles_effect", "cycles_size"]
 
 
 class LabelsError(RuntimeError):
@@ -61,6 +66,7 @@ def label_rows(rundir: Path) -> pd.DataFrame:
             effect = math.log(o.speedup)
             if o.ci95 is not None:
                 low, high = math.log(o.ci95[0]), math.log(o.ci95[1])
+        cycles = math.log(o.cycles) if o.measured and o.cycles else math.nan
         rows.append({
             "benchmark": exp.task, "unit": s.unit, "round": s.round, "key": s.key,
             "callee": s.callee, "location": site_location(s.key) or "",
@@ -72,9 +78,10 @@ def label_rows(rundir: Path) -> pd.DataFrame:
             "disturbed_share": o.disturbed / o.runs if o.runs else math.nan,
             "runs": o.runs, "cpu_s": o.cpu_s, "heat": e.heat, "decision": e.decision,
             "trial": e.trial, "why": o.why or "", "rundir": str(rundir),
-            "metric": o.metric})
+            "metric": o.metric, "cycles_effect": cycles,
+            "cycles_size": exp.cycles_size if not math.isnan(cycles) else None})
     if not rows:
-        return pd.DataFrame(columns=ID_COLUMNS + OUTCOME_COLUMNS)
+        return pd.DataFrame(columns=ID_COLUMNS + OUTCOME_COLUMNS + ["metric", *CYCLES_COLUMNS])
     return pd.DataFrame(rows)
 
 
@@ -136,6 +143,9 @@ def report(rundirs: Sequence[Path], table: pd.DataFrame) -> list[str]:
             metric = r.get("metric")  # absent or NaN: a table from before the column
             if isinstance(metric, str) and metric != "time":
                 mark += f" ({metric})"
+            cycles = r.get("cycles_effect")  # absent or NaN: not counted
+            if isinstance(cycles, float) and not math.isnan(cycles) and metric != "cycles":
+                mark += f"; cycles {100 * (math.exp(cycles) - 1):+.2f}%"
         else:
             figure, mark = r["status"].replace("_", " "), ""
         lines.append(f"  {r['trial']:7} {r['context']:8} {r['action']:11} {r['callee']} in "

@@ -86,7 +86,10 @@ def _said(fitted: Fitted, out: Path) -> None:
     bench, result = fitted.benchmark, fitted.result
     assert result is not None
     trees = sum(w.optimal is not None for w in fitted.written)
-    line = (f"{bench}: {len(result.measured)} candidates, {len(result.expanded.nodes)} "
+    counted = f" (speedups in {fitted.metric}: counted, exact)" if fitted.metric != "time" \
+        else ""
+    line = (f"{bench}: {len(result.measured)} candidates{counted}, "
+            f"{len(result.expanded.nodes)} "
             f"nodes ({len(result.constant)} constant), {trees} optimal trees "
             f"in {out / bench}")
     if trees < len(fitted.written):

@@ -157,10 +157,14 @@ class _GrowthBudget(click.ParamType):
               help="--validate measured: most pairs per comparison (default: config "
                    "measure.max_pairs).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path))
+@click.option("--require-sign-agreement", "agreement", is_flag=True,
+              help="Labels: a wall-time effect that is significant and beyond "
+                   "--label-threshold gives a label only where the same flip's cycles "
+                   "effect (cycles_effect) agrees in sign; otherwise the row says nothing.")
 @backend_errors_in_one_line
 def train_policy(benchmarks, labels_dir, rewards_dir, dataset_dir, model, hyper, threshold,
                  label_threshold, margin, ranges, growth_budget, classifier, out, validate,
-                 gate, size, runs, max_pairs, config_path) -> None:
+                 gate, size, runs, max_pairs, config_path, agreement) -> None:
     """Train an inlining policy on the rewards or measured labels of BENCHMARKS (default:
     every one there)."""
     ctx = click.get_current_context()
@@ -170,7 +174,7 @@ def train_policy(benchmarks, labels_dir, rewards_dir, dataset_dir, model, hyper,
         tuple(benchmarks), labels_dir, rewards_dir, dataset_dir, model, hyper, threshold,
         label_threshold, margin, ranges, growth_budget,
         tuple(CLASSIFIERS) if classifier == "all" else (classifier,), out,
-        validate == "measured", gate, size, runs, max_pairs, config_path, named)
+        validate == "measured", gate, size, runs, max_pairs, config_path, named, agreement)
     show_warnings()
     try:
         passed = _train(request)
@@ -215,7 +219,9 @@ def _word_table(table: TrainingTable) -> None:
         click.echo(f"labels {r.benchmark}: {r.rows} rows, {r.measured} measured; "
                    f"{r.sites} sites labelled ("
                    + ", ".join(f"{r.counts.get(k, 0)} {k}" for k in LABELS)
-                   + f"), {r.unmeasured} without a measured row left out" + featureless)
+                   + f"), {r.unmeasured} without a measured row left out" + featureless
+                   + (f"; {r.disagree} measured row(s) set aside: a significant wall effect "
+                      "without a cycles effect of its sign" if r.disagree else ""))
     if table.both is not None:
         both, disagree = table.both
         click.echo(f"labels and rewards: {both} sites labelled by both (the measured label "

@@ -1,6 +1,11 @@
 """``assign-rewards``'s procedure: the rundirs to fit, each benchmark's rewards fitted over the
 hyperparameter grid and written (``analysis.rewards``), one ``Fitted`` record per benchmark.
 
+One fit, one metric: a chain searched in an exact metric gives every candidate its counted
+figure (``extract(..., counted=True)``, its confirmed best included), a timed chain its paired
+wall-time figures, and a benchmark whose chains were measured in different metrics is refused
+in one line (``mixed_metrics``): a count ratio and a wall-time speedup are not one target.
+
 The fitting modules (scipy, scikit-learn) are imported when the work starts, not when this
 module is: ``assign-rewards --help`` starts without them.
 """
@@ -40,10 +45,11 @@ def rundirs_to_fit(rundirs: Sequence[Path], batch_log: Path | None) -> list[Path
 
 
 def candidates_of(paths: Sequence[Path], benchmarks: Sequence[str]) -> dict[str, Candidates]:
-    """Each benchmark's candidates in ``paths`` (only ``benchmarks``, when named)."""
+    """Each benchmark's candidates in ``paths`` (only ``benchmarks``, when named); a chain
+    searched in an exact metric with every candidate's counted figure."""
     from analysis.extract import ExtractError, extract
     try:
-        by_bench = extract(paths)
+        by_bench = extract(paths, counted=True)
     except ExtractError as exc:
         raise RewardsInputError(str(exc)) from None
     if benchmarks:
@@ -67,6 +73,32 @@ class Fitted:
     best: Mapping[str, object] | None = None
     unresolved: int = 0
     error: str | None = None
+    metric: str = "time"  # what every speedup fitted is in
+
+
+def metrics_of(candidates: Candidates) -> dict[str, list[str]]:
+    """The metrics a benchmark's measured candidates are in (the baseline, 1 in any metric,
+    left out), each with the chains measured in it."""
+    table = candidates.table
+    rows = table[(table["mutation"] != "baseline") & table["speedup"].notna()]
+    out: dict[str, list[str]] = {}
+    for metric, chain in zip(rows["metric"].fillna("time"), rows["chain"]):
+        chains = out.setdefault(str(metric), [])
+        if chain not in chains:
+            chains.append(chain)
+    return out
+
+
+def mixed_metrics(bench: str, candidates: Candidates) -> str | None:
+    """Why ``bench``'s candidates cannot be fitted together (one line), or None: they are
+    all in one metric."""
+    metrics = metrics_of(candidates)
+    if len(metrics) < 2:
+        return None
+    said = "; ".join(f"in {m}: {', '.join(chains[:2])}{', ...' if len(chains) > 2 else ''}"
+                     for m, chains in sorted(metrics.items()))
+    return (f"{bench}: its rundirs measured candidates in {' and '.join(sorted(metrics))} "
+            f"({said}): one rewards assignment fits one metric; name the rundirs of one")
 
 
 def fit_each(by_bench: Mapping[str, Candidates], hypers: Sequence[Hyper], rounds: int,
@@ -74,6 +106,11 @@ def fit_each(by_bench: Mapping[str, Candidates], hypers: Sequence[Hyper], rounds
     """Each benchmark's rewards fitted and written under ``out``, as each is done, by name."""
     from analysis.rewards import RewardError, assign, write
     for bench, candidates in sorted(by_bench.items()):
+        mixed = mixed_metrics(bench, candidates)
+        if mixed is not None:
+            yield Fitted(bench, error=mixed)
+            continue
+        metric = next(iter(metrics_of(candidates)), "time")
         try:
             result = assign(candidates, hypers, rounds, seed)
         except RewardError as exc:
@@ -88,4 +125,4 @@ def fit_each(by_bench: Mapping[str, Candidates], hypers: Sequence[Hyper], rounds
         best = table[table["spearman"].notna()].sort_values("spearman", ascending=False).head(1)
         unresolved = int(candidates.table["unresolved"].fillna(False).astype(bool).sum())
         yield Fitted(bench, result, tuple(written),
-                     best.iloc[0].to_dict() if len(best) else None, unresolved)
+                     best.iloc[0].to_dict() if len(best) else None, unresolved, metric=metric)

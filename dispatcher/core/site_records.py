@@ -76,7 +76,12 @@ class SitesExperiment(Record):
     # Later: what tests are measured in (absent: time, as in every earlier labels rundir);
     # under an exact metric the retests are in time (docs/labels.md)
     metric: Metric = "time"
-    later_fields: ClassVar[frozenset[str]] = frozenset({"metric"})
+    # Later: the size every measured label's binaries are counted at in estimated cycles
+    # (cachegrind), so that a label carries its cycles effect beside its wall effect (the
+    # experiment's own size under an exact metric; ``tiny`` where the benchmark has one under
+    # time); absent (None): labels without a cycles effect, as in every earlier rundir
+    cycles_size: Optional[str] = None
+    later_fields: ClassVar[frozenset[str]] = frozenset({"metric", "cycles_size"})
 
 
 def read_sites_experiment(path: Path) -> SitesExperiment:
@@ -132,7 +137,11 @@ class Paired(Record):
     # Later: what ``speedup`` is in: time (paired), or an exact metric (one counted run of
     # each: ``ci95`` is [speedup, speedup]); absent: time
     metric: Metric = "time"
-    later_fields: ClassVar[frozenset[str]] = frozenset({"metric"})
+    # Later: the same two binaries counted in estimated cycles (cachegrind, at the
+    # experiment's ``cycles_size``): the ratio reference / tested, exact (no interval); None:
+    # not counted (an earlier rundir, workers that cannot count, a count that failed)
+    cycles: Optional[float] = None
+    later_fields: ClassVar[frozenset[str]] = frozenset({"metric", "cycles"})
 
     @property
     def measured(self) -> bool:

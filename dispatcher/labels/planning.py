@@ -60,6 +60,9 @@ class LabelsSettings:
     batch_log: Path  # where they are listed
     config_raw: dict[str, Any]  # the config each rundir keeps a copy of
     metric: str = "time"  # what tests are measured in (the retests: in time)
+    # labels measured in time also counted in estimated cycles (the workers can count); under
+    # an exact metric they always are (the labels' own counts)
+    cycles: bool = False
 
 
 @dataclass(frozen=True)
@@ -198,4 +201,16 @@ def _experiment(settings: LabelsSettings, p: _Planned, sweep: int, compiler: str
         timeout=s.timeout, perf=s.perf, aslr=s.aslr, worker_class=worker_class,
         compiler=compiler, sources=[str(r.resolve()) for r in p.sources], winner=p.winner,
         sweep=sweep, keep=s.keep, max_tests=s.max_tests, retest=s.retest,
-        rundir=str(path.resolve()), metric=cast(Metric, s.metric))
+        rundir=str(path.resolve()), metric=cast(Metric, s.metric),
+        cycles_size=cycles_size(s, p.bench, p.size))
+
+
+def cycles_size(settings: LabelsSettings, bench: Benchmark, size: str) -> str | None:
+    """The size a label's binaries are counted at in estimated cycles: the labels' own under
+    an exact metric (their counts); under time ``tiny`` (about 10-50 ms natively, a few
+    seconds under cachegrind), else ``quick``; None: not counted."""
+    if settings.metric != "time":
+        return size
+    if not settings.cycles:
+        return None
+    return next(s for s in ("tiny", "quick", size) if s in bench.sizes)

@@ -13,6 +13,11 @@ The procedure, in its rundir's journal order:
    each flipped alone;
 4. with ``retest``, every measured label measured again, independently (fresh pairs).
 
+Every measured label also carries its cycles effect (``Paired.cycles``) where the experiment
+names a ``cycles_size``: the tested binary and its reference counted once each under cachegrind
+at that size (exact, load-independent; the store answers a label's retest and any tree counted
+before), so a label kept has its wall effect with its interval beside an exact cycles effect.
+
 Every test is a paired comparison by the measurement protocol, spread over every slot of the
 class (one part per slot, the parts' pairs pooled), so one label takes the whole machine.  A
 test's outcome is journaled when it completes; a resume replays the procedure and reads back
@@ -25,6 +30,7 @@ import math
 import shutil
 import statistics
 import threading
+from collections.abc import Sequence
 from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -56,6 +62,8 @@ from dispatcher.core.stats import paired_speedup_ci
 from dispatcher.core.tree import Tree, flippable, split_key
 from dispatcher.labels.ddmin import ddmin
 from dispatcher.labels.winner import flipped, reverted, tree_with, winner_decisions
+from dispatcher.running.agent_client import AgentError
+from dispatcher.running.exact import ExactUnavailable, check_workers
 from dispatcher.running.measurement import MeasurementService, PairingPolicy, ReferenceFailed
 from dispatcher.search.focus import hot_functions_of, profile_job, site_heat
 from dispatcher.storage.store import Artifact
@@ -113,6 +121,9 @@ class SiteLabeller:
     builds: CompileService
     measurements: MeasurementService
     stop: threading.Event
+    # whether the workers can count now (the session checked them); False: a rundir that
+    # records a cycles size gets no cycles effect for the labels measured from now on
+    count_cycles: bool = True
     status: LabelsStatus = field(init=False)
     reference: Artifact = field(init=False)
     heuristic: Tree = field(init=False)
@@ -388,7 +399,7 @@ class SiteLabeller:
         self.check_stop()
         flip = (Override(site.unit, site.round, site.key, site.action),) if changed else ()
         outcome = self._measure_tree(overrides, flip, reference,
-                                     "labels" if trial == "labels" else "retest")
+                                     "labels" if trial == "labels" else "retest", cycles=True)
         self.rundir.append(probe.model_copy(update={"outcome": outcome}))
         self._answers[key] = outcome
         self.status.labels += 1
@@ -403,10 +414,10 @@ class SiteLabeller:
             return None
 
     def _measure_tree(self, overrides: list[Override], changed: tuple[Override, ...],
-                      reference: Artifact, trial: str) -> Paired:
+                      reference: Artifact, trial: str, cycles: bool = False) -> Paired:
         """Build the tree ``overrides`` ask for and measure it against ``reference``;
         ``changed``: the overrides that make it differ from its reference, checked to reach
-        the code that runs."""
+        the code that runs; ``cycles``: a measured outcome gets its cycles effect too."""
         try:
             compiled = self.wait(self.builds.submit(CompileJob(self.benchmark,
                                                                tuple(overrides))))
@@ -428,13 +439,40 @@ class SiteLabeller:
         if compiled.sha256 == reference.sha256:
             return Paired(status="same_binary", sha256=compiled.sha256,
                           why="the tree built its reference's binary")
-        return self._compare(compiled.artifact, reference, trial)
+        outcome = self._compare(compiled.artifact, reference, trial)
+        return self._with_cycles(outcome, compiled.artifact, reference) if cycles else outcome
 
-    def job(self, artifact: Artifact | CompileResult, runs: int = 1) -> RunJob:
+    def _with_cycles(self, outcome: Paired, tested: Artifact, reference: Artifact) -> Paired:
+        """``outcome`` with its binaries' ratio in estimated cycles, reference over tested,
+        counted at the experiment's ``cycles_size`` (its worker seconds added to ``cpu_s``);
+        as it was when not measured, when this rundir counts nothing, or when the count
+        cannot be made (a failed or non-deterministic run, a worker without counts: said in
+        the status line, the label kept without its cycles effect)."""
         exp = self.rundir.experiment
-        size = self.benchmark.size(exp.size)
-        return RunJob(sha256=artifact.sha256, binary=artifact.binary, args=size.args,
-                      runs=runs, timeout=exp.timeout, expected_output=size.expected.to_json(),
+        if not outcome.measured or exp.cycles_size is None or not self.count_cycles:
+            return outcome
+        if outcome.metric == "cycles" and exp.cycles_size == exp.size:  # its own counts
+            return outcome.model_copy(update={"cycles": outcome.speedup})
+        try:
+            counted = self.wait(self.measurements.compare(
+                self.job(reference, size=exp.cycles_size),
+                self.job(tested, size=exp.cycles_size), exp.worker_class,
+                self.part_policy(), metric="cycles"))
+        except (ReferenceFailed, AgentError) as exc:
+            self.status.last = f"no cycles effect: {' '.join(str(exc).split())}"[:300]
+            return outcome
+        ratio = counted.interval[0] if counted.metric == "cycles" else None
+        cost = 0.0 if counted.reused else sum(rec.wall_s for r in counted.results
+                                              for rec in r.records)
+        return outcome.model_copy(update={"cycles": ratio,
+                                          "cpu_s": round(outcome.cpu_s + cost, 3)})
+
+    def job(self, artifact: Artifact | CompileResult, runs: int = 1,
+            size: str | None = None) -> RunJob:
+        exp = self.rundir.experiment
+        size_ = self.benchmark.size(size or exp.size)
+        return RunJob(sha256=artifact.sha256, binary=artifact.binary, args=size_.args,
+                      runs=runs, timeout=exp.timeout, expected_output=size_.expected.to_json(),
                       perf=exp.perf, aslr=exp.aslr)
 
     def slots(self) -> int:
@@ -469,6 +507,17 @@ class SiteLabeller:
                  for i in range(self.slots())]
         done: list[Comparison] = [self.wait(p) for p in parts]
         return pooled(done, exp.runs, tested.sha256)
+
+
+def enable_cycle_counts(slots: Sequence[Any], measurements: MeasurementService) -> str | None:
+    """Ask every worker whether it can count in cycles (``check_workers``: valgrind there, one
+    version) and give the measurement service the identity of their counts, so that labels
+    measured in time carry their cycles effect; None when they can, else why not (one line)."""
+    try:
+        measurements.exact_identity = check_workers(slots, "cycles")
+    except ExactUnavailable as exc:
+        return " ".join(str(exc).split())
+    return None
 
 
 def pooled(parts: list[Comparison], fewest: int, sha256: str) -> Paired:

@@ -78,6 +78,9 @@ class TrainingRequest:
     max_pairs: int | None = None
     config_path: Path | None = None
     named: Mapping[str, str] = field(default_factory=dict)  # model/hyper named on the line
+    # --require-sign-agreement: a label rests on a wall effect only where its cycles effect
+    # agrees in sign (analysis.label_training, "Sign agreement")
+    agreement: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ class LabelsRead:
     counts: dict[str, int]  # labelled sites per label
     unmeasured: int  # sites left out: no measured row
     featureless: int  # sites left out: not in the heuristic build
+    disagree: int = 0  # measured wall-time rows set aside: wall and cycles disagree in sign
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,12 @@ def plan_training(request: TrainingRequest) -> TrainingPlan:
             raise InputError(f"{', '.join(given)}: only with --validate measured (they set how "
                              "the held-out policies are measured)")
     _check_writable(r.out)
+    if r.agreement and dataset is None and r.labels_dir is None:
+        raise InputError("--require-sign-agreement: only with --labels (it judges measured "
+                         "labels, not rewards)")
+    if r.agreement and dataset is not None:
+        raise InputError(f"--require-sign-agreement: {r.dataset_dir} is a dataset, which "
+                         "keeps no cycles effects: train from the labels tables (--labels)")
     known_labels = (dataset.labelled if dataset is not None else
                     labels_benchmarks(r.labels_dir) if r.labels_dir is not None else [])
     known_rewards = (dataset.rewarded if dataset is not None else
@@ -292,12 +302,19 @@ def _labelled(plan: TrainingPlan) -> tuple[pd.DataFrame, list[LabelsRead]]:
                   read_labels(plan.request.labels_dir, plan.label_names).items()}
     parts, reads = [], []
     for n, table in tables.items():
-        sites, left_out = label_sites(table, plan.request.label_threshold)
+        if plan.request.agreement and "cycles_effect" not in table.columns:
+            raise InputError(f"{plan.labels_source}/{n}: its labels table has no cycles_effect "
+                             "column (measured before labels carried their cycles effect): "
+                             "--require-sign-agreement cannot judge it (measure-sites again, "
+                             "or add the counts: bench/label_cycles)")
+        sites, left_out = label_sites(table, plan.request.label_threshold,
+                                      plan.request.agreement)
         parts.append(sites.assign(benchmark=n))
         counts = sites["label"].value_counts()
         reads.append(LabelsRead(n, len(table), int((table["status"] == "measured").sum()),
                                 len(sites), {str(k): int(v) for k, v in counts.items()},
-                                left_out["unmeasured"], left_out["featureless"]))
+                                left_out["unmeasured"], left_out["featureless"],
+                                left_out.get("disagree", 0)))
     return (pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()), reads
 
 
