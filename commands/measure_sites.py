@@ -24,7 +24,7 @@ from commands.common import (
 )
 from dispatcher.config import MAX_RUNS
 from dispatcher.labels.planning import DEFAULT_SWEEP
-from pipeline.longrun import FAILED, GracefulStop
+from pipeline.longrun import FAILED, INTERRUPTED, GracefulStop
 from pipeline.sites import INPUT_ERRORS, STOPPING, SitesReport, SitesRequest
 from pipeline.sites import measure_sites as measure
 
@@ -90,6 +90,9 @@ def measure_sites(rundirs, batch_log, tasks_file, trees, sweep, config_path, siz
             report = measure(request, stop)
         except INPUT_ERRORS as exc:
             fail(str(exc))
+        except KeyboardInterrupt:  # a second Ctrl-C (the hard stop), or one before the work
+            click.echo(f"\n{stop.hard_stop().resume_line(PROG, config_path)}", err=True)
+            sys.exit(INTERRUPTED)
         _word(report, config_path, labels_dir)
 
 

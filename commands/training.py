@@ -17,7 +17,7 @@ from commands.common import (
 )
 from dispatcher.config import MAX_CHAINS, MAX_RUNS, MAX_SEED, MAX_STEPS
 from dispatcher.planning import Overrides
-from pipeline.longrun import GracefulStop
+from pipeline.longrun import INTERRUPTED, GracefulStop
 from pipeline.searches import (
     INPUT_ERRORS,
     STOPPING,
@@ -66,6 +66,9 @@ def run_training_experiments(config_path, tasks_file, algorithm, steps, chains_p
             report = run_searches(SearchRequest(config_path, tasks_file, overrides, resume), stop)
         except INPUT_ERRORS as exc:
             fail(str(exc))
+        except KeyboardInterrupt:  # a second Ctrl-C (the hard stop), or one before the work
+            click.echo(f"\n{stop.hard_stop().resume_line(PROG, config_path)}", err=True)
+            sys.exit(INTERRUPTED)
         if report is not None:
             _word(report, config_path)
 

@@ -8,9 +8,12 @@
   ``PLAIN_EVERY_S`` seconds.
 - ``GracefulStop``: Ctrl-C as a request.  The first one sets the stop event (the work ends at
   its next safe point, journaled as interrupted) and the session serving it aborts in its own
-  exit (``Session.stop_on``); a second one raises KeyboardInterrupt.  The handler stays until
-  the command exits, so the report is written whenever a stop comes (run-campaign's budget stop
-  may land just as the work ends).
+  exit (``Session.stop_on``); a second one is the hard stop: this process journals nothing
+  more (what its threads would write then is the abort's doing, "scheduler stopped during the
+  job", not a failure of the work) and raises KeyboardInterrupt, which the command turns into
+  the ``--resume`` line and exit 130 (``hard_stop``).  The handler stays until the command
+  exits, so the report is written whenever a stop comes (run-campaign's budget stop may land
+  just as the work ends).
 - ``Ending``: what the exit status says: 130 and a ``--resume`` line when a stop left work
   unfinished, 1 when something failed, 0 otherwise.
 """
@@ -28,6 +31,8 @@ from datetime import datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+from dispatcher.core.rundir import seal_journals, unseal_journals
 
 INTERRUPTED = 130  # the exit status of a run a Ctrl-C (or a budget's stop) cut short
 FAILED = 1  # some of the work failed (each says why)
@@ -61,6 +66,8 @@ class GracefulStop:
         self.message = message  # said on the first Ctrl-C: what a stop loses, what keeps it
         self._previous: Any = None
         self._armed = False
+        # each unit of work's (state, rundir), asked on a hard stop for the --resume line
+        self._states: Callable[[], Sequence[tuple[str, Path]]] = lambda: ()
 
     def is_set(self) -> bool:
         return self.event.is_set()
@@ -69,7 +76,12 @@ class GracefulStop:
         """Stop as a Ctrl-C would, without one (the work itself was interrupted)."""
         self.event.set()
 
-    def arm(self) -> None:
+    def arm(self, states: Callable[[], Sequence[tuple[str, Path]]] | None = None) -> None:
+        """The handler installed; ``states``: each unit of work's (state, rundir) as it is
+        now (what a hard stop's --resume line continues)."""
+        if states is not None:
+            self._states = states
+        unseal_journals()  # work starts: journaled (an earlier hard stop in this process is over)
         self._previous = signal.signal(signal.SIGINT, self._interrupt)
         self._armed = True
         # `kill -USR1 <pid>` prints every thread's stack: a stuck run can be inspected.
@@ -80,15 +92,30 @@ class GracefulStop:
 
     def _interrupt(self, signum: int, frame: FrameType | None) -> None:
         if self.event.is_set():
+            seal_journals()  # the abort's doing is not the experiment's: nothing journaled
             raise KeyboardInterrupt
         self.event.set()
         sys.stderr.write(f"\n{self.message}\n")
         sys.stderr.flush()
 
+    def hard_stop(self) -> Ending:
+        """How a hard stop (the KeyboardInterrupt of a second Ctrl-C) left the work: every
+        unit not finished is continued by --resume (a Ctrl-C before the work was armed left
+        none)."""
+        self.event.set()
+        try:
+            states = list(self._states())
+        except Exception:  # the work half torn down: what can be said is said
+            states = []
+        unfinished = tuple(path for state, path in states if state != "finished")
+        return Ending(unfinished, True, False)
+
     def __enter__(self) -> GracefulStop:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is None:  # not the hard stop's way out: the process goes on journaling
+            unseal_journals()
         if self._armed:
             signal.signal(signal.SIGINT, self._previous)
             self._armed = False
@@ -118,7 +145,10 @@ class Ending:
         return INTERRUPTED if self.interrupted else FAILED if self.failed else 0
 
     def resume_line(self, command: str, config_path: Path | None) -> str:
-        """``interrupted; to continue: <command> [--config C] --resume R ...``."""
+        """``interrupted; to continue: <command> [--config C] --resume R ...`` (nothing to
+        continue: ``interrupted before any work started``)."""
+        if not self.unfinished:
+            return "interrupted before any work started"
         again = " ".join(f"--resume {shlex.quote(str(p))}" for p in self.unfinished)
         conf = f"--config {shlex.quote(str(config_path))} " if config_path else ""
         return f"interrupted; to continue: {command} {conf}{again}"

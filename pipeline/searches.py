@@ -102,7 +102,7 @@ def run_searches(request: SearchRequest, stop: GracefulStop) -> SearchReport | N
         chains = [Chain.of_rundir(c.rundir, c.bench, work.config, session.builds,
                                   measurements, c.worker_class, stop.event)
                   for c in plan.chains]
-        stop.arm()
+        stop.arm(lambda: [(c.status.state, c.rundir.path) for c in chains])
         t0 = time.monotonic()
         _search_all(chains, scheduler, t0)
     wall = time.monotonic() - t0

@@ -136,7 +136,7 @@ def measure_sites(request: SitesRequest, stop: GracefulStop) -> SitesReport:
         labellers = [SiteLabeller(rd, bench, session.builds, measurements, stop.event,
                                   count_cycles=counts)
                      for rd, bench in sorted(jobs, key=gain_first)]
-        stop.arm()
+        stop.arm(lambda: [(lab.status.state, lab.rundir.path) for lab in labellers])
         _label_all(labellers, stop)
     for lab in labellers:
         lab.rundir.close()  # the lock: a --resume may start now

@@ -276,6 +276,22 @@ def sweep_staging(directory: Path) -> list[Path]:
     return removed
 
 
+_sealed = threading.Event()
+
+
+def seal_journals() -> None:
+    """A hard stop (a second Ctrl-C): from now on this process journals nothing.  What the
+    work's threads would still write is what the abort does to them (their jobs failed under
+    them: "scheduler stopped during the job"), not what happened to the experiment; the
+    rundirs stay as a kill leaves them, and a --resume continues them.  Until
+    ``unseal_journals`` (work started again in this process: a test's, say)."""
+    _sealed.set()
+
+
+def unseal_journals() -> None:
+    _sealed.clear()
+
+
 def check_rundirs_dir(directory: Path) -> None:
     """``search.rundirs`` can hold new rundirs: made if need be, and written to (a staging dir
     made and removed); RundirError otherwise, before any rundir is made."""
@@ -476,7 +492,10 @@ class Rundir:
                 os.fsync(f.fileno())
 
     def append(self, event) -> None:
-        """Journal one event (stamped with the time now unless it has one)."""
+        """Journal one event (stamped with the time now unless it has one); nothing once
+        ``seal_journals`` was called."""
+        if _sealed.is_set():
+            return
         data = event.to_json()
         if data.get("time") is None:
             data["time"] = time.time()
