@@ -273,3 +273,48 @@ def test_an_effect_inside_an_inlined_body_is_accepted():
         parse_config({"backend": "simulated", "simulated": {"model": {"programs": {"kahan": {
             "effects": [{"unit": unit, "round": round_, "key": key + "/I/C(No.f@n.ml:1:1-2)",
                          "action": "inline", "log_speedup": 0.1}]}}}}}, Path("c.yaml"))
+
+
+def test_run_campaign_killed_when_one_chain_had_finished_publishes_every_search_plot(tmp_path):
+    """kill -9 of run-campaign just after kahan's chain finished and while orbit's runs: the
+    stage stops gracefully (PR_SET_PDEATHSIG), kahan unplotted; the rerun resumes both
+    (kahan "already finished") and publishing gives each search its plot, as an
+    uninterrupted campaign does (the missing search/kahan-sa-*.png of the issue)."""
+    import subprocess
+    import sys
+
+    config = sim_config(tmp_path, {"default": {"run_s": 1.0, "compile_s": 0.2},
+                                   "programs": {"orbit": {"run_s": 12.0}}},
+                        run={"runs": 2}, measure={"max_pairs": 2, "canary_every": 0})
+    path = campaign_file(tmp_path, config, search={"benchmarks": ["kahan", "orbit"],
+                                                   "steps": 3})
+    argv = [str(Path(sys.executable).parent / "run-campaign"), "--config", str(path),
+            "--until", "search"]
+    env = {**os.environ, "INLINING_CAMPAIGN_POLL_S": "0.3"}
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    rundirs = tmp_path / "rundirs"
+
+    def finished(name: str) -> bool:
+        for r in rundirs.glob(f"{name}-sa-*"):
+            journal = r / "journal.jsonl"
+            if journal.exists() and '"finish"' in journal.read_text():
+                return True
+        return False
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and not finished("kahan"):
+        time.sleep(0.05)
+    assert proc.poll() is None and not finished("orbit"), "orbit ended before kahan"
+    proc.kill()
+    proc.communicate(timeout=60)
+    time.sleep(0.5)  # the stage stops on its own (SIGINT from the kernel), its locks released
+    again = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=env,
+                           timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    searches = sorted(rundirs.glob("*-sa-*"))
+    assert len(searches) == 2
+    written = publish(plan.load_campaign(path))
+    for r in searches:
+        out = tmp_path / "out" / "search" / f"{r.name}.png"
+        assert out in written and out.read_bytes() == (r / "plot.png").read_bytes()
