@@ -112,6 +112,14 @@ def test_labels_runs_below_two_is_refused_not_raised(tmp_path, runs):
     assert not (tmp_path / "camp").exists()
 
 
+@pytest.mark.parametrize("stage", ["policy", "evaluate"])
+def test_max_pairs_below_runs_is_refused_not_raised(tmp_path, stage):
+    path = campaign_file(tmp_path, sim_config(tmp_path), **{stage: {"runs": 4, "max_pairs": 2}})
+    line = one_line_error(invoke("run-campaign", "--config", str(path), cwd=tmp_path))
+    assert line == (f"run-campaign: {path}: {stage}.max_pairs: expected at least {stage}.runs "
+                    "(4), got 2"), line
+
+
 def test_a_results_path_that_is_a_file_is_refused_before_any_stage(tmp_path):
     path = campaign_file(tmp_path, sim_config(tmp_path))
     (tmp_path / "out").write_text("a file\n")

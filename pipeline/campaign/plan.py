@@ -217,17 +217,21 @@ def _labels(r: Reader, data: dict) -> LabelsStage:
     if labels.metric != "time" and not labels.retest:  # a label is kept on the clock too
         raise r.fail("labels.retest", f"true with labels.metric {labels.metric} (every "
                      "exact label is measured again in wall time)", labels.retest)
-    if labels.max_pairs < labels.runs:
-        raise r.fail("labels.max_pairs", f"at least labels.runs ({labels.runs})",
-                     labels.max_pairs)
+    _pairs(r, "labels", labels.runs, labels.max_pairs)
     return labels
+
+
+def _pairs(r: Reader, stage: str, runs: int, max_pairs: int) -> None:
+    """A stage's max_pairs below its runs is refused (the commands would raise it silently)."""
+    if max_pairs < runs:
+        raise r.fail(f"{stage}.max_pairs", f"at least {stage}.runs ({runs})", max_pairs)
 
 
 def _policy(r: Reader, data: dict) -> PolicyStage:
     d = PolicyStage()
     pol = r.section(data, "policy", {"classifier", "gate", "margin", "growth_budget", "runs",
                                      "max_pairs"})
-    return PolicyStage(
+    policy = PolicyStage(
         classifier=_choice(r, pol, "classifier", "policy.classifier", d.classifier,
                            CLASSIFIERS, f"one of {', '.join(CLASSIFIERS)}"),
         gate=r.positive_number(pol, "gate", "policy.gate", d.gate, most=10.0),
@@ -237,17 +241,21 @@ def _policy(r: Reader, data: dict) -> PolicyStage:
         runs=r.positive_int(pol, "runs", "policy.runs", d.runs, most=MAX_RUNS),
         max_pairs=r.positive_int(pol, "max_pairs", "policy.max_pairs", d.max_pairs,
                                  most=MAX_RUNS))
+    _pairs(r, "policy", policy.runs, policy.max_pairs)
+    return policy
 
 
 def _evaluate(r: Reader, data: dict) -> EvaluateStage:
     d = EvaluateStage()
     ev = r.section(data, "evaluate", {"benchmarks", "baselines", "runs", "max_pairs"})
-    return EvaluateStage(
+    evaluate = EvaluateStage(
         benchmarks=_benchmarks(r, ev.get("benchmarks", "test"), "evaluate.benchmarks"),
         baselines=r.boolean(ev, "baselines", "evaluate.baselines", d.baselines),
         runs=r.positive_int(ev, "runs", "evaluate.runs", d.runs, most=MAX_RUNS),
         max_pairs=r.positive_int(ev, "max_pairs", "evaluate.max_pairs", d.max_pairs,
                                  most=MAX_RUNS))
+    _pairs(r, "evaluate", evaluate.runs, evaluate.max_pairs)
+    return evaluate
 
 
 def _top_level(r: Reader, data: Any, quick: bool) -> dict:
