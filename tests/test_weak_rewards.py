@@ -147,7 +147,7 @@ def _run_assign(monkeypatch, tmp_path, candidates: dict[str, Candidates], *args:
     replaced: tests/test_rewards.py runs the real one end to end)."""
     import analysis.extract
     from commands.assign_rewards import assign_rewards
-    monkeypatch.setattr(analysis.extract, "extract", lambda paths: candidates)
+    monkeypatch.setattr(analysis.extract, "extract", lambda paths, counted=False: candidates)
     for c in candidates.values():
         c.table["unresolved"] = False
     return CliRunner().invoke(assign_rewards, ["unused-rundir", "--out", str(tmp_path / "out"),
