@@ -150,6 +150,7 @@ def _run_assign(monkeypatch, tmp_path, candidates: dict[str, Candidates], *args:
     monkeypatch.setattr(analysis.extract, "extract", lambda paths, counted=False: candidates)
     for c in candidates.values():
         c.table["unresolved"] = False
+        c.table["metric"] = "time"  # extract's column: the metric each figure is in
     return CliRunner().invoke(assign_rewards, ["unused-rundir", "--out", str(tmp_path / "out"),
                                                "--bootstrap", "30", *args])
 
