@@ -225,8 +225,10 @@ def test_measure_sites_attributes_a_winner_survives_a_kill_and_writes_the_table(
     source = next((tmp_path / "rundirs").iterdir())
     winner_dir = crafted_winner(source)
 
+    # --no-cycles: what this test asserts is the attribution, the kill and the table
+    # (tests/test_label_metrics.py tests the labels' cycles effect).
     args = ["measure-sites", "--config", str(cfg), str(source), "--sweep", "2", "--retest",
-            "--max-tests", "6"]
+            "--max-tests", "6", "--no-cycles"]
     # Killed before the winner is journaled (what to attribute must survive in the rundir),
     # then again after two labels, then resumed to the end.
     killed = run(*args, cwd=tmp_path, env={KILL_HOOK_ENV: "reference:1"})
