@@ -641,7 +641,13 @@ def test_captured_output_is_bounded(cache_dir, binaries, spawn, stream):
         assert r["ok"] and r["failed"] == 2, r
         for rec in r["runs"]:
             assert rec["failure"] == f"std{stream} over 16 MiB (the agent keeps at most that)"
-            assert rec["stdout_bytes"] == (limit if stream == "out" else 0), rec
+            if stream == "err":
+                assert rec["stdout_bytes"] == 0, rec
+            elif spawn == "forkserver":  # limited before the exec
+                assert rec["stdout_bytes"] == limit, rec
+            else:  # direct: limited just after the exec, so a binary may write first (a
+                # neighbour's load widening the window); the run fails all the same
+                assert limit <= rec["stdout_bytes"] <= 25 << 20, rec
         scratch = Path(_scratch_of(a.proc.pid)) if spawn == "forkserver" else None
         if scratch is not None:  # the captures are gone once the run is recorded
             assert sorted(p.name for p in scratch.iterdir()) == ["lock", "script"]
