@@ -6,9 +6,13 @@ import pytest
 from dispatcher.build.toolchain import Compiler, locate_compiler
 
 # The suite's local agents lock CPUs in a directory of their own: a test session never waits
-# for (or is refused by) a real master on this machine, nor another test session.
-os.environ.setdefault("INLINING_ORCHESTRATOR_LOCK_DIR",
-                      tempfile.mkdtemp(prefix="inlining-test-locks-"))
+# for (or is refused by) a real master on this machine, nor another test session.  Under
+# pytest-xdist each worker is a session of its own (the workers inherit the controller's
+# environment, hence the fresh directory per worker): two workers' tests share the CPUs as any
+# loaded machine's neighbours do, and none waits on another's lock.
+if os.environ.get("PYTEST_XDIST_WORKER") or "INLINING_ORCHESTRATOR_LOCK_DIR" not in os.environ:
+    os.environ["INLINING_ORCHESTRATOR_LOCK_DIR"] = tempfile.mkdtemp(
+        prefix="inlining-test-locks-")
 # The suite runs on shared, loaded CPUs (2-CPU VMs running other work), where a quick run's
 # CPU share is often below the default floor of 0.8: without a floor, every comparison
 # would be unresolved.  Tests of the floor set measure.min_cpu_share in their configs.

@@ -59,12 +59,14 @@ def write_config(tmp_path: Path, **sections: Any) -> Path:
     return write_yaml(tmp_path / "config.yaml", {**data, **sections})
 
 
-def search_config(tmp_path: Path, store: Path, measure: dict | None = None, **search) -> Path:
-    """A training master's config: 2 quick runs a measurement on one CPU, 4 pairs at most,
-    rundirs and batch log under ``tmp_path``; ``search`` keys replace the search section's."""
+def search_config(tmp_path: Path, store: Path, measure: dict | None = None,
+                  run_size: str = "quick", **search) -> Path:
+    """A training master's config: 2 runs a measurement (``run_size``: the manifest size) on
+    one CPU, 4 pairs at most, rundirs and batch log under ``tmp_path``; ``search`` keys
+    replace the search section's."""
     return write_yaml(tmp_path / "config.yaml", {
         "store": str(store), "local": {"cpus": [FIRST_CPU]},
-        "run": {"runs": 2, "timeout": 30, "size": "quick"},
+        "run": {"runs": 2, "timeout": 30, "size": run_size},
         "measure": {"max_pairs": 4, **(measure or {})},
         "search": {"baseline_runs": 3, "remeasure_every": 0, "max_flips": 2,
                    "rundirs": str(tmp_path / "rundirs"),

@@ -133,11 +133,11 @@ def test_baselines_end_to_end(compiler, tmp_path):
     results = tmp_path / "results"
     common = ("run-plugin-benchmark", str(policy), "kahan", "hamming", "--baselines",
               "--tune-on", "kahan", "--tune-on", "hamming", "--config", str(cfg), "--size",
-              "quick", "--runs", "2", "--max-pairs", "2", "--results", str(results))
+              "tiny", "--runs", "2", "--max-pairs", "2", "--results", str(results))
     r = _cli(*common, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     record = json.loads((results / RECORD).read_text())
-    assert record["benchmarks"] == ["hamming", "kahan"] and record["size"] == "quick"
+    assert record["benchmarks"] == ["hamming", "kahan"] and record["size"] == "tiny"
     assert set(record["training"]) == set(GRID) and record["chosen"] in GRID
     chosen = record["chosen"]
     # the choice is the best training geometric mean

@@ -308,7 +308,7 @@ def test_the_budget_stops_the_search_and_the_campaign_goes_on(tmp_path):
 
 
 def test_ctrl_c_stops_the_stage_and_a_rerun_continues_it(tmp_path):
-    path = write_campaign(tmp_path, simulated_config(tmp_path), search={"steps": 40},
+    path = write_campaign(tmp_path, simulated_config(tmp_path), search={"steps": 12},
                           budget={"worker_hours": 1000})
     proc = subprocess.Popen([str(BIN / "run-campaign"), "--config", str(path), "--until",
                              "search"], cwd=tmp_path, stdout=subprocess.PIPE,

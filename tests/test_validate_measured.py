@@ -159,7 +159,7 @@ def test_validate_measured_end_to_end(labels, tmp_path):
     cfg = tiny_search_config(tmp_path)
     policy = tmp_path / "p.policy"
     common = ("train-policy", "--labels", str(labels / "labels"), "--validate", "measured",
-              "--config", str(cfg), "--size", "quick", "--runs", "2", "--max-pairs", "2",
+              "--config", str(cfg), "--size", "tiny", "--runs", "2", "--max-pairs", "2",
               "--out", str(policy))
     r = _cli(*common, "--gate", "0.01", cwd=tmp_path)  # no build is 100x slower: passes
     assert r.returncode == 0, r.stderr
