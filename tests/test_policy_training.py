@@ -26,8 +26,9 @@ def test_labels_follow_the_threshold():
 
 
 def planted(seed: int = 0, benches=("a", "b", "c"), n: int = 120):
-    """Sites whose net reward is planted: small callees (size < 20) gain from inlining,
-    large ones lose, a few in between do not matter; ``noise`` carries nothing."""
+    """Sites whose net reward is planted: small callees (callee_size < 20) gain from inlining,
+    large ones lose, a few in between do not matter; ``evaluated_benefit`` is noise, carrying
+    nothing (features named as the compiler's: a policy file's columns must name them)."""
     rng = np.random.default_rng(seed)
     rewards, features = {}, {}
     for b in benches:
@@ -36,18 +37,19 @@ def planted(seed: int = 0, benches=("a", "b", "c"), n: int = 120):
         keys = [f"C(M.f{i}@m.ml:{i}:0-1)" for i in range(n)]
         rewards[b] = pd.DataFrame({"unit": "Main", "round": 0, "key": keys, "kind": "call",
                                    "net": net})
-        features[b] = pd.DataFrame({"unit": "Main", "round": 0, "key": keys, "size": size,
-                                    "noise": rng.normal(size=n),
-                                    "is_stub": rng.integers(0, 2, n).astype(bool),
-                                    "attribute": rng.choice(["default", "always"], n)})
+        features[b] = pd.DataFrame({"unit": "Main", "round": 0, "key": keys,
+                                    "callee_size": size,
+                                    "evaluated_benefit": rng.normal(size=n),
+                                    "via_stub": rng.integers(0, 2, n).astype(bool),
+                                    "inline_attribute": rng.choice(["default", "always"], n)})
     return rewards, features
 
 
 def test_a_planted_rule_is_learned_on_benchmarks_left_out():
     ts = training_set(*planted(), threshold=0.01)
     assert set(ts.labels) == {"inline", "dont_inline", "default"}
-    assert ts.columns == ["size", "noise", "is_stub", "attribute=always",
-                          "attribute=default"]
+    assert ts.columns == ["callee_size", "evaluated_benefit", "via_stub",
+                          "inline_attribute=always", "inline_attribute=default"]
     for name in CLASSIFIERS:
         scores = leave_one_benchmark_out(ts, name)
         assert list(scores["held_out"]) == ["a", "b", "c"]
@@ -62,19 +64,21 @@ def test_a_saved_policy_answers_as_trained(tmp_path):
     save_policy_file(policy, tmp_path / "p.policy")
     back = read_policy_file(tmp_path / "p.policy")
     assert back.columns == policy.columns and back.benchmarks == ["a", "b", "c"]
-    assert back.predict({"size": 5, "noise": 0.3, "is_stub": False,
-                         "attribute": "always"}) == "inline"
-    assert back.predict({"size": 5, "noise": 0.3, "is_stub": False,
-                         "attribute": "never seen"}) == "inline"
-    assert back.predict({"size": 50, "noise": 0.3, "is_stub": True}) == "dont_inline"
-    assert back.predict({"size": 5}) == "inline"  # an absent feature is -1, as in training
+    assert back.predict({"callee_size": 5, "evaluated_benefit": 0.3, "via_stub": False,
+                         "inline_attribute": "always"}) == "inline"
+    assert back.predict({"callee_size": 5, "evaluated_benefit": 0.3, "via_stub": False,
+                         "inline_attribute": "never seen"}) == "inline"
+    assert back.predict({"callee_size": 50, "evaluated_benefit": 0.3,
+                         "via_stub": True}) == "dont_inline"
+    assert back.predict({"callee_size": 5}) == "inline"  # an absent feature is -1, as in training
     # the guard rails: a text value never seen, or a number outside its training range
-    # (is_stub absent: -1), is out of range and gets default
-    site = {"size": 5, "noise": 0.3, "is_stub": False, "attribute": "always"}
+    # (via_stub absent: -1), is out of range and gets default
+    site = {"callee_size": 5, "evaluated_benefit": 0.3, "via_stub": False,
+            "inline_attribute": "always"}
     assert back.advise(site, "dont_inline") == "inline"
-    assert back.advise({**site, "attribute": "never seen"}, "dont_inline") == "default"
-    assert back.advise({"size": 5}, "dont_inline") == "default"
-    assert back.advise({**site, "size": 500}, "dont_inline") == "default"
+    assert back.advise({**site, "inline_attribute": "never seen"}, "dont_inline") == "default"
+    assert back.advise({"callee_size": 5}, "dont_inline") == "default"
+    assert back.advise({**site, "callee_size": 500}, "dont_inline") == "default"
     assert back.advise(site, "dont_inline", "attribute") == "default"
 
 
@@ -87,7 +91,8 @@ def test_the_margin_guard_rail(tmp_path):
     loose = train(ts, "logistic", 0.01, margin=0.0)
     # a site near the boundary, where the model is not sure of its answer
     for size in range(1, 60):
-        site = {"size": size, "noise": 0.0, "is_stub": False, "attribute": "default"}
+        site = {"callee_size": size, "evaluated_benefit": 0.0, "via_stub": False,
+                "inline_attribute": "default"}
         a, probs = answer(loose.classes, loose.model_scores(encode_row(loose.column_names,
                                                                        site)))
         p = dict(zip(loose.classes, probs))
@@ -121,7 +126,7 @@ def test_the_file_is_data_and_reads_back_exactly(tmp_path):
         assert text.splitlines()[1] == "(inlining_policy"
         assert f"(table_sha256 \"{table_sha256(ts)}\")" in text and "(sites 360)" in text
         assert "(guards (margin 0.3) (ranges false) (growth_budget 40))" in text
-        assert '(column "attribute=always" 0.0 1.0)' in text
+        assert '(column "inline_attribute=always" 0.0 1.0)' in text
         back = read_policy_file(path)
         assert back == policy, name
 
@@ -186,7 +191,8 @@ def test_a_policy_file_is_read_once_and_answers_through_its_spec(tmp_path, monke
         class features:
             @staticmethod
             def row():
-                return {"size": 5, "noise": 0.3, "is_stub": False, "attribute": "always"}
+                return {"callee_size": 5, "evaluated_benefit": 0.3, "via_stub": False,
+                        "inline_attribute": "always"}
     assert first.decide(Site()) is policies.Advice.INLINE  # type: ignore[arg-type]
 
 

@@ -43,6 +43,7 @@ from dispatcher.build.policy_file import (
     decode_policy_file,
     policy_bytes,
     policy_text,
+    read_policy_bytes,
 )
 from dispatcher.core.decisions import (
     DecisionFileError,
@@ -296,12 +297,9 @@ def parse_policy(text: str) -> PolicySpec:
     if text in _NAMED:
         return PolicySpec(text)
     if text.endswith(LEARNED_SUFFIX):
-        try:
-            data = Path(text).read_bytes()
-        except OSError as exc:
-            raise PolicyError(f"policy {text}: cannot read ({exc.strerror or exc})") from None
         source = str(Path(text).resolve())
         try:  # a file that is not a policy is refused before anything compiles
+            data = read_policy_bytes(source)  # a regular file, bounded: never a FIFO's wait
             trained = decode_policy_file(data, source)
         except PolicyFileError as exc:  # it names the file (and the line)
             raise PolicyError(f"policy {exc}") from None

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dispatcher.core.files import atomic_output
-from dispatcher.core.sexp import SexpSyntaxError, scan
+from dispatcher.core.files import TextFileError, atomic_output, read_regular_bytes
 
 if TYPE_CHECKING:
     import numpy as np
@@ -557,199 +556,344 @@ def save_policy_file(policy: TrainedPolicy, path: Path) -> None:
 
 
 # -- the file: reading ---------------------------------------------------------------------
+#
+# The grammar is docs/policies.md's ("The policy file"); the compiler's reader
+# (middle_end/flambda/inlining_policy_file.ml in compiler/flambda-inlining.patch) enforces the
+# same one, check for check, and tests/test_policy_grammar.py feeds both the same mutated
+# files.  Keep the two in step.
 
-class _Quoted(str):
-    """A string that was written in double quotes (an atom is a plain str)."""
+#: The most bytes a policy file may have (real ones are below a megabyte: a boosted model of
+#: 300 trees is about 600 KB); both readers refuse a larger file before reading it.
+MAX_POLICY_BYTES = 16 * 1024 * 1024
+#: How deep a policy file's lists may nest (real ones: 6, an MLP's weight rows).
+MAX_POLICY_DEPTH = 16
+CLASSIFIERS = ("logistic", "boosted", "mlp", "constant")
+
+# One token: a parenthesis, a whole string (any escape, checked after), a quote that opens no
+# string (a raw newline or the end of the file before its closing quote), a comment, an atom.
+# Blanks (space, tab, newline, carriage return) are what no token takes.
+_TOKEN = re.compile(r'[()]|"(?:[^"\\\n]|\\[^\n])*"|"|;[^\n]*|[^ \t\n\r()";]+')
+_ESCAPE = re.compile(r'\\(.)')
+_UNESCAPE = {'"': '"', "\\": "\\", "n": "\n", "t": "\t"}
+_NUMBER = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+_INDEX = re.compile(r"[0-9]{1,9}")
+_BUDGET = re.compile(r"[1-9][0-9]{0,8}")
+_SHA256 = re.compile(r"(?:[0-9a-f]{64})?")
+_UNROLL = re.compile(r"\(unroll -?[0-9]+\)")
+
+
+class _List(list):
+    """A list of the file: its items (an atom is a str, a string the str of its token, double
+    quotes and escapes included, so that no string is ever equal to a keyword) and ``at``,
+    the index of its '(' among the file's tokens, for the line of a message."""
+
+    __slots__ = ("at",)
+    at: int
 
 
 class _Malformed(Exception):
-    def __init__(self, line: int, message: str):
+    def __init__(self, at: int, message: str):
         super().__init__(message)
-        self.line = line
+        self.at = at  # the index of the token where the file is wrong
 
 
-@dataclass
-class _List:
-    items: list[Any]
-    line: int
+def _is_atom(v: Any) -> bool:
+    return type(v) is str and v[:1] != '"'
 
 
-def _read(text: str) -> list[Any]:
-    """The s-expressions of ``text``: atoms (str), quoted strings (_Quoted), lists (_List).
-    Tokens through ``dispatcher.core.sexp.scan``: the compiler's own grammar, which is why the
-    project keeps a tokenizer of its own (this file must be refused where the compiler would)."""
-    stack: list[_List] = [_List([], 1)]
-    try:
-        for kind, value, line in scan(text):
-            if kind == "(":
-                stack.append(_List([], line))
-            elif kind == ")":
-                if len(stack) == 1:
-                    raise _Malformed(line, "unexpected ')'")
-                done = stack.pop()
-                stack[-1].items.append(done)
-            else:
-                stack[-1].items.append(_Quoted(value) if kind == "string" else value)
-    except SexpSyntaxError as exc:
-        raise _Malformed(exc.line, str(exc)) from None
-    if len(stack) > 1:
-        raise _Malformed(stack[-1].line, "unclosed '(': expected ')' before the end of the file")
-    return stack[0].items
+def _is_string(v: Any) -> bool:
+    return type(v) is str and v[:1] == '"'
+
+
+def _text(v: str) -> str:
+    """A string token's text, its escapes undone (it was checked when read)."""
+    body = v[1:-1]
+    return _ESCAPE.sub(lambda e: _UNESCAPE[e.group(1)], body) if "\\" in body else body
+
+
+def _short(s: str) -> str:
+    """A text of the file in a message: at most 40 characters, escaped (one short line)."""
+    cut = s if len(s) <= 40 else s[:40]
+    out = cut.encode("unicode_escape").decode("ascii")
+    return out + "..." if len(s) > 40 else out
 
 
 def _describe(v: Any) -> str:
     if isinstance(v, _List):
-        return "a list" if v.items else "()"
-    if isinstance(v, _Quoted):
-        return f"string {str(v)!r}"
-    return f"atom {v}"
+        return "a list" if v else "()"
+    if _is_string(v):
+        return f'string "{_short(_text(v))}"'
+    return f"atom {_short(v)}"
 
 
-class _Reader:
-    """What a policy file's sections hold, checked; _Malformed otherwise."""
-
-    def __init__(self, line: int):
-        self.line = line
-
-    def fail(self, what: str, v: Any = None) -> _Malformed:
-        return _Malformed(v.line if isinstance(v, _List) else self.line, what)
-
-    def num(self, v: Any, what: str) -> float:
-        if isinstance(v, str) and not isinstance(v, _Quoted) and _NUMBER.fullmatch(v):
-            x = float(v)
-            if math.isfinite(x):
-                return x
-        raise self.fail(f"{what}: expected a finite number, got {_describe(v)}", v)
-
-    def nums(self, v: Any, what: str, n: int | None = None) -> list[float]:
-        items = self.items(v, what)
-        if n is not None and len(items) != n:
-            raise self.fail(f"{what}: expected {n} numbers, got {len(items)}", v)
-        return [self.num(x, what) for x in items]
-
-    def index(self, v: Any, what: str, below: int) -> int:
-        if isinstance(v, str) and not isinstance(v, _Quoted) and re.fullmatch(r"[0-9]{1,9}", v):
-            i = int(v)
-            if i < below:
-                return i
-        raise self.fail(f"{what}: expected an integer from 0 to {below - 1}, got "
-                        f"{_describe(v)}", v)
-
-    def items(self, v: Any, what: str) -> list[Any]:
-        if not isinstance(v, _List):
-            raise self.fail(f"{what}: expected a list, got {_describe(v)}", v)
-        if isinstance(v, _List):
-            self.line = v.line
-        return v.items
-
-    def sections(self, v: Any, what: str, names: Sequence[str]) -> dict[str, list[Any]]:
-        """``(name value ...)`` items, each of ``names`` exactly once."""
-        out: dict[str, list[Any]] = {}
-        for item in self.items(v, what):
-            head = item.items[0] if isinstance(item, _List) and item.items else None
-            if not isinstance(head, str) or isinstance(head, _Quoted) or head not in names:
-                raise self.fail(f"{what}: expected one of ({' ...), ('.join(names)} ...), got "
-                                f"{_describe(item)}" + (f" {head}" if isinstance(head, str)
-                                                        else ""), item)
-            if head in out:
-                raise self.fail(f"{what}: ({head} ...) twice", item)
-            out[head] = item.items[1:]
-        for n in names:
-            if n not in out:
-                raise self.fail(f"{what}: missing ({n} ...)", v)
-        return out
-
-    def one(self, values: list[Any], what: str) -> Any:
-        if len(values) != 1:
-            raise self.fail(f"{what}: expected one value, got {len(values)}")
-        return values[0]
+def _parse(text: str) -> _List:
+    """The top-level values of ``text``; _Malformed at the first token outside the grammar
+    (a ')' that closes nothing, a list deeper than MAX_POLICY_DEPTH, a string that does not
+    end on its line or holds another escape than \" \\ \n \t, a '(' never closed)."""
+    tokens = _TOKEN.findall(text)
+    root = _List()
+    root.at = 0
+    stack = [root]
+    top = root
+    for i, tok in enumerate(tokens):
+        c = tok[0]
+        if c == "(":
+            if len(stack) > MAX_POLICY_DEPTH:
+                raise _Malformed(i, f"lists nested more than {MAX_POLICY_DEPTH} deep")
+            new = _List()
+            new.at = i
+            top.append(new)
+            stack.append(new)
+            top = new
+        elif c == ")":
+            if len(stack) == 1:
+                raise _Malformed(i, "unexpected ')'")
+            stack.pop()
+            top = stack[-1]
+        elif c == '"':
+            if len(tok) == 1:
+                raise _Malformed(i, "unterminated string (a newline or the end of the file "
+                                    "before its closing quote)")
+            if "\\" in tok:
+                for e in _ESCAPE.finditer(tok, 1, len(tok) - 1):
+                    if e.group(1) not in _UNESCAPE:
+                        raise _Malformed(i, f"invalid escape \\{_short(e.group(1))} in string "
+                                            "(expected \\\" \\\\ \\n \\t)")
+            top.append(tok)
+        elif c != ";":
+            top.append(tok)
+    if len(stack) > 1:
+        raise _Malformed(stack[-1].at, "unclosed '(': expected ')' before the end of the file")
+    return root
 
 
-_NUMBER = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+def _line_of(text: str, at: int) -> int:
+    """The line of the ``at``-th token of ``text`` (only for a message: tokenised again)."""
+    for i, m in enumerate(_TOKEN.finditer(text)):
+        if i == at:
+            return text.count("\n", 0, m.start()) + 1
+    return text.count("\n") + 1
 
 
-def _model(r: _Reader, v: Any, n_columns: int, n_classes: int) -> Model:
-    items = r.items(v, "model")
-    if len(items) != 1 or not isinstance(items[0], _List) or not items[0].items:
-        raise r.fail("model: expected (model (constant|linear|mlp|trees ...))", v)
-    kind = items[0].items[0]
-    body = _List(items[0].items[1:], items[0].line)
+def _fail(where: _List, message: str) -> _Malformed:
+    return _Malformed(where.at, message)
+
+
+def _number(v: Any, what: str, where: _List) -> float:
+    if _is_atom(v) and _NUMBER.fullmatch(v):
+        x = float(v)
+        if math.isfinite(x):
+            return x
+    raise _fail(where, f"{what}: expected a finite number, got {_describe(v)}")
+
+
+def _numbers(vs: Sequence[Any], what: str, where: _List, count: int | None = None
+             ) -> list[float]:
+    out = [_number(v, what, where) for v in vs]
+    if count is not None and len(out) != count:
+        raise _fail(where, f"{what}: expected {count} numbers, got {len(out)}")
+    return out
+
+
+def _index(v: Any, what: str, below: int, where: _List) -> int:
+    if _is_atom(v) and _INDEX.fullmatch(v) and int(v) < below:
+        return int(v)
+    raise _fail(where, f"{what}: expected an integer from 0 to {below - 1}, got "
+                       f"{_describe(v)}")
+
+
+def _sections(items: Sequence[Any], what: str, names: Sequence[str], where: _List
+              ) -> dict[str, _List]:
+    """``(name value ...)`` items, each of ``names`` once, named by a bare atom: name -> the
+    section (its values from index 1)."""
+    out: dict[str, _List] = {}
+    for item in items:
+        head = item[0] if isinstance(item, _List) and item else None
+        if not (_is_atom(head) and head in names):
+            raise _fail(item if isinstance(item, _List) else where,
+                        f"{what}: expected one of ({' ...), ('.join(names)} ...), got "
+                        f"{_describe(item)}")
+        name = str(head)
+        if name in out:
+            raise _fail(item, f"{what}: ({name} ...) twice")
+        out[name] = item
+    for n in names:
+        if n not in out:
+            raise _fail(where, f"{what}: missing ({n} ...)")
+    return out
+
+
+def _one(section: _List, what: str) -> Any:
+    if len(section) != 2:
+        raise _fail(section, f"{what}: expected one value, got {len(section) - 1}")
+    return section[1]
+
+
+def _keyword(v: Any, what: str, choices: Sequence[str], where: _List) -> str:
+    if _is_atom(v) and v in choices:
+        return v
+    raise _fail(where, f"{what}: expected {' or '.join(choices)}, got {_describe(v)}")
+
+
+def _scale(section: _List, n: int) -> list[float]:
+    scale = _numbers(section[1:], "scale", section, n)
+    if any(x <= 0.0 for x in scale):
+        raise _fail(section, "scale: expected numbers above 0")
+    return scale
+
+
+def _rows(items: Sequence[Any], what: str, count: int, where: _List) -> list[list[float]]:
+    out = []
+    for row in items:
+        if not isinstance(row, _List):
+            raise _fail(where, f"{what}: expected a row, got {_describe(row)}")
+        out.append(_numbers(row, what, row, count))
+    return out
+
+
+def _model(section: _List, n_columns: int, classes: list[str]) -> Model:
+    n_classes = len(classes)
     n_scores = 1 if n_classes == 2 else n_classes
+    if len(section) != 2 or not isinstance(section[1], _List) or not section[1] \
+            or not _is_atom(section[1][0]):
+        raise _fail(section, "model: expected (model (constant|linear|mlp|trees ...))")
+    m = section[1]
+    kind = m[0]
     if kind == "constant":
         if n_classes != 1:
-            raise r.fail("model: a constant model has one class", v)
-        return Constant(r.one(body.items, "constant"))
-    if n_classes < 2:
-        raise r.fail(f"classes: a {kind} model has at least two classes", v)
+            raise _fail(m, "model: a constant model has one class")
+        if len(m) != 2 or not _is_atom(m[1]) or m[1] != classes[0]:
+            raise _fail(m, f"model: expected (constant {classes[0]}), the one class")
+        return Constant(m[1])
+    if kind in ("linear", "mlp", "trees") and n_classes < 2:
+        raise _fail(m, f"classes: a {kind} model has at least two classes")
     if kind == "linear":
-        s = r.sections(body, "linear", ("mean", "scale", "coefficients", "intercepts"))
-        mean = r.nums(_List(s["mean"], body.line), "mean", n_columns)
-        scale = r.nums(_List(s["scale"], body.line), "scale", n_columns)
-        if len(s["coefficients"]) != n_scores:
-            raise r.fail(f"coefficients: expected {n_scores} rows (one per score)", v)
-        coefs = [r.nums(row, "coefficients", n_columns) for row in s["coefficients"]]
-        intercepts = r.nums(_List(s["intercepts"], body.line), "intercepts", n_scores)
-        if any(x == 0.0 for x in scale):
-            raise r.fail("scale: expected no 0", v)
-        return Linear(mean, scale, coefs, intercepts)
+        s = _sections(m[1:], "linear", ("mean", "scale", "coefficients", "intercepts"), m)
+        mean = _numbers(s["mean"][1:], "mean", s["mean"], n_columns)
+        scale = _scale(s["scale"], n_columns)
+        rows = s["coefficients"]
+        if len(rows) - 1 != n_scores:
+            raise _fail(rows, f"coefficients: expected {n_scores} rows (one per score)")
+        coefficients = _rows(rows[1:], "coefficients", n_columns, rows)
+        intercepts = _numbers(s["intercepts"][1:], "intercepts", s["intercepts"], n_scores)
+        return Linear(mean, scale, coefficients, intercepts)
     if kind == "mlp":
         def is_layer(x: Any) -> bool:
-            return isinstance(x, _List) and x.items[:1] == ["layer"]
-        head = [x for x in body.items if not is_layer(x)]
-        s = r.sections(_List(head, body.line), "mlp", ("mean", "scale", "activation"))
-        mean = r.nums(_List(s["mean"], body.line), "mean", n_columns)
-        scale = r.nums(_List(s["scale"], body.line), "scale", n_columns)
-        activation = r.one(s["activation"], "activation")
-        if activation not in ACTIVATIONS:
-            raise r.fail(f"activation: expected one of {', '.join(ACTIVATIONS)}, got "
-                         f"{_describe(activation)}", v)
+            return isinstance(x, _List) and len(x) > 0 and x[0] == "layer"
+        s = _sections([x for x in m[1:] if not is_layer(x)], "mlp",
+                      ("mean", "scale", "activation"), m)
+        mean = _numbers(s["mean"][1:], "mean", s["mean"], n_columns)
+        scale = _scale(s["scale"], n_columns)
+        activation = _keyword(_one(s["activation"], "activation"), "activation",
+                              ACTIVATIONS, s["activation"])
         layers, width = [], n_columns
-        for item in body.items:
-            if is_layer(item):
-                ls = r.sections(_List(item.items[1:], item.line), "layer",
-                                ("weights", "biases"))
-                rows = [r.nums(row, "weights") for row in ls["weights"]]
-                biases = r.nums(_List(ls["biases"], item.line), "biases")
-                if len(rows) != width or any(len(row) != len(biases) for row in rows):
-                    raise r.fail(f"layer: expected {width} rows of {len(biases)} weights", item)
-                layers.append(Layer(rows, biases))
-                width = len(biases)
+        for item in m[1:]:
+            if not is_layer(item):
+                continue
+            ls = _sections(item[1:], "layer", ("weights", "biases"), item)
+            biases = _numbers(ls["biases"][1:], "biases", ls["biases"])
+            if not biases:
+                raise _fail(item, "layer: expected at least one bias")
+            weights = _rows(ls["weights"][1:], "weights", len(biases), ls["weights"])
+            if len(weights) != width:
+                raise _fail(ls["weights"], f"layer: expected {width} rows of {len(biases)} "
+                                           "weights")
+            layers.append(Layer(weights, biases))
+            width = len(biases)
         if not layers or width != n_scores:
-            raise r.fail(f"mlp: expected layers ending with {n_scores} outputs", v)
-        if any(x == 0.0 for x in scale):
-            raise r.fail("scale: expected no 0", v)
-        return Mlp(mean, scale, str(activation), layers)
+            raise _fail(m, f"mlp: expected layers ending with {n_scores} outputs")
+        return Mlp(mean, scale, activation, layers)
     if kind == "trees":
-        if not body.items or not isinstance(body.items[0], _List) \
-                or body.items[0].items[:1] != ["baseline"]:
-            raise r.fail("trees: expected (baseline ...) first", v)
-        baseline = r.nums(_List(body.items[0].items[1:], body.line), "baseline", n_scores)
+        if len(m) < 2 or not isinstance(m[1], _List) or not m[1] or m[1][0] != "baseline":
+            raise _fail(m, "trees: expected (baseline ...) first")
+        baseline = _numbers(m[1][1:], "baseline", m[1], n_scores)
         trees = []
-        for t in body.items[1:]:
-            items = r.items(t, "tree")
-            if len(items) < 3 or items[0] != "tree":
-                raise r.fail("trees: expected (tree SCORE NODE ...)", t)
-            score = r.index(items[1], "tree", n_scores)
-            node_items = items[2:]
+        for t in m[2:]:
+            if not (isinstance(t, _List) and len(t) >= 3 and t[0] == "tree"):
+                raise _fail(t if isinstance(t, _List) else m,
+                            f"trees: expected (tree SCORE NODE ...), got {_describe(t)}")
+            score = _index(t[1], "tree", n_scores, t)
+            n = len(t) - 2
             nodes = []
-            for nv in node_items:
-                ni = r.items(nv, "node")
-                if len(ni) == 2 and ni[0] == "leaf":
-                    nodes.append(Node(-1, value=r.num(ni[1], "leaf")))
-                elif len(ni) == 5 and ni[0] == "split":
-                    nodes.append(Node(r.index(ni[1], "split feature", n_columns),
-                                      r.num(ni[2], "split threshold"),
-                                      r.index(ni[3], "split left", len(node_items)),
-                                      r.index(ni[4], "split right", len(node_items))))
+            for nv in t[2:]:
+                if isinstance(nv, _List) and len(nv) == 2 and nv[0] == "leaf":
+                    nodes.append(Node(-1, value=_number(nv[1], "leaf", nv)))
+                elif isinstance(nv, _List) and len(nv) == 5 and nv[0] == "split":
+                    nodes.append(Node(_index(nv[1], "split feature", n_columns, nv),
+                                      _number(nv[2], "split threshold", nv),
+                                      _index(nv[3], "split left", n, nv),
+                                      _index(nv[4], "split right", n, nv)))
                 else:
-                    raise r.fail("node: expected (leaf VALUE) or (split FEATURE THRESHOLD "
-                                 "LEFT RIGHT)", nv)
-            for i, n in enumerate(nodes):  # children after their parent: no cycle
-                if n.feature >= 0 and not (n.left > i and n.right > i):
-                    raise r.fail("split: expected children after their parent", t)
+                    raise _fail(nv if isinstance(nv, _List) else t,
+                                "node: expected (leaf VALUE) or (split FEATURE THRESHOLD "
+                                f"LEFT RIGHT), got {_describe(nv)}")
+            for i, node in enumerate(nodes):  # children after their parent: no cycle
+                if node.feature >= 0 and (node.left <= i or node.right <= i):
+                    raise _fail(t, "split: expected children after their parent")
             trees.append(Tree(score, nodes))
         return Trees(baseline, trees)
-    raise r.fail(f"model: expected constant, linear, mlp or trees, got {_describe(kind)}", v)
+    raise _fail(m, f"model: expected constant, linear, mlp or trees, got atom {_short(kind)}")
+
+
+def _column_features() -> tuple[frozenset[str], dict[str, Any]]:
+    """The features a column may name: numbers and booleans by name, text features as
+    ``name=VALUE`` with VALUE one the compiler writes (a predicate per text feature); every
+    feature of a dump but ``round`` (part of a site's key)."""
+    from dispatcher.core.decisions import _EVALUATION_KINDS, _FEATURE_KINDS
+    numbers = frozenset(n for n, kind in _FEATURE_KINDS.items() if kind != "str" and n != "round")
+
+    def attribute(v: str) -> bool:
+        return v in ("always", "never", "hint", "default") or bool(_UNROLL.fullmatch(v))
+
+    def specialise(v: str) -> bool:
+        return v in ("always", "never", "default")
+
+    texts = {"inline_attribute": attribute, "inlined_attribute": attribute,
+             "specialise_attribute": specialise, "specialised_attribute": specialise,
+             "evaluation": lambda v: v in _EVALUATION_KINDS}
+    assert set(texts) == {n for n, kind in _FEATURE_KINDS.items() if kind == "str"}, texts
+    return numbers, texts
+
+
+_NUMBER_FEATURES, _TEXT_FEATURES = _column_features()
+
+
+def _column_name(name: str, where: _List) -> None:
+    """A column name must name a feature of the compiler (``_column_features``)."""
+    feature, eq, value = name.partition("=")
+    if eq:
+        check = _TEXT_FEATURES.get(feature)
+        if check is None:
+            raise _fail(where, f'column "{_short(name)}": expected a feature of the compiler '
+                               f"({_short(feature)} is not a text feature)")
+        if not check(value):
+            raise _fail(where, f'column "{_short(name)}": {feature} is never {_short(value)}')
+    elif name not in _NUMBER_FEATURES:
+        if name in _TEXT_FEATURES:
+            raise _fail(where, f'column "{name}": a text feature\'s column is {name}=VALUE')
+        raise _fail(where, f'column "{_short(name)}": expected a feature of the compiler')
+
+
+def _training(section: _List) -> tuple[list[str], int, str]:
+    t = _sections(section[1:], "training", ("benchmarks", "sites", "table_sha256"), section)
+    benchmarks: list[str] = []
+    seen: set[str] = set()
+    for b in t["benchmarks"][1:]:
+        if not _is_string(b):
+            raise _fail(t["benchmarks"], f"benchmarks: expected a string, got {_describe(b)}")
+        name = _text(b)
+        if not name:
+            raise _fail(t["benchmarks"], 'benchmarks: expected a name, got ""')
+        if name in seen:
+            raise _fail(t["benchmarks"], f'benchmarks: "{_short(name)}" twice')
+        seen.add(name)
+        benchmarks.append(name)
+    sites = _index(_one(t["sites"], "sites"), "sites", 10**9, t["sites"])
+    digest = _one(t["table_sha256"], "table_sha256")
+    if not (_is_string(digest) and _SHA256.fullmatch(_text(digest))):
+        raise _fail(t["table_sha256"], "table_sha256: expected a string of 64 lowercase "
+                                       f'hexadecimal digits (or ""), got {_describe(digest)}')
+    return benchmarks, sites, _text(digest)
 
 
 def decode_policy_file(data: bytes, where: object) -> TrainedPolicy:
@@ -760,85 +904,113 @@ def decode_policy_file(data: bytes, where: object) -> TrainedPolicy:
     if data[:1] == b"\x80":
         raise PolicyFileError(where, "a pickled policy from an older version; retrain it "
                                      "with train-policy")
+    if len(data) > MAX_POLICY_BYTES:
+        raise PolicyFileError(where, f"{len(data)} bytes, more than the {MAX_POLICY_BYTES} a "
+                                     "policy file may have")
     try:
         text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise PolicyFileError(where, "not a policy file (not UTF-8 text; train one with "
-                                     "train-policy)") from None
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise PolicyFileError(f"{where}:{line}", f"expected UTF-8 text (byte {exc.start} is "
+                                                 "not)") from None
     try:
         return _decode(text)
     except _Malformed as exc:
-        raise PolicyFileError(f"{where}:{exc.line}", str(exc)) from None
+        raise PolicyFileError(f"{where}:{_line_of(text, exc.at)}", str(exc)) from None
 
 
 def _decode(text: str) -> TrainedPolicy:
-    forms = _read(text)
+    forms = _parse(text)
     expected = f"expected ({POLICY_FORMAT} (version {POLICY_VERSION}) ...)"
-    if len(forms) != 1 or not isinstance(forms[0], _List) or not forms[0].items \
-            or forms[0].items[0] != POLICY_FORMAT:
-        raise _Malformed(forms[0].line if forms and isinstance(forms[0], _List) else 1,
-                         f"not a policy file: {expected} (train one with train-policy)")
+    if not forms:
+        raise _Malformed(0, f"empty file, {expected}")
     top = forms[0]
-    r = _Reader(top.line)
-    version = next((x.items[1:] for x in top.items[1:] if isinstance(x, _List)
-                    and x.items[:1] == ["version"]), None)
-    if version != [str(POLICY_VERSION)]:
-        raise _Malformed(top.line, f"policy format version "
-                                   f"{' '.join(map(str, version or [])) or 'missing'}; this "
-                                   f"version reads {POLICY_VERSION}")
-    s = r.sections(_List(top.items[1:], top.line), POLICY_FORMAT,
-                   ("version", "classifier", "training", "threshold", "guards", "classes",
-                    "columns", "model"))
-    classifier = r.one(s["classifier"], "classifier")
-    if not isinstance(classifier, str) or isinstance(classifier, _Quoted):
-        raise r.fail("classifier: expected an atom")
-    training = r.sections(_List(s["training"], top.line), "training",
-                          ("benchmarks", "sites", "table_sha256"))
-    benchmarks = [str(b) for b in training["benchmarks"]]
-    sites = r.index(r.one(training["sites"], "sites"), "sites", 10**9)
-    digest = str(r.one(training["table_sha256"], "table_sha256"))
-    threshold = r.num(r.one(s["threshold"], "threshold"), "threshold")
-    guards = r.sections(_List(s["guards"], top.line), "guards",
-                        ("margin", "ranges", "growth_budget"))
-    margin = r.num(r.one(guards["margin"], "margin"), "margin")
-    ranges = r.one(guards["ranges"], "ranges")
-    if ranges not in ("true", "false") or isinstance(ranges, _Quoted):
-        raise r.fail(f"ranges: expected true or false, got {_describe(ranges)}")
-    budget_text = r.one(guards["growth_budget"], "growth_budget")
+    if not (isinstance(top, _List) and top and top[0] == POLICY_FORMAT):
+        raise _fail(top if isinstance(top, _List) else forms,
+                    f"not a policy file: {expected}, got {_describe(top)} (train one with "
+                    "train-policy)")
+    if len(forms) > 1:
+        second = forms[1]
+        raise _fail(second if isinstance(second, _List) else forms,
+                    f"unexpected second top-level form, {expected}")
+    version = next((x for x in top[1:] if isinstance(x, _List) and x and x[0] == "version"),
+                   None)
+    if version is None:
+        raise _fail(top, f"{POLICY_FORMAT}: missing (version {POLICY_VERSION})")
+    if version[1:] != [str(POLICY_VERSION)]:
+        got = "missing" if len(version) == 1 else \
+            _short(version[1]) if _is_atom(version[1]) else _describe(version[1])
+        raise _fail(version, f"policy format version {got}; this version reads "
+                             f"{POLICY_VERSION}")
+    s = _sections(top[1:], POLICY_FORMAT, ("version", "classifier", "training", "threshold",
+                                           "guards", "classes", "columns", "model"), top)
+    classifier = _keyword(_one(s["classifier"], "classifier"), "classifier", CLASSIFIERS,
+                          s["classifier"])
+    benchmarks, sites, digest = _training(s["training"])
+    threshold_v = _one(s["threshold"], "threshold")
+    threshold = _number(threshold_v, "threshold", s["threshold"])
+    if threshold < 0.0:
+        raise _fail(s["threshold"], f"threshold: expected a number from 0, got "
+                                    f"{_describe(threshold_v)}")
+    g = _sections(s["guards"][1:], "guards", ("margin", "ranges", "growth_budget"), s["guards"])
+    margin_v = _one(g["margin"], "margin")
+    margin = _number(margin_v, "margin", g["margin"])
+    if not 0.0 <= margin <= 1.0:
+        raise _fail(g["margin"], f"margin: expected a number from 0 to 1, got "
+                                 f"{_describe(margin_v)}")
+    ranges = _keyword(_one(g["ranges"], "ranges"), "ranges", ("true", "false"), g["ranges"])
+    budget_v = _one(g["growth_budget"], "growth_budget")
     growth_budget = None
-    if budget_text != "none" or isinstance(budget_text, _Quoted):
-        if not (isinstance(budget_text, str) and not isinstance(budget_text, _Quoted)
-                and re.fullmatch(r"[1-9][0-9]{0,8}", budget_text)):
-            raise r.fail(f"growth_budget: expected none or an integer from 1 to "
-                         f"{MAX_GROWTH_BUDGET}, got {_describe(budget_text)}")
-        growth_budget = int(budget_text)
-    classes = [str(c) for c in s["classes"]]
-    if not classes or any(c not in LABELS for c in classes) or len(set(classes)) != len(classes):
-        raise r.fail(f"classes: expected distinct labels among {', '.join(LABELS)}")
+    if budget_v != "none":
+        if not (_is_atom(budget_v) and _BUDGET.fullmatch(budget_v)):
+            raise _fail(g["growth_budget"], f"growth_budget: expected none or an integer from "
+                                            f"1 to {MAX_GROWTH_BUDGET}, got "
+                                            f"{_describe(budget_v)}")
+        growth_budget = int(budget_v)
+    classes = []
+    for c in s["classes"][1:]:
+        if not (_is_atom(c) and c in LABELS):
+            raise _fail(s["classes"], f"classes: expected distinct labels among "
+                                      f"{', '.join(LABELS)}, got {_describe(c)}")
+        classes.append(c)
+    if not classes or len(set(classes)) != len(classes):
+        raise _fail(s["classes"], f"classes: expected distinct labels among "
+                                  f"{', '.join(LABELS)}")
     columns = []
-    for c in s["columns"]:
-        items = r.items(c, "column")
-        if len(items) != 4 or items[0] != "column" or not isinstance(items[1], _Quoted):
-            raise r.fail('columns: expected (column "NAME" MIN MAX)', c)
-        low, high = r.num(items[2], "column min"), r.num(items[3], "column max")
+    names: set[str] = set()
+    for c in s["columns"][1:]:
+        if not (isinstance(c, _List) and len(c) == 4 and c[0] == "column"
+                and _is_string(c[1])):
+            raise _fail(c if isinstance(c, _List) else s["columns"],
+                        f'columns: expected (column "NAME" MIN MAX), got {_describe(c)}')
+        name = _text(c[1])
+        _column_name(name, c)
+        if name in names:
+            raise _fail(c, f'column "{_short(name)}" twice')
+        names.add(name)
+        low, high = _number(c[2], "column min", c), _number(c[3], "column max", c)
         if low > high:
-            raise r.fail(f"column {items[1]}: min above max", c)
-        columns.append(Column(str(items[1]), low, high))
-    model = _model(r, _List(s["model"], top.line), len(columns), len(classes))
-    if isinstance(model, Constant) and model.label != classes[0]:
-        raise r.fail("model: a constant model answers its one class")
-    return TrainedPolicy(classifier=str(classifier), classes=classes, model=model,
+            raise _fail(c, f'column "{_short(name)}": min above max')
+        columns.append(Column(name, low, high))
+    model = _model(s["model"], len(columns), classes)
+    return TrainedPolicy(classifier=classifier, classes=classes, model=model,
                          columns=columns, threshold=threshold, benchmarks=benchmarks,
                          table_sha256=digest, sites=sites, margin=margin,
                          ranges=ranges == "true", growth_budget=growth_budget)
 
 
-def read_policy_file(path: Path) -> TrainedPolicy:
-    """The policy in the file ``path``; PolicyFileError (one line) if there is none."""
+def read_policy_bytes(path: Path | str) -> bytes:
+    """The bytes of the policy file ``path``: a regular file of at most MAX_POLICY_BYTES (a
+    FIFO, a device or a directory is refused without being waited on or read);
+    PolicyFileError (one line naming it) otherwise."""
     try:
-        data = Path(path).read_bytes()
+        return read_regular_bytes(Path(path), MAX_POLICY_BYTES)
     except FileNotFoundError:
         raise PolicyFileError(path, "no such policy file") from None
-    except OSError as exc:
-        raise PolicyFileError(path, f"cannot read ({exc.strerror or exc})") from None
-    return decode_policy_file(data, path)
+    except TextFileError as exc:  # it names the file
+        raise PolicyFileError(path, str(exc).removeprefix(f"{path}: ")) from None
+
+
+def read_policy_file(path: Path) -> TrainedPolicy:
+    """The policy in the file ``path``; PolicyFileError (one line) if there is none."""
+    return decode_policy_file(read_policy_bytes(path), path)

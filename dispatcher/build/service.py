@@ -72,6 +72,20 @@ from dispatcher.storage.store import (
 log = logging.getLogger(__name__)
 
 
+#: What a compile error says for the copy of a policy file the compiler was given (which is
+#: removed with its build); ``policy_named`` puts the job's policy in its place, the file a
+#: user named.  A failure is remembered with this word, so the store never replays a path.
+POLICY_FILE = "<policy file>"
+
+
+def policy_named(text: str, job: CompileJob) -> str:
+    """``text`` with ``POLICY_FILE`` replaced by the policy the job names: its file (as the
+    user named it), else its identity."""
+    if POLICY_FILE not in text or job.policy is None:
+        return text
+    return text.replace(POLICY_FILE, job.policy.source or job.policy.identity())
+
+
 @contextlib.contextmanager
 def compiler_file(data: bytes) -> Iterator[Path]:
     """A policy's bytes where the compiler reads them (``-inlining-policy`` takes a path): the
@@ -342,7 +356,8 @@ class CompileService:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(failed.time))
             log.warning("%s: not compiled again: it failed on %s (store-gc forgets it)",
                         job.benchmark.name, when)
-            raise CompileError(failed.error, failed.output, remembered=failed.time)
+            raise CompileError(policy_named(failed.error, job), policy_named(failed.output, job),
+                               remembered=failed.time)
         try:
             staging = self.store.staging_dir(key)
         except OSError as exc:
@@ -371,7 +386,8 @@ class CompileService:
                 if exc.lasting:  # not compiled again to fail again
                     self.store.remember_failure(key, CompileFailure(
                         str(exc), exc.output[-_KEPT_OUTPUT:], time.time()))
-                raise CompileError(str(exc), exc.output) from None
+                raise CompileError(policy_named(str(exc), job), policy_named(exc.output, job)
+                                   ) from None
             check_override_rounds(job, result.decision_files, result.compiler_output)
             # Keep what analysis needs, not the object files.
             result.binary.rename(staging / "binary")
@@ -422,7 +438,12 @@ class CompileService:
         data = compiler_policy_file(job.policy)
         if data is not None:
             with compiler_file(data) as path:
-                return run(PolicyFile(path, job.policy.identity())), "master"
+                try:
+                    return run(PolicyFile(path, job.policy.identity())), "master"
+                except BuildError as exc:  # never the copy's name: it is gone when read
+                    raise BuildError(str(exc).replace(str(path), POLICY_FILE),
+                                     exc.output.replace(str(path), POLICY_FILE),
+                                     exc.lasting) from None
         try:
             policy = policy_of_spec(job.policy)
         except PolicyError as exc:

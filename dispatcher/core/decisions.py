@@ -15,7 +15,12 @@ from typing import Any
 
 import sexpdata
 
-from dispatcher.core.files import TextFileError, read_utf8, write_text_atomic
+from dispatcher.core.files import (
+    TextFileError,
+    read_regular_bytes,
+    utf8_text,
+    write_text_atomic,
+)
 from dispatcher.core.sexp import INT_ATOM, STRING_BODY, read_sexp, unescape
 
 FORMAT_VERSION = 1  # of the overrides file
@@ -558,10 +563,17 @@ def parse_overrides(text: str, source: str = "<overrides>") -> list[Override]:
     return out
 
 
+#: The most bytes an overrides file may have: MAX_OVERRIDES entries of keys up to about 2 KB
+#: each.  A FIFO, a device or a directory is refused without being waited on or read.
+MAX_OVERRIDES_BYTES = 256 * 1024 * 1024
+
+
 def read_overrides(path: Path | str) -> list[Override]:
     path = Path(path)
     try:
-        text = read_utf8(path)
+        text = utf8_text(read_regular_bytes(path, MAX_OVERRIDES_BYTES), path)
+    except FileNotFoundError:
+        raise DecisionFileError(f"{path}: cannot read (No such file or directory)") from None
     except TextFileError as exc:
         raise DecisionFileError(str(exc)) from None
     return parse_overrides(text, str(path))

@@ -36,6 +36,12 @@ def read_utf8(path: Path) -> str:
         data = path.read_bytes()
     except OSError as exc:
         raise TextFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return utf8_text(data, path)
+
+
+def utf8_text(data: bytes, path: Path) -> str:
+    """``data`` (the bytes of ``path``) as text; TextFileError (the path, and where the first
+    byte that is not UTF-8 lies) if it is not UTF-8."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -44,8 +50,8 @@ def read_utf8(path: Path) -> str:
                             f"line {line})") from None
 
 
-def read_regular_text(path: Path, limit: int) -> str:
-    """The UTF-8 text of ``path``, which must be a regular file of at most ``limit`` bytes;
+def read_regular_bytes(path: Path, limit: int) -> bytes:
+    """The bytes of ``path``, which must be a regular file of at most ``limit`` bytes;
     TextFileError (one line naming it) otherwise.  A FIFO, a device or a directory is refused
     without blocking or reading it (opened non-blocking, judged by fstat); FileNotFoundError
     passes through (a file that may be absent is the caller's case)."""
@@ -69,6 +75,13 @@ def read_regular_text(path: Path, limit: int) -> str:
         os.close(fd)
     if len(data) > limit:
         raise TextFileError(f"{path}: more than the {limit} bytes expected")
+    return data
+
+
+def read_regular_text(path: Path, limit: int) -> str:
+    """The UTF-8 text of ``path``, which must be a regular file of at most ``limit`` bytes
+    (``read_regular_bytes``); TextFileError (one line naming it) otherwise."""
+    data = read_regular_bytes(path, limit)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

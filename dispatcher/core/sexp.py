@@ -27,9 +27,11 @@ import sexpdata
 STRING_BODY = r'[^"\\\n]*(?:\\["\\nt][^"\\\n]*)*'
 # Blanks and ;-comments: a comment runs to the line's end (it must: a shorter one would let
 # the rest of its line be read as an atom)
-_GAP = r'(?:\s|;[^\n]*(?:\n|\Z))*'
+# (blanks are the compiler's four: space, tab, newline, carriage return; not Python's \s, which
+# also takes a form feed or a Unicode space the compiler reads as part of an atom)
+_GAP = r'(?:[ \t\n\r]|;[^\n]*(?:\n|\Z))*'
 #: One token after any blanks and comments: (, ), a string's inside, or an atom.
-TOKEN = re.compile(_GAP + r'(?:(\()|(\))|"(' + STRING_BODY + r')"|([^\s()";]+))')
+TOKEN = re.compile(_GAP + r'(?:(\()|(\))|"(' + STRING_BODY + r')"|([^ \t\n\r()";]+))')
 _END = re.compile(_GAP + r'\Z')
 _GAP_ONLY = re.compile(_GAP)
 _ESCAPE = re.compile(r'\\(.)')
