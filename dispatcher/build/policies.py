@@ -297,7 +297,7 @@ def parse_policy(text: str) -> PolicySpec:
     if text in _NAMED:
         return PolicySpec(text)
     if text.endswith(LEARNED_SUFFIX):
-        source = str(Path(text).resolve())
+        source = str(Path(text).absolute())  # as named: a link is not followed in messages
         try:  # a file that is not a policy is refused before anything compiles
             data = read_policy_bytes(source)  # a regular file, bounded: never a FIFO's wait
             trained = decode_policy_file(data, source)

@@ -576,7 +576,6 @@ _TOKEN = re.compile(r'[()]|"(?:[^"\\\n]|\\[^\n])*"|"|;[^\n]*|[^ \t\n\r()";]+')
 _ESCAPE = re.compile(r'\\(.)')
 _UNESCAPE = {'"': '"', "\\": "\\", "n": "\n", "t": "\t"}
 _NUMBER = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
-_INDEX = re.compile(r"[0-9]{1,9}")
 _BUDGET = re.compile(r"[1-9][0-9]{0,8}")
 _SHA256 = re.compile(r"(?:[0-9a-f]{64})?")
 _UNROLL = re.compile(r"\(unroll -?[0-9]+\)")
@@ -696,7 +695,9 @@ def _numbers(vs: Sequence[Any], what: str, where: _List, count: int | None = Non
 
 
 def _index(v: Any, what: str, below: int, where: _List) -> int:
-    if _is_atom(v) and _INDEX.fullmatch(v) and int(v) < below:
+    # (one to nine ASCII digits, [0-9]{1,9}, without a regular expression: trees call
+    # this for every node)
+    if type(v) is str and len(v) <= 9 and v.isascii() and v.isdigit() and int(v) < below:
         return int(v)
     raise _fail(where, f"{what}: expected an integer from 0 to {below - 1}, got "
                        f"{_describe(v)}")
