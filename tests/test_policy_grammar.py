@@ -455,3 +455,18 @@ def test_a_compile_error_names_the_users_policy_file_never_the_copy(compiler, tm
             assert "inlining-policy-" not in err.value.output
     finally:
         service.close()
+
+
+@pytest.mark.parametrize("what", ["fifo", "device"])
+def test_an_overrides_policy_that_is_not_a_regular_file_is_one_line(tmp_path, what):
+    """``--policy`` naming an overrides file (``.sexp``) that is a FIFO or a device: one line,
+    at once (it was read without end, or waited on)."""
+    path = tmp_path / "o.sexp"
+    if what == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    proc = _run_benchmark("kahan", "--policy", str(path))
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert f"{path}: not a regular file" in line and "Traceback" not in proc.stderr, line
