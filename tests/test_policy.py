@@ -343,7 +343,7 @@ def test_bad_policy_names_and_files_in_one_line(tmp_path):
                               "always-inline, the path of an overrides file (.sexp) or of a policy file train-policy "
                               "wrote (.policy)")
     (tmp_path / "junk.policy").write_text("not a pickle")
-    for name, message in ((str(tmp_path / "none.policy"), "no such policy file"),
+    for name, message in ((str(tmp_path / "none.policy"), "cannot read"),
                           (str(tmp_path / "junk.policy"), "not a policy file")):
         with pytest.raises(PolicyError) as err:
             parse_policy(name)

@@ -36,6 +36,7 @@ from typing import Protocol
 import sexpdata
 
 from dispatcher.build.policy_file import (
+    MAX_POLICY_BYTES,
     Constant,
     PolicyEvaluation,
     PolicyFileError,
@@ -43,7 +44,6 @@ from dispatcher.build.policy_file import (
     decode_policy_file,
     policy_bytes,
     policy_text,
-    read_policy_bytes,
 )
 from dispatcher.core.decisions import (
     DecisionFileError,
@@ -54,6 +54,7 @@ from dispatcher.core.decisions import (
     parse_features_text,
     read_overrides,
 )
+from dispatcher.core.files import TextFileError, read_regular_bytes
 from dispatcher.core.sexp import STRING_BODY, read_sexp, unescape
 
 
@@ -298,8 +299,13 @@ def parse_policy(text: str) -> PolicySpec:
         return PolicySpec(text)
     if text.endswith(LEARNED_SUFFIX):
         source = str(Path(text).absolute())  # as named: a link is not followed in messages
+        try:  # a regular file, bounded: never a FIFO's wait, nor /dev/zero read without end
+            data = read_regular_bytes(Path(text), MAX_POLICY_BYTES)
+        except FileNotFoundError:
+            raise PolicyError(f"policy {text}: cannot read (No such file or directory)") from None
+        except TextFileError as exc:  # it names the file as given
+            raise PolicyError(f"policy {exc}") from None
         try:  # a file that is not a policy is refused before anything compiles
-            data = read_policy_bytes(source)  # a regular file, bounded: never a FIFO's wait
             trained = decode_policy_file(data, source)
         except PolicyFileError as exc:  # it names the file (and the line)
             raise PolicyError(f"policy {exc}") from None
