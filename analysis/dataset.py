@@ -33,18 +33,34 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Optional
 
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from analysis.label_training import CONTEXTS, FEATURES, STATUSES, TRIALS, row_label, site_label
+from analysis.label_training import (
+    CONTEXTS,
+    FEATURES,
+    MAX_ROUND,
+    STATUSES,
+    TABLE_LIMIT,
+    TRIALS,
+    row_label,
+    site_label,
+)
 from analysis.label_training import _has_features as labels_row_has_features
 from analysis.policy_training import KEY, label
 from dispatcher.core.decisions import Features, site_location
-from dispatcher.core.files import atomic_output
+from dispatcher.core.files import (
+    TextFileError,
+    atomic_output,
+    read_regular_bytes,
+    read_regular_text,
+)
 
 FORMAT = "inlining-dataset"
 VERSION = 1
@@ -475,17 +491,15 @@ def index_text(index: Mapping[str, Any]) -> str:
 def write_dataset(built: Built, out: Path) -> list[Path]:
     """Write ``built`` into ``out`` (made if needed), each file atomically, dataset.json last;
     the files of an earlier dataset there that this one lacks are removed.  ``out`` must be
-    new, empty or a dataset (DatasetError otherwise: nothing else there is touched)."""
+    new, empty or a dataset whose dataset.json reads (``read_index``: DatasetError otherwise,
+    before anything is written, and nothing there is touched)."""
     old: dict[str, Any] = {}
     if out.exists():
         if not out.is_dir():
             raise DatasetError(f"{out}: not a directory (expected a new or empty directory, "
                                "or a dataset to replace)")
-        if (out / INDEX).is_file():
-            try:
-                old = json.loads((out / INDEX).read_text(encoding="utf-8")).get("files", {})
-            except (OSError, ValueError, AttributeError):
-                old = {}
+        if os.path.lexists(out / INDEX):  # a dataset, checked before anything is replaced
+            old = read_index(out)["files"]
         elif any(out.iterdir()):
             raise DatasetError(f"{out}: not empty and not a dataset (no {INDEX}): expected a "
                                "new or empty directory, or a dataset to replace")
@@ -500,7 +514,7 @@ def write_dataset(built: Built, out: Path) -> list[Path]:
     with atomic_output(out / INDEX) as tmp:  # a new file's permissions, as the others
         tmp.write_text(index_text(built.index), encoding="utf-8")
     written.append(out / INDEX)
-    for rel in sorted(set(old) - set(built.files)) if isinstance(old, dict) else ():
+    for rel in sorted(set(old) - set(built.files)):  # (read_index: <bench>/*.parquet only)
         stale = out / rel
         if stale.is_file() and stale.resolve().is_relative_to(out.resolve()):
             stale.unlink()
@@ -593,46 +607,212 @@ def _fail_index(path: Path, what: str) -> DatasetError:
     return DatasetError(f"{path}: {what} ({_EXPECTED})")
 
 
+#: The largest dataset.json read (the full campaign's is a few kB).
+INDEX_LIMIT = 64 << 20
+_STRICT = ConfigDict(extra="forbid", strict=True)
+_Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+_Count = Annotated[int, Field(ge=0)]
+_Finite = Annotated[float, Field(allow_inf_nan=False)]
+#: A benchmark's name, as manifests name them (dispatcher.build.manifest.NAME_RE): a name of
+#: one directory in the dataset, never a path.
+_Bench = Annotated[str, Field(pattern=r"^[a-z0-9_-]+$", max_length=255)]
+#: A rundir by its name (one path component, on one line).
+_RundirName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", max_length=255)]
+#: Text that error lines and reports may name: one line.
+_Line = Annotated[str, Field(pattern=r"^[^\x00-\x1f]*$", max_length=4096)]
+
+
+class _LabelsTableEntry(BaseModel):
+    model_config = _STRICT
+    file: _Line  # the table's name (informative: the labels are in the dataset)
+    sha256: _Sha256
+
+
+class _LabelsFrom(BaseModel):
+    model_config = _STRICT
+    directory: _Line
+    tables: dict[_Bench, _LabelsTableEntry]
+
+
+class _RewardsTableEntry(BaseModel):
+    model_config = _STRICT
+    hyper: _Line
+    sha256: _Sha256
+
+
+class _RewardsFrom(BaseModel):
+    model_config = _STRICT
+    directory: _Line
+    model: _Line
+    hyper: _Line
+    tables: dict[_Bench, _RewardsTableEntry]
+
+
+class _RundirSettings(BaseModel):
+    """``RUNDIR_SETTINGS`` of one search rundir, as ``rundir_settings`` records them."""
+
+    model_config = _STRICT
+    task: _Line
+    algorithm: _Line
+    seed: int
+    steps: _Count
+    size: _Line
+    runs: _Count
+    max_pairs: Optional[_Count]
+    worker_class: Optional[_Line]
+    compiler: Optional[_Line]
+
+
+class _TreesFrom(BaseModel):
+    model_config = _STRICT
+    rundirs: dict[_RundirName, _RundirSettings]
+    batch_log: Optional[_Line]
+
+
+class _BuiltFrom(BaseModel):
+    model_config = _STRICT
+    labels: Optional[_LabelsFrom] = None
+    rewards: Optional[_RewardsFrom] = None
+    trees: Optional[_TreesFrom] = None
+
+
+class _BenchmarkEntry(BaseModel):
+    model_config = _STRICT
+    labels: bool
+    rewards: bool
+    sites: _Count
+    labels_rows: Optional[_Count] = None
+    labelled_sites: Optional[_Count] = None
+    labelled_without_features: Optional[_Count] = None
+    reward_sites: Optional[_Count] = None
+    trees: Optional[_Count] = None
+
+
+class _FileEntry(BaseModel):
+    model_config = _STRICT
+    sha256: _Sha256
+    bytes: Annotated[int, Field(ge=0, le=TABLE_LIMIT)]
+
+
+class _Index(BaseModel):
+    """The shape of dataset.json, as ``build_dataset`` writes it: checked whole on every
+    read (it names the files read and what they hold: nothing in it is taken on trust)."""
+
+    model_config = _STRICT
+    format: Literal["inlining-dataset"]
+    version: Literal[1]
+    built_from: _BuiltFrom
+    label_threshold: Optional[_Finite]
+    reward_threshold: Optional[_Finite]
+    benchmarks: dict[_Bench, _BenchmarkEntry]
+    # a benchmark's sites or trees: never a path that leaves the dataset
+    files: dict[Annotated[str, Field(pattern=r"^[a-z0-9_-]+/(sites|trees)\.parquet$")],
+                _FileEntry]
+
+
+def _key_part(part: Any) -> str:
+    """One step of a key path as an error line names it: a name from the file that is not
+    plain (a newline, a dot, a control character) is quoted, so the line stays one line."""
+    text = str(part)
+    return text if text.isprintable() and text and "." not in text else _shown(text)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _index_error(path: Path, exc: ValidationError) -> DatasetError:
+    """The first error of dataset.json's validation: ``FILE: KEY: MESSAGE, got VALUE``."""
+    err = exc.errors()[0]
+    key = ".".join(_key_part(p) for p in err["loc"]) or "(the whole file)"
+    got = "" if err["type"] == "missing" else f", got {_shown(err.get('input'))}"
+    return _fail_index(path, f"{key}: {err['msg'][:1].lower()}{err['msg'][1:]}{got}")
+
+
 def read_index(root: Path) -> dict[str, Any]:
-    """dataset.json, checked: format, version, and the entries a reader relies on."""
+    """dataset.json, checked whole (``_Index``): a regular file of at most ``INDEX_LIMIT``
+    bytes, UTF-8 JSON (a FIFO, a device or a directory is refused without waiting on it), of
+    this format and version, no key unknown, every value of its type and range; benchmarks
+    named as manifests name them, files only ``<bench>/sites.parquet`` or ``trees.parquet``
+    of a benchmark it lists.  DatasetError (one line naming the file and the key)
+    otherwise."""
     path = root / INDEX
     if not root.is_dir():
         raise DatasetError(f"{root}: no such dataset directory ({_EXPECTED})")
     try:
-        index = json.loads(path.read_text(encoding="utf-8"))
+        index = json.loads(read_regular_text(path, INDEX_LIMIT))
     except FileNotFoundError:
         raise _fail_index(path, "no such file") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except TextFileError as exc:
+        raise DatasetError(f"{exc} ({_EXPECTED})") from None
+    except (ValueError, RecursionError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise _fail_index(path, f"not a dataset index ({reason})") from None
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         raise _fail_index(path, f"not a dataset index (no \"format\": \"{FORMAT}\")")
-    if index.get("version") != VERSION:
-        raise DatasetError(f"{path}: dataset version {index.get('version')!r}: expected "
+    version = index.get("version")
+    if type(version) is not int or version != VERSION:  # not True, not 1.0
+        raise DatasetError(f"{path}: dataset version {_shown(version)}: expected "
                            f"{VERSION} (this version of export-dataset and train-policy reads "
                            f"version {VERSION}: export it again)")
-    for name, kind in (("built_from", dict), ("benchmarks", dict), ("files", dict)):
-        if not isinstance(index.get(name), kind):
-            raise _fail_index(path, f"no {name!r} object")
-    for bench, entry in index["benchmarks"].items():
-        if not isinstance(entry, dict) or "/" in bench or bench in ("", ".", ".."):
-            raise _fail_index(path, f"benchmark {bench!r}: expected an object by its name")
-    for rel, entry in index["files"].items():
-        if (not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str)
-                or Path(rel).is_absolute() or ".." in Path(rel).parts):
-            raise _fail_index(path, f"file {rel!r}: expected a relative path with its sha256")
-    if "labels" in index["built_from"]:
-        if not isinstance(index.get("label_threshold"), (int, float)):
-            raise _fail_index(path, "no label_threshold")
-    if "rewards" in index["built_from"] and not isinstance(index["built_from"]["rewards"],
-                                                           dict):
-        raise _fail_index(path, "built_from.rewards: expected an object")
+    try:
+        record = _Index.model_validate(index)
+    except ValidationError as exc:
+        raise _index_error(path, exc) from None
+    for name, value in index["built_from"].items():
+        if value is None:  # absent, not null, where the dataset was not built from it
+            raise _fail_index(path, f"built_from.{name}: expected an object, got None")
+    for rel in record.files:
+        if rel.split("/")[0] not in record.benchmarks:
+            raise _fail_index(path, f"files.{rel}: a file of no benchmark it lists")
+    if record.built_from.labels is not None and record.label_threshold is None:
+        raise _fail_index(path, "label_threshold: expected a number (the dataset has labels)")
     return index
+
+
+#: The columns ``_sites_file`` writes besides the site's ids and features and the rewards'
+#: ``reward_*`` columns (whatever ``rewards.csv`` held).
+_SITE_COLUMNS = frozenset({"labels_features", "label", "label_context", "measurements",
+                           "build_features", "reward_order", "reward_label"})
+_LABELS = ("inline", "dont_inline", "default")
+_KIND_NAMES = {"int": "an integer", "bool": "true or false", "str": "text"}
+_MEASUREMENT_FIELDS = frozenset(k for k, _ in MEASUREMENT)
+
+
+def _check_measurement(at: str, m: Any) -> None:
+    if not isinstance(m, dict) or set(m) != _MEASUREMENT_FIELDS:
+        fields_ = sorted(m) if isinstance(m, dict) else type(m).__name__
+        raise DatasetError(f"{at}: measurement with fields {_shown(fields_)}: expected "
+                           f"{', '.join(k for k, _ in MEASUREMENT)}")
+    choices = {"status": STATUSES, "context": CONTEXTS, "action": ACTIONS, "trial": TRIALS}
+    for k, allowed in choices.items():
+        if m[k] not in allowed:
+            raise DatasetError(f"{at}: measurement {k} {_shown(m[k])}: expected one of "
+                               f"{', '.join(allowed)}")
+    if m["heuristic_action"] is not None and m["heuristic_action"] not in ACTIONS:
+        raise DatasetError(f"{at}: measurement heuristic_action {_shown(m['heuristic_action'])}"
+                           f": expected one of {', '.join(ACTIONS)} or nothing")
+    for k, kind in MEASUREMENT:
+        try:
+            _convert(m[k], kind, f"{at}: measurement {k}")
+        except DatasetError:
+            raise DatasetError(f"{at}: measurement {k} {_shown(m[k])}: expected "
+                               f"{'text' if kind == 'str' else 'a number'} or nothing") from None
+    if m["status"] == "measured":
+        if not all(isinstance(m[k], float) and math.isfinite(m[k])
+                   for k in ("effect", "low", "high")):
+            raise DatasetError(f"{at}: a measured comparison without a finite effect, "
+                               "low and high (log speedup)")
+        if not m["low"] <= m["effect"] <= m["high"]:
+            raise DatasetError(f"{at}: measurement effect {m['effect']!r} outside its interval "
+                               f"(low {m['low']!r}, high {m['high']!r}): expected low <= "
+                               "effect <= high")
 
 
 def _check_sites(path: Path, rows: list[dict[str, Any]], columns: set[str], index: dict,
                  bench: str) -> None:
-    """The columns and values training reads, so a hand-edited file fails in one line."""
+    """Every column and value training reads, so a hand-edited file fails in one line."""
     needed = [k for k, _ in SITE_IDS] + SITE_FEATURES
     if "labels" in index["built_from"]:
         needed += ["labels_features", "label", "label_context", "measurements"]
@@ -641,45 +821,88 @@ def _check_sites(path: Path, rows: list[dict[str, Any]], columns: set[str], inde
     missing = [c for c in needed if c not in columns]
     if missing:
         raise DatasetError(f"{path}: no column {', '.join(missing)} ({_EXPECTED})")
-    choices = {"status": STATUSES, "context": CONTEXTS, "action": ACTIONS, "trial": TRIALS}
+    known = {k for k, _ in SITE_IDS} | set(SITE_FEATURES) | _SITE_COLUMNS
+    unknown = sorted(c for c in columns if c not in known and not c.startswith("reward_"))
+    if unknown:
+        raise DatasetError(f"{path}: column {_shown(unknown[0])}: not a column export-dataset "
+                           f"writes ({_EXPECTED})")
     for i, s in enumerate(rows):
         at = f"{path}: row {i + 1}"
         if s["benchmark"] != bench:
-            raise DatasetError(f"{at}: benchmark {s['benchmark']!r}: expected {bench!r}")
+            raise DatasetError(f"{at}: benchmark {_shown(s['benchmark'])}: expected {bench!r}")
         for k in ("unit", "key"):
-            if not isinstance(s[k], str) or not s[k]:
-                raise DatasetError(f"{at}: {k} {s[k]!r}: expected text")
-        if not isinstance(s["round"], int):
-            raise DatasetError(f"{at}: round {s['round']!r}: expected an integer")
-        for m in s.get("measurements") or ():
-            for k, allowed in choices.items():
-                if m[k] not in allowed:
-                    raise DatasetError(f"{at}: measurement {k} {m[k]!r}: expected one of "
-                                       f"{', '.join(allowed)}")
-            if m["status"] == "measured" and not all(
-                    isinstance(m[k], float) and math.isfinite(m[k])
-                    for k in ("effect", "low", "high")):
-                raise DatasetError(f"{at}: a measured comparison without a finite effect, "
-                                   "low and high (log speedup)")
+            if not isinstance(s[k], str) or not s[k] or not s[k].isprintable():
+                raise DatasetError(f"{at}: {k} {_shown(s[k])}: expected text on one line")
+        if type(s["round"]) is not int or not 0 <= s["round"] <= MAX_ROUND:
+            raise DatasetError(f"{at}: round {_shown(s['round'])}: expected an integer from 0 "
+                               f"to {MAX_ROUND}")
+        for k, kind in [(k, kind) for k, kind in SITE_IDS if k not in ("unit", "key", "round")
+                        ] + [(n, _KINDS[n]) for n in SITE_FEATURES]:
+            value = s[k]
+            if value is not None and not (
+                    isinstance(value, bool) if kind == "bool" else
+                    type(value) is int if kind == "int" else isinstance(value, str)):
+                raise DatasetError(f"{at}: {k} {_shown(value)}: expected "
+                                   f"{_KIND_NAMES[kind]} or nothing")
+        for k in ("labels_features", "build_features"):
+            if s.get(k) is not None and not isinstance(s[k], bool):
+                raise DatasetError(f"{at}: {k} {_shown(s[k])}: expected true or false")
+        for k in ("label", "reward_label"):
+            if s.get(k) is not None and s[k] not in _LABELS:
+                raise DatasetError(f"{at}: {k} {_shown(s[k])}: expected one of "
+                                   f"{', '.join(_LABELS)} or nothing")
+        if s.get("label_context") is not None and s["label_context"] not in CONTEXTS:
+            raise DatasetError(f"{at}: label_context {_shown(s['label_context'])}: expected "
+                               f"one of {', '.join(CONTEXTS)} or nothing")
+        order = s.get("reward_order")
+        if order is not None and (type(order) is not int or order < 0):
+            raise DatasetError(f"{at}: reward_order {_shown(order)}: expected a count or "
+                               "nothing")
+        net = s.get("reward_net")
+        if net is not None and not (isinstance(net, (int, float)) and not isinstance(net, bool)
+                                    and math.isfinite(net)):
+            raise DatasetError(f"{at}: reward_net {_shown(net)}: expected a finite number or "
+                               "nothing")
+        measurements = s.get("measurements")
+        if measurements is not None and not isinstance(measurements, list):
+            raise DatasetError(f"{at}: measurements {_shown(measurements)}: expected a list")
+        for m in measurements or ():
+            _check_measurement(at, m)
+
+
+def _read_listed(root: Path, rel: str, entry: Mapping[str, Any]) -> bytes:
+    """The bytes of a file dataset.json lists, checked against its sha256: a regular file
+    inside ``root`` (a link that leads out of the dataset is refused) of at most
+    ``TABLE_LIMIT`` bytes."""
+    path = root / rel
+    try:
+        inside = path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a link loop
+        inside = False
+    if not inside and os.path.lexists(path):
+        raise DatasetError(f"{path}: a link out of the dataset ({INDEX} lists it as one of its "
+                           "files)")
+    try:
+        data = read_regular_bytes(path, TABLE_LIMIT)
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: missing ({INDEX} lists it)") from None
+    except TextFileError as exc:
+        raise DatasetError(f"{exc} ({INDEX} lists it as one of its files)") from None
+    if _sha256(data) != entry["sha256"]:
+        raise DatasetError(f"{path}: sha256 {_sha256(data)[:16]}..., but {INDEX} says "
+                           f"{entry['sha256'][:16]}... (the file changed after "
+                           "export-dataset wrote it: export it again)")
+    return data
 
 
 def read_dataset(root: Path) -> Dataset:
-    """A dataset, checked: its index (format, version), the sha256 of every file it lists
-    (a file changed after the export is refused), and the columns training reads."""
+    """A dataset, checked: its index (``read_index``), the size and sha256 of every file it
+    lists (a file changed after the export is refused), and every column and value training
+    reads (``_check_sites``)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
     index = read_index(root)
-    for rel, entry in sorted(index["files"].items()):
-        path = root / rel
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise DatasetError(f"{path}: missing ({INDEX} lists it)") from None
-        except OSError as exc:
-            raise DatasetError(f"{path}: unreadable ({exc.strerror or exc})") from None
-        if _sha256(data) != entry["sha256"]:
-            raise DatasetError(f"{path}: sha256 {_sha256(data)[:16]}..., but {INDEX} says "
-                               f"{entry['sha256'][:16]}... (the file changed after "
-                               "export-dataset wrote it: export it again)")
+    data = {rel: _read_listed(root, rel, entry) for rel, entry in sorted(index["files"].items())}
     sites = {}
     for bench, entry in sorted(index["benchmarks"].items()):
         if not (entry.get("labels") or entry.get("rewards")):
@@ -690,7 +913,7 @@ def read_dataset(root: Path) -> Dataset:
             raise DatasetError(f"{root / INDEX}: benchmark {bench} has labels or rewards, "
                                f"but no {rel} is listed ({_EXPECTED})")
         try:
-            table = pq.read_table(path)
+            table = pq.read_table(pa.BufferReader(data[rel]))
         except Exception as exc:  # pyarrow's errors have no common base but Exception
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise DatasetError(f"{path}: not a sites table ({reason})") from None

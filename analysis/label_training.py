@@ -57,7 +57,10 @@ them exactly as it encodes a dump's (and as the policy host encodes an observati
 """
 from __future__ import annotations
 
+import hashlib
+import io
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, fields
 from pathlib import Path
@@ -65,8 +68,10 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.labels import CYCLES_COLUMNS, ID_COLUMNS, OUTCOME_COLUMNS
 from analysis.policy_training import KEY
 from dispatcher.core.decisions import Features
+from dispatcher.core.files import TextFileError, read_regular_bytes
 
 TABLE_NAMES = ("sites.parquet", "sites.csv")  # the first found is read (same content)
 CONTEXTS = ("alone", "minimal", "removed")  # in order of precedence
@@ -88,6 +93,13 @@ _ALWAYS = [f.name for f in fields(Features)
 #: What the labelling reads besides the features.
 COLUMNS = ["unit", "round", "key", "heuristic_action", "action", "context", "status",
            "effect", "low", "high", "trial"]
+#: Every column measure-sites writes (analysis.labels): a table with any other is not one.
+KNOWN_COLUMNS = frozenset([*ID_COLUMNS, *FEATURES, *OUTCOME_COLUMNS, "metric", *CYCLES_COLUMNS])
+METRICS = ("time", "instructions", "cycles")
+#: The largest table read (a labels table of a whole campaign is a few hundred kB).
+TABLE_LIMIT = 256 << 20
+#: The largest inlining round a table may name (the policy grammar's nine digits).
+MAX_ROUND = 999_999_999
 
 
 class LabelsError(ValueError):
@@ -208,9 +220,11 @@ def label_sites(table: pd.DataFrame, threshold: float, agreement: bool = False
 # -- the tables ---------------------------------------------------------------------------
 
 def table_path(labels_dir: Path, bench: str) -> Path | None:
-    """The labels table of ``bench`` under ``labels_dir`` (parquet first), None if none."""
+    """The labels table of ``bench`` under ``labels_dir`` (parquet first), None if none.
+    Anything by the table's name counts (a FIFO, a directory, a dangling link): the reader
+    refuses it in one line, rather than the benchmark being passed over in silence."""
     for name in TABLE_NAMES:
-        if (labels_dir / bench / name).is_file():
+        if os.path.lexists(labels_dir / bench / name):
             return labels_dir / bench / name
     return None
 
@@ -252,22 +266,59 @@ def _typed(value: Any, kind: str) -> Any:
 
 
 def read_sites_table(path: Path) -> pd.DataFrame:
-    """A labels table, checked: the columns the labelling reads and every feature; known
-    statuses, contexts, actions and trials; numbers for a measured row's effect and
-    interval; each feature of its kind.  LabelsError (one line, naming the file) otherwise."""
+    """A labels table, checked (``read_labels_file``)."""
+    return read_labels_file(path)[0]
+
+
+def read_labels_file(path: Path) -> tuple[pd.DataFrame, str]:
+    """A labels table, checked, and the sha256 of the bytes it was read from (read once): a
+    regular file of at most ``TABLE_LIMIT`` bytes (a FIFO, a device or a directory is refused
+    without waiting on it); the columns the labelling reads and every feature, and no column
+    measure-sites does not write; known statuses, contexts, actions, trials and metrics; unit
+    and key on one line, rounds 0..``MAX_ROUND``; for a measured row a finite effect within
+    its finite interval; a finite cycles effect or none; each feature of its kind.
+    LabelsError (one line, naming the file, the row and the column) otherwise."""
     expected = ("expected the table measure-sites writes: one row per measured label, with "
                 "unit, round, key, heuristic_action, action, context, status, effect, low, "
                 "high, trial and the site's features")
     try:
-        if path.suffix == ".parquet":
-            table = pd.read_parquet(path)
-        else:
-            table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+        data = read_regular_bytes(path, TABLE_LIMIT)
     except FileNotFoundError:
         raise LabelsError(f"{path}: no such labels table ({expected})") from None
+    except TextFileError as exc:
+        raise LabelsError(f"{exc} ({expected})") from None
+    try:
+        if path.suffix == ".parquet":
+            table = pd.read_parquet(io.BytesIO(data))
+        else:
+            table = pd.read_csv(io.BytesIO(data), keep_default_na=False, na_values=[""])
     except Exception as exc:  # unreadable, not parquet, not CSV, empty
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise LabelsError(f"{path}: not a labels table ({reason}; {expected})") from None
+    return _checked(path, table, expected), hashlib.sha256(data).hexdigest()
+
+
+def _first(bad: Any) -> int:
+    return int(bad.to_numpy().nonzero()[0][0])
+
+
+def _shown(value: Any) -> str:
+    """A cell's value as an error names it (a numpy scalar as the number it holds)."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _one_line_text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value) and value.isprintable()
+
+
+def _checked(path: Path, table: pd.DataFrame, expected: str) -> pd.DataFrame:
+    unknown = [str(c) for c in table.columns if c not in KNOWN_COLUMNS]
+    if unknown:
+        raise LabelsError(f"{path}: column {unknown[0][:60]!r}: not a column measure-sites "
+                          f"writes ({expected})")
     # an empty table (a labels rundir that measured nothing yet) may lack the features
     missing = [c for c in COLUMNS + (FEATURES if len(table) else []) if c not in table.columns]
     if missing:
@@ -281,20 +332,26 @@ def read_sites_table(path: Path) -> pd.DataFrame:
             if column == "heuristic_action" and _missing(value):
                 continue  # a site the heuristic's tree lacks (only a winner inlined its way)
             if value not in allowed:
-                raise LabelsError(f"{path}: row {i + 1}: {column} {value!r}: expected one of "
+                raise LabelsError(f"{path}: row {i + 1}: {column} {_shown(value)}: expected one of "
                                   f"{', '.join(allowed)}")
     table["heuristic_action"] = table["heuristic_action"].map(
         lambda v: None if _missing(v) else v).astype(object)
+    if "metric" in table.columns:  # absent (a table from before it): time
+        for i, value in enumerate(table["metric"]):
+            if not _missing(value) and value not in METRICS:
+                raise LabelsError(f"{path}: row {i + 1}: metric {_shown(value)}: expected one of "
+                                  f"{', '.join(METRICS)} or nothing")
     for column in ("unit", "key"):
         for i, value in enumerate(table[column]):
-            if not isinstance(value, str) or not value:
-                raise LabelsError(f"{path}: row {i + 1}: {column} {value!r}: expected text")
+            if not _one_line_text(value):
+                raise LabelsError(f"{path}: row {i + 1}: {column} {_shown(value)}: expected "
+                                  "text on one line")
     rounds = pd.to_numeric(table["round"], errors="coerce")
-    bad = rounds.isna() | (rounds % 1 != 0)
+    bad = rounds.isna() | (rounds % 1 != 0) | (rounds < 0) | (rounds > MAX_ROUND)
     if bad.any():
-        i = int(bad.to_numpy().nonzero()[0][0])
-        raise LabelsError(f"{path}: row {i + 1}: round {table['round'][i]!r}: expected an "
-                          "integer")
+        i = _first(bad)
+        raise LabelsError(f"{path}: row {i + 1}: round {_shown(table['round'][i])}: expected "
+                          f"an integer from 0 to {MAX_ROUND}")
     table["round"] = rounds.astype(int)
     for column in ("effect", "low", "high"):
         numbers = pd.to_numeric(table[column], errors="coerce")
@@ -303,16 +360,25 @@ def read_sites_table(path: Path) -> pd.DataFrame:
         if bad.any():
             i = int(bad.to_numpy().nonzero()[0][0])
             raise LabelsError(f"{path}: row {i + 1}: status measured but {column} "
-                              f"{table[column][i]!r}: expected a finite number (log speedup)")
+                              f"{_shown(table[column][i])}: expected a finite number (log "
+                              "speedup)")
         table[column] = numbers.astype(float)
+    measured = table["status"] == "measured"
+    outside = measured & ((table["low"] > table["effect"]) | (table["effect"] > table["high"]))
+    if outside.any():
+        i = _first(outside)
+        raise LabelsError(f"{path}: row {i + 1}: effect {_shown(table['effect'][i])} outside "
+                          f"its interval (low {_shown(table['low'][i])}, high "
+                          f"{_shown(table['high'][i])}): expected low <= effect <= high")
     if "cycles_effect" in table.columns:  # a table from before it: no cycles effects
         numbers = pd.to_numeric(table["cycles_effect"], errors="coerce")
-        bad = numbers.isna() & table["cycles_effect"].map(lambda v: not _missing(v))
+        bad = (numbers.isna() & table["cycles_effect"].map(lambda v: not _missing(v))) | \
+            numbers.isin([math.inf, -math.inf])
         if bad.any():
-            i = int(bad.to_numpy().nonzero()[0][0])
+            i = _first(bad)
             raise LabelsError(f"{path}: row {i + 1}: cycles_effect "
-                              f"{table['cycles_effect'][i]!r}: expected a number (log ratio "
-                              "of estimated cycles) or nothing")
+                              f"{_shown(table['cycles_effect'][i])}: expected a number "
+                              "(a finite log ratio of estimated cycles) or nothing")
         table["cycles_effect"] = numbers.astype(float)
     for name in FEATURES:
         if name in KEY or name not in table.columns:
@@ -323,7 +389,7 @@ def read_sites_table(path: Path) -> pd.DataFrame:
             try:
                 typed.append(_typed(value, _KINDS[name]))
             except (ValueError, TypeError, OverflowError):
-                raise LabelsError(f"{path}: row {i + 1}: feature {name} {value!r}: expected "
+                raise LabelsError(f"{path}: row {i + 1}: feature {name} {_shown(value)}: expected "
                                   f"{'an' if kind == 'int' else 'a'} {kind} value or "
                                   "nothing") from None
         table[name] = pd.Series(typed, index=table.index, dtype=object)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
 
-from dispatcher.core.files import TextFileError, read_utf8, write_text_atomic
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dispatcher.core.files import TextFileError, read_regular_text, write_text_atomic
 from pipeline.campaign.plan import Campaign, CampaignError
 
 STATE_VERSION = 1
@@ -66,24 +69,101 @@ def new_state(campaign: Campaign) -> CampaignState:
                          inputs=campaign.inputs)
 
 
+#: What campaign.json may hold: a few kB per campaign; past this it is not one.
+STATE_LIMIT = 1 << 20
+_STRICT = ConfigDict(extra="forbid", strict=True)
+_Time = Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]]
+_Digest = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+#: A path as plan.py records it, on one line (it is named in one-line errors).
+_InputPath = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^[^\x00-\x1f]+$")]
+
+
+class _StageRecord(BaseModel):
+    """One stage in campaign.json, as ``write_state`` writes it (``StageState``)."""
+
+    model_config = _STRICT
+    state: Literal["pending", "running", "done", "budget", "gate-failed", "skipped", "failed"]
+    started: _Time = None
+    finished: _Time = None
+    runs: Annotated[int, Field(ge=0, le=1_000_000)] = 0
+    exit: Optional[Annotated[int, Field(ge=-255, le=255)]] = None
+    note: Annotated[str, Field(max_length=10_000)] = ""
+
+
+class _Stages(BaseModel):
+    model_config = _STRICT
+    search: _StageRecord
+    labels: _StageRecord
+    rewards: _StageRecord
+    policy: _StageRecord
+    evaluate: _StageRecord
+    optimal: _StageRecord
+    dataset: _StageRecord
+    publish: _StageRecord
+
+
+class _StateRecord(BaseModel):
+    """The shape of campaign.json: checked whole on every read (it decides which stages run
+    and which are skipped, so nothing in it is taken on trust)."""
+
+    model_config = _STRICT
+    version: Literal[1]
+    identity: _Digest
+    stages: _Stages
+    # absent in a directory started before the identity covered the files' content
+    inputs: dict[_InputPath, _Digest] = Field(default_factory=dict, max_length=10_000)
+
+
+def validation_error(path: Path, exc: ValidationError) -> tuple[str, str, str]:
+    """The first error of a pydantic validation of ``path`` as (file, key, message) for
+    ``FileKeyError.at``: ``FILE: KEY: MESSAGE, got VALUE``."""
+    err = exc.errors()[0]
+    key = ".".join(_key_part(p) for p in err["loc"]) or "(the whole file)"
+    got = "" if err["type"] == "missing" else f", got {_shown(err.get('input'))}"
+    return str(path), key, f"{err['msg'][:1].lower()}{err['msg'][1:]}{got}"
+
+
+def _key_part(part: Any) -> str:
+    """One step of a key path as an error line names it: a name from the file that is not
+    plain (a newline, a dot, a control character) is quoted, so the line stays one line."""
+    text = str(part)
+    return text if text.isprintable() and text and "." not in text else _shown(text)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def read_state(campaign: Campaign) -> CampaignState:
-    """The campaign directory's state, a new one where there is none; CampaignError for a
-    state of another campaign's settings or another format."""
+    """The campaign directory's state, a new one where there is none; CampaignError (one line
+    naming the file and the key) for a state of another campaign's settings or another
+    format, or one that is not what ``write_state`` writes: not a regular file of at most
+    ``STATE_LIMIT`` bytes, not JSON, a key unknown or missing, a value of the wrong type or
+    out of its range.  Nothing is written before it is read whole and checked."""
     path = campaign.dir / STATE_FILE
-    if not path.exists():
-        return new_state(campaign)
     try:
-        data = json.loads(read_utf8(path))
-        if data.get("version") != STATE_VERSION:
-            raise CampaignError(f"{path}: state format version {data.get('version')!r}; this "
-                                f"run-campaign reads {STATE_VERSION}")
-        stages = {s: StageState(**data["stages"][s]) for s in STAGES}
-        identity = str(data["identity"])
-        inputs = {str(k): str(v) for k, v in (data.get("inputs") or {}).items()}
-    except (TextFileError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        if isinstance(exc, CampaignError):
-            raise
-        raise CampaignError(f"{path}: not a campaign state ({exc})") from None
+        data = json.loads(read_regular_text(path, STATE_LIMIT))
+    except FileNotFoundError:
+        return new_state(campaign)
+    except TextFileError as exc:
+        raise CampaignError(f"{exc}; run-campaign writes it: put it back, or give the "
+                            "campaign another dir") from None
+    except (ValueError, RecursionError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CampaignError(f"{path}: not a campaign state (not JSON: {reason})") from None
+    if not isinstance(data, dict):
+        raise CampaignError(f"{path}: not a campaign state (expected a JSON object)")
+    version = data.get("version")
+    if type(version) is not int or version != STATE_VERSION:  # not True, not 1.0
+        raise CampaignError(f"{path}: version: state format version {_shown(version)}; "
+                            f"this run-campaign reads {STATE_VERSION}")
+    try:
+        record = _StateRecord.model_validate(data)
+    except ValidationError as exc:
+        raise CampaignError.at(*validation_error(path, exc)) from None
+    stages = {s: StageState(**getattr(record.stages, s).model_dump()) for s in STAGES}
+    identity, inputs = record.identity, record.inputs
     if identity == campaign.legacy_identity:
         # started before the identity covered the files' content: taken over as it is (the
         # next state written records the files as they are now)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from analysis.dataset import LabelsInput, RewardsInput, best_hyper
-from analysis.label_training import LabelsError, labelled_benchmarks, read_sites_table, table_path
+from analysis.label_training import LabelsError, labelled_benchmarks, read_labels_file, table_path
 from analysis.policy_training import TrainingError, reward_sites
 from analysis.sources import SOURCES, SourcesError, benchmark_of
 from dispatcher.build.manifest import Benchmark, ManifestError
@@ -64,7 +64,8 @@ def rewards_benchmarks(rewards_dir: Path) -> list[str]:
 # -- labels --------------------------------------------------------------------------------
 
 def read_labels(labels_dir: Path, names: Sequence[str]) -> dict[str, LabelsInput]:
-    """Each benchmark's labels table, checked (``read_sites_table``), with its file's sha256."""
+    """Each benchmark's labels table, checked (``read_labels_file``), with the sha256 of the
+    bytes it was read from."""
     out = {}
     for n in names:
         path = table_path(labels_dir, n)
@@ -72,11 +73,10 @@ def read_labels(labels_dir: Path, names: Sequence[str]) -> dict[str, LabelsInput
             raise InputError(f"{labels_dir / n}: no labels table (expected sites.parquet or "
                              "sites.csv, as measure-sites writes)")
         try:
-            out[n] = LabelsInput(read_sites_table(path), path.name, _sha256(path.read_bytes()))
+            table, digest = read_labels_file(path)
         except LabelsError as exc:
             raise InputError(str(exc)) from None
-        except OSError as exc:
-            raise InputError(f"{path}: unreadable ({exc.strerror or exc})") from None
+        out[n] = LabelsInput(table, path.name, digest)
     return out
 
 
