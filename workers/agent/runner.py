@@ -48,6 +48,7 @@ from .watchdog import Watchdog
 
 STDERR_TAIL_BYTES = 2000
 STDERR_SCAN_BYTES = 64 * 1024
+TOKEN_BASE = 10 ** 9  # run tokens count up from here: ten digits for 9e9 runs
 
 # Names printed by the OCaml runtime at exit under OCAMLRUNPARAM=v=0x400 (4.x and 5.x).
 GC_KEYS = frozenset((
@@ -309,7 +310,11 @@ class Runner:
         self._watchdog: Watchdog | None = None
         self._strays = Strays(sweep=own_process and self.strays_error is None)
         self._live: dict[int, Run] = {}  # pid -> run: children started and not yet reaped
-        self._token = 0  # run tokens, unique over the agent's life
+        # Run tokens, unique over the agent's life, all of one width: a run's working
+        # directory (run-<token>, its $PWD) is then as long for every run, and so is its
+        # environment; a count under cachegrind otherwise moved with the token's digits
+        # (14 instructions between run-9 and run-10: "not deterministic").
+        self._token = TOKEN_BASE
         self._base_env: dict[str, str] | None = None
         self._exact_info: dict | None = None
         # Runs start without address-space randomisation: set on this thread before any
