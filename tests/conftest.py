@@ -47,6 +47,13 @@ def agent_pyz(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def bundled_builds(compiler, tmp_path_factory):
-    """Bundled benchmarks, each built once a session (tests.helpers.BundledBuilds)."""
+    """Bundled benchmarks, each built once a test run (tests.helpers.BundledBuilds): under
+    pytest-xdist in the directory every worker of the run shares (the parent of each
+    worker's base temporary directory)."""
     from tests.helpers import BundledBuilds
-    return BundledBuilds(compiler, tmp_path_factory.mktemp("bundled-builds"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker:
+        return BundledBuilds(compiler, tmp_path_factory.mktemp("bundled-builds"))
+    root = tmp_path_factory.getbasetemp().parent / "bundled-builds"
+    return BundledBuilds(compiler, root, int(worker.removeprefix("gw") or 0),
+                         int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))

@@ -261,26 +261,57 @@ def spin_benchmark(root: Path, iterations: int = 150_000_000) -> Path:
 
 
 class BundledBuilds:
-    """Bundled benchmarks built once a session, with or without decision dumps (conftest's
+    """Bundled benchmarks built once a test run, with or without decision dumps (conftest's
     ``bundled_builds``): several test files read the same builds.  ``prefetch`` builds the
     ones not built yet on every CPU at once; ``get`` one, building it if need be.  The builds
-    are shared: read them, copy them to change them."""
+    are shared: read them, copy them to change them.
 
-    def __init__(self, compiler, root: Path) -> None:
+    Under pytest-xdist every worker process has this fixture, and ``root`` is the run's
+    directory they share: each build is made once, under a lock of its own, by the first
+    worker that asks (a record beside it says it is complete; the others read the record),
+    each worker starting at its own place in the list so that they build different ones."""
+
+    def __init__(self, compiler, root: Path, worker: int = 0, workers: int = 1) -> None:
         self.compiler, self.root = compiler, root
+        self.worker, self.workers = worker, max(workers, 1)
         self.done: dict[tuple[str, bool], Any] = {}
 
     def _build(self, job: tuple[Any, bool]) -> Any:
-        from dispatcher.build.driver import build_benchmark
+        import fcntl
+
+        from dispatcher.build.driver import BuildResult, build_benchmark
         bench, dumps = job
         out = self.root / ("dumped" if dumps else "plain") / bench.name
-        out.mkdir(parents=True)
-        return build_benchmark(bench, out, self.compiler.ocamlopt, dump_decisions=dumps)
+        record = out.with_name(bench.name + ".built.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out.with_name(bench.name + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if record.exists():
+                data = json.loads(record.read_text())
+                return BuildResult(binary=Path(data["binary"]),
+                                   decision_files=[Path(p) for p in data["decision_files"]],
+                                   compiler_output=data["compiler_output"],
+                                   units_compiled=data["units_compiled"],
+                                   units_reused=data["units_reused"])
+            shutil.rmtree(out, ignore_errors=True)  # a worker stopped in the middle
+            out.mkdir()
+            built = build_benchmark(bench, out, self.compiler.ocamlopt, dump_decisions=dumps)
+            tmp = record.with_suffix(".tmp")
+            tmp.write_text(json.dumps({
+                "binary": str(built.binary),
+                "decision_files": [str(p) for p in built.decision_files],
+                "compiler_output": built.compiler_output,
+                "units_compiled": built.units_compiled, "units_reused": built.units_reused}))
+            tmp.replace(record)
+            return built
 
     def prefetch(self, benches: Iterable[Any], dumps: bool) -> None:
         todo = {b.name: b for b in benches if (b.name, dumps) not in self.done}
-        results = on_every_cpu(self._build, [(b, dumps) for b in todo.values()])
-        self.done.update({(name, dumps): r for name, r in zip(todo, results)})
+        names = sorted(todo)
+        start = len(names) * self.worker // self.workers
+        names = names[start:] + names[:start]
+        results = on_every_cpu(self._build, [(todo[n], dumps) for n in names])
+        self.done.update({(name, dumps): r for name, r in zip(names, results)})
 
     def get(self, bench: Any, dumps: bool) -> Any:
         self.prefetch([bench], dumps)
