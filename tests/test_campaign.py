@@ -109,8 +109,8 @@ def check_reproduced(tmp: Path, out: Path) -> None:
     ({"policy": {"classifier": "forest"}}, "policy.classifier: expected one of"),
     ({"policy": {"margin": 2}}, "policy.margin: expected a number from 0 to 1"),
     ({"rewards": {"model": "forest"}}, "rewards.model: expected ridge or lasso"),
-    ({"size": "huge"}, "size: expected quick or full"),
-    ({"search": {"size": "medium"}}, "search.size: expected quick or full"),
+    ({"size": "huge"}, "size: expected tiny, quick or full"),
+    ({"search": {"size": "medium"}}, "search.size: expected tiny, quick or full"),
     ({"config": "missing.yaml"}, "config: "),
 ])
 def test_a_bad_campaign_file_is_one_line(tmp_path, change, expected):
@@ -396,7 +396,7 @@ def test_a_campaign_runs_to_its_published_results(tmp_path):
     worker slot, the policy's measured validation and its evaluation included, to the
     published results (a small campaign that does: two programs searched for two steps, one
     evaluated with the baselines; the rerun and the reproduction are the simulated test's)."""
-    path = write_campaign(tmp_path, local_config(tmp_path),
+    path = write_campaign(tmp_path, local_config(tmp_path), size="tiny",
                           search={"benchmarks": ["orbit", "mandelbrot"], "steps": 2},
                           evaluate={"baselines": True})
     got = campaign("--config", str(path), cwd=tmp_path, timeout=1500)

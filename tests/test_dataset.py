@@ -214,16 +214,13 @@ def test_with_rewards_the_training_table_is_the_rewards_and_builds(labels, tmp_p
 
 
 @pytest.fixture(scope="module")
-def built_dumps(compiler, tmp_path_factory):
+def built_dumps(bundled_builds):
     """The heuristic builds' decisions (with features) of two small bundled benchmarks."""
-    from dispatcher.build.driver import build_benchmark
     from dispatcher.build.manifest import resolve_benchmark
     from dispatcher.core.decisions import read_dump
-    tmp = tmp_path_factory.mktemp("dataset-features")
     got = {}
     for name in ("kahan", "hamming"):
-        built = build_benchmark(resolve_benchmark(name), tmp / name, compiler.ocamlopt,
-                                dump_decisions=True)
+        built = bundled_builds.get(resolve_benchmark(name), dumps=True)
         got[name] = [read_dump(p) for p in built.decision_files]
     return got
 

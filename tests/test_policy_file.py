@@ -71,14 +71,13 @@ def planted(row: dict) -> str:
 
 
 @pytest.fixture(scope="module")
-def sites(compiler, tmp_path_factory):
+def sites(bundled_builds):
     """The training table: every decision the heuristic took freely in the training
     benchmarks' builds, with its features and a planted label."""
-    tmp = tmp_path_factory.mktemp("policy-file")
     rows = []
+    bundled_builds.prefetch([resolve_benchmark(name) for name in TRAINING], dumps=True)
     for name in TRAINING:
-        built = build_benchmark(resolve_benchmark(name), tmp / name, compiler.ocamlopt,
-                                dump_decisions=True)
+        built = bundled_builds.get(resolve_benchmark(name), dumps=True)
         for path in built.decision_files:
             for d in read_dump(path).decisions:
                 if d.features is not None and d.reason == "heuristic":

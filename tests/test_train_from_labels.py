@@ -147,15 +147,12 @@ def test_sites_without_features_or_measurement_are_left_out():
 # -- real features -------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def dumps(compiler, tmp_path_factory):
+def dumps(bundled_builds):
     """The heuristic builds' decisions (with features) of three small bundled benchmarks."""
-    from dispatcher.build.driver import build_benchmark
     from dispatcher.build.manifest import resolve_benchmark
-    tmp = tmp_path_factory.mktemp("label-features")
     got = {}
     for name in ("kahan", "hamming", "bdd"):
-        built = build_benchmark(resolve_benchmark(name), tmp / name, compiler.ocamlopt,
-                                dump_decisions=True)
+        built = bundled_builds.get(resolve_benchmark(name), dumps=True)
         got[name] = [read_dump(p) for p in built.decision_files]
     return got
 

@@ -73,17 +73,15 @@ BENCHES = ("kahan", "hamming", "bdd")
 
 
 @pytest.fixture(scope="module")
-def labels(compiler, tmp_path_factory):
+def labels(bundled_builds, tmp_path_factory):
     """Labels tables named by three bundled programs, each with its own heuristic build's
     sites and features (labels planted by callee size, as tests/test_train_from_labels.py
     plants them)."""
-    from dispatcher.build.driver import build_benchmark
     from dispatcher.build.manifest import resolve_benchmark
     from dispatcher.core.decisions import read_dump
     tmp = tmp_path_factory.mktemp("validate-measured")
     for name in BENCHES:
-        built = build_benchmark(resolve_benchmark(name), tmp / "builds" / name,
-                                compiler.ocamlopt, dump_decisions=True)
+        built = bundled_builds.get(resolve_benchmark(name), dumps=True)
         dumps = [read_dump(p) for p in built.decision_files]
         (tmp / "labels" / name).mkdir(parents=True)
         sites_table(name, dumps).to_csv(tmp / "labels" / name / "sites.csv", index=False)

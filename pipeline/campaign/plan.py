@@ -39,7 +39,10 @@ from pipeline.policy.selection import GATE
 
 SEARCHES: tuple[str, ...] = typing.get_args(Algorithm)  # the search stage's algorithms
 CLASSIFIERS = ("all", *TRAINED_CLASSIFIERS)  # all: train-policy validates each, keeps the best
-SIZES = ("quick", "full")
+# tiny: a smoke run of the whole pipeline (runs of 10-50 ms: every stage's machinery, figures
+# that say little); quick and full as the manifests define them.
+SIZES = ("tiny", "quick", "full")
+_SIZES_SAID = "tiny, quick or full"
 MAX_WORKER_HOURS = 1e6
 
 
@@ -190,7 +193,7 @@ def _search(r: Reader, data: dict, size: str) -> SearchStage:
                           " or ".join(SEARCHES)),
         steps=r.positive_int(s, "steps", "search.steps", d.steps, most=MAX_STEPS),
         chains=r.positive_int(s, "chains", "search.chains", d.chains, most=1000), seed=seed,
-        size=_choice(r, s, "size", "search.size", size, SIZES, " or ".join(SIZES)),
+        size=_choice(r, s, "size", "search.size", size, SIZES, _SIZES_SAID),
         metric=_choice(r, s, "metric", "search.metric", d.metric, METRICS,
                        " | ".join(METRICS)))
 
@@ -340,7 +343,7 @@ def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
 
     config = path("config", "local.yaml")
     batch_log, inputs = _batch_log_setting(r, config)
-    size = _choice(r, data, "size", "size", "full", SIZES, " or ".join(SIZES))
+    size = _choice(r, data, "size", "size", "full", SIZES, _SIZES_SAID)
     budget = r.section(data, "budget", {"worker_hours", "search_share"})
     campaign = Campaign(
         source=source, config=config, dir=path("dir", "campaign"),
