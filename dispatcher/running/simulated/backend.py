@@ -224,14 +224,19 @@ class SimulatedSlot:
         self._world = world
         self._lock = threading.Lock()
         self._closed = False
-        self._jobs: dict[str, int] = {}  # jobs of each binary run here so far
+        self._jobs: dict[str, int] = {}  # jobs of each binary (and kind) run here so far
 
-    def _rng(self, sha256: str) -> random.Random:
+    def _rng(self, sha256: str, profile: bool = False) -> random.Random:
         """The draws of this slot's next job of binary ``sha256``: the same, whichever order
-        the slot's runner threads take their jobs in (a comparison on a slot replays)."""
-        n = self._jobs.get(sha256, 0)
-        self._jobs[sha256] = n + 1
-        return random.Random(f"{self._world.model.seed}/{self.name}/{sha256}/{n}")
+        the slot's runner threads take their jobs in (a comparison on a slot replays).
+        Profile jobs are counted apart from timing jobs: a profile's samples must not depend
+        on how many timing jobs of the binary this process ran before it, or a chain
+        resumed after a kill that found the baseline's runs in the store (and so ran none)
+        would draw another profile than the uninterrupted chain, and propose other flips."""
+        key = f"{sha256}/profile" if profile else sha256
+        n = self._jobs.get(key, 0)
+        self._jobs[key] = n + 1
+        return random.Random(f"{self._world.model.seed}/{self.name}/{key}/{n}")
 
     def run(self, job: RunJob) -> RunResult:
         cpu0 = time.thread_time()
@@ -241,7 +246,7 @@ class SimulatedSlot:
         with self._lock:
             if self._closed:
                 raise WorkerLost(f"{self.name}: closed")
-            rng = self._rng(job.sha256)
+            rng = self._rng(job.sha256, bool(job.profile_period_ns))
             if rng.random() < noise.lost:
                 world.sleep(binary.run_s * job.runs * rng.random())
                 raise WorkerLost(f"{self.name}: simulated loss of the worker")
