@@ -173,6 +173,10 @@ def plot_searches(campaign: Campaign) -> None:
         return
     from analysis.plots import plot_experiment
     for rundir in rundirs:
+        # What a kill during an earlier publish's plot left (the searches are over: no one
+        # else writes there now; a search's own resume sweeps the same names).
+        for stale in rundir.glob(".plot.png.*"):
+            stale.unlink(missing_ok=True)
         try:
             plot_experiment(rundir)
         except Exception as exc:  # a plot is a convenience: the rest is still published
