@@ -61,6 +61,7 @@ from dispatcher.core.files import (
     read_regular_bytes,
     read_regular_text,
 )
+from dispatcher.core.validation import first_model_error, shown
 
 FORMAT = "inlining-dataset"
 VERSION = 1
@@ -710,24 +711,10 @@ class _Index(BaseModel):
                 _FileEntry]
 
 
-def _key_part(part: Any) -> str:
-    """One step of a key path as an error line names it: a name from the file that is not
-    plain (a newline, a dot, a control character) is quoted, so the line stays one line."""
-    text = str(part)
-    return text if text.isprintable() and text and "." not in text else _shown(text)
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _index_error(path: Path, exc: ValidationError) -> DatasetError:
     """The first error of dataset.json's validation: ``FILE: KEY: MESSAGE, got VALUE``."""
-    err = exc.errors()[0]
-    key = ".".join(_key_part(p) for p in err["loc"]) or "(the whole file)"
-    got = "" if err["type"] == "missing" else f", got {_shown(err.get('input'))}"
-    return _fail_index(path, f"{key}: {err['msg'][:1].lower()}{err['msg'][1:]}{got}")
+    key, message = first_model_error(exc)
+    return _fail_index(path, f"{key}: {message}")
 
 
 def read_index(root: Path) -> dict[str, Any]:
@@ -753,7 +740,7 @@ def read_index(root: Path) -> dict[str, Any]:
         raise _fail_index(path, f"not a dataset index (no \"format\": \"{FORMAT}\")")
     version = index.get("version")
     if type(version) is not int or version != VERSION:  # not True, not 1.0
-        raise DatasetError(f"{path}: dataset version {_shown(version)}: expected "
+        raise DatasetError(f"{path}: dataset version {shown(version)}: expected "
                            f"{VERSION} (this version of export-dataset and train-policy reads "
                            f"version {VERSION}: export it again)")
     try:
@@ -783,21 +770,21 @@ _MEASUREMENT_FIELDS = frozenset(k for k, _ in MEASUREMENT)
 def _check_measurement(at: str, m: Any) -> None:
     if not isinstance(m, dict) or set(m) != _MEASUREMENT_FIELDS:
         fields_ = sorted(m) if isinstance(m, dict) else type(m).__name__
-        raise DatasetError(f"{at}: measurement with fields {_shown(fields_)}: expected "
+        raise DatasetError(f"{at}: measurement with fields {shown(fields_)}: expected "
                            f"{', '.join(k for k, _ in MEASUREMENT)}")
     choices = {"status": STATUSES, "context": CONTEXTS, "action": ACTIONS, "trial": TRIALS}
     for k, allowed in choices.items():
         if m[k] not in allowed:
-            raise DatasetError(f"{at}: measurement {k} {_shown(m[k])}: expected one of "
+            raise DatasetError(f"{at}: measurement {k} {shown(m[k])}: expected one of "
                                f"{', '.join(allowed)}")
     if m["heuristic_action"] is not None and m["heuristic_action"] not in ACTIONS:
-        raise DatasetError(f"{at}: measurement heuristic_action {_shown(m['heuristic_action'])}"
+        raise DatasetError(f"{at}: measurement heuristic_action {shown(m['heuristic_action'])}"
                            f": expected one of {', '.join(ACTIONS)} or nothing")
     for k, kind in MEASUREMENT:
         try:
             _convert(m[k], kind, f"{at}: measurement {k}")
         except DatasetError:
-            raise DatasetError(f"{at}: measurement {k} {_shown(m[k])}: expected "
+            raise DatasetError(f"{at}: measurement {k} {shown(m[k])}: expected "
                                f"{'text' if kind == 'str' else 'a number'} or nothing") from None
     if m["status"] == "measured":
         if not all(isinstance(m[k], float) and math.isfinite(m[k])
@@ -824,17 +811,17 @@ def _check_sites(path: Path, rows: list[dict[str, Any]], columns: set[str], inde
     known = {k for k, _ in SITE_IDS} | set(SITE_FEATURES) | _SITE_COLUMNS
     unknown = sorted(c for c in columns if c not in known and not c.startswith("reward_"))
     if unknown:
-        raise DatasetError(f"{path}: column {_shown(unknown[0])}: not a column export-dataset "
+        raise DatasetError(f"{path}: column {shown(unknown[0])}: not a column export-dataset "
                            f"writes ({_EXPECTED})")
     for i, s in enumerate(rows):
         at = f"{path}: row {i + 1}"
         if s["benchmark"] != bench:
-            raise DatasetError(f"{at}: benchmark {_shown(s['benchmark'])}: expected {bench!r}")
+            raise DatasetError(f"{at}: benchmark {shown(s['benchmark'])}: expected {bench!r}")
         for k in ("unit", "key"):
             if not isinstance(s[k], str) or not s[k] or not s[k].isprintable():
-                raise DatasetError(f"{at}: {k} {_shown(s[k])}: expected text on one line")
+                raise DatasetError(f"{at}: {k} {shown(s[k])}: expected text on one line")
         if type(s["round"]) is not int or not 0 <= s["round"] <= MAX_ROUND:
-            raise DatasetError(f"{at}: round {_shown(s['round'])}: expected an integer from 0 "
+            raise DatasetError(f"{at}: round {shown(s['round'])}: expected an integer from 0 "
                                f"to {MAX_ROUND}")
         for k, kind in [(k, kind) for k, kind in SITE_IDS if k not in ("unit", "key", "round")
                         ] + [(n, _KINDS[n]) for n in SITE_FEATURES]:
@@ -842,30 +829,30 @@ def _check_sites(path: Path, rows: list[dict[str, Any]], columns: set[str], inde
             if value is not None and not (
                     isinstance(value, bool) if kind == "bool" else
                     type(value) is int if kind == "int" else isinstance(value, str)):
-                raise DatasetError(f"{at}: {k} {_shown(value)}: expected "
+                raise DatasetError(f"{at}: {k} {shown(value)}: expected "
                                    f"{_KIND_NAMES[kind]} or nothing")
         for k in ("labels_features", "build_features"):
             if s.get(k) is not None and not isinstance(s[k], bool):
-                raise DatasetError(f"{at}: {k} {_shown(s[k])}: expected true or false")
+                raise DatasetError(f"{at}: {k} {shown(s[k])}: expected true or false")
         for k in ("label", "reward_label"):
             if s.get(k) is not None and s[k] not in _LABELS:
-                raise DatasetError(f"{at}: {k} {_shown(s[k])}: expected one of "
+                raise DatasetError(f"{at}: {k} {shown(s[k])}: expected one of "
                                    f"{', '.join(_LABELS)} or nothing")
         if s.get("label_context") is not None and s["label_context"] not in CONTEXTS:
-            raise DatasetError(f"{at}: label_context {_shown(s['label_context'])}: expected "
+            raise DatasetError(f"{at}: label_context {shown(s['label_context'])}: expected "
                                f"one of {', '.join(CONTEXTS)} or nothing")
         order = s.get("reward_order")
         if order is not None and (type(order) is not int or order < 0):
-            raise DatasetError(f"{at}: reward_order {_shown(order)}: expected a count or "
+            raise DatasetError(f"{at}: reward_order {shown(order)}: expected a count or "
                                "nothing")
         net = s.get("reward_net")
         if net is not None and not (isinstance(net, (int, float)) and not isinstance(net, bool)
                                     and math.isfinite(net)):
-            raise DatasetError(f"{at}: reward_net {_shown(net)}: expected a finite number or "
+            raise DatasetError(f"{at}: reward_net {shown(net)}: expected a finite number or "
                                "nothing")
         measurements = s.get("measurements")
         if measurements is not None and not isinstance(measurements, list):
-            raise DatasetError(f"{at}: measurements {_shown(measurements)}: expected a list")
+            raise DatasetError(f"{at}: measurements {shown(measurements)}: expected a list")
         for m in measurements or ():
             _check_measurement(at, m)
 

@@ -40,9 +40,16 @@ from dispatcher.core.site_records import (
     SiteDecision,
     SitesExperiment,
 )
-from tests.helpers import FASTER, NOTHING, SLOWER, invoke, one_line_error, synthetic_candidates
+from tests.helpers import (
+    FASTER,
+    NOTHING,
+    REPO,
+    SLOWER,
+    invoke,
+    one_line_error,
+    synthetic_candidates,
+)
 
-REPO = Path(__file__).resolve().parent.parent
 GOLDEN_LABELS = REPO / "tests" / "golden" / "labels-v1"
 PLANTED = REPO / "tests" / "planted" / "grid"
 

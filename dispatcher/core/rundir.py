@@ -276,6 +276,10 @@ def sweep_staging(directory: Path) -> list[Path]:
     return removed
 
 
+# What a plot.png write killed midway leaves beside it (analysis.plots writes it atomically).
+PLOT_TEMPORARIES = ".plot.png.*"
+
+
 _sealed = threading.Event()
 
 
@@ -438,7 +442,8 @@ class Rundir:
         ``.plot.png.<random>.png``, beside the file it was replacing): the files themselves
         are whole, old or new."""
         patterns = [f"{name}*.tmp" for name in (EXPERIMENT, "config.yaml", "state.json")]
-        patterns += [f"steps/*/*/{MEASUREMENTS}*.tmp", f"{PROPOSALS_DIR}/*.tmp", ".plot.png.*"]
+        patterns += [f"steps/*/*/{MEASUREMENTS}*.tmp", f"{PROPOSALS_DIR}/*.tmp",
+                     PLOT_TEMPORARIES]
         for pattern in patterns:
             for tmp in self.path.glob(pattern):
                 tmp.unlink(missing_ok=True)

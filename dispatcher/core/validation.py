@@ -281,3 +281,25 @@ class Reader:
                 raise self.error(f"{key}[{i}]", "expected a string without NUL characters")
             out.append(item)
         return tuple(out)
+
+
+def shown(value: Any) -> str:
+    """A value from a file as an error line shows it: its repr, cut at 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _key_part(part: Any) -> str:
+    """One step of a key path as an error line names it: a name from the file that is not
+    plain (a newline, a dot, a control character) is quoted, so the line stays one line."""
+    text = str(part)
+    return text if text.isprintable() and text and "." not in text else shown(text)
+
+
+def first_model_error(exc: Any) -> tuple[str, str]:
+    """The first error of a pydantic ``ValidationError`` as (key, message) for a
+    ``FILE: KEY: MESSAGE, got VALUE`` line (no value when the key is missing)."""
+    err = exc.errors()[0]
+    key = ".".join(_key_part(p) for p in err["loc"]) or "(the whole file)"
+    got = "" if err["type"] == "missing" else f", got {shown(err.get('input'))}"
+    return key, f"{err['msg'][:1].lower()}{err['msg'][1:]}{got}"

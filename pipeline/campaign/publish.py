@@ -20,6 +20,7 @@ from pathlib import Path
 
 from dispatcher.build.policy_file import PolicyFileError, read_policy_file
 from dispatcher.core.files import write_text_atomic
+from dispatcher.core.rundir import PLOT_TEMPORARIES
 from pipeline.campaign.budget import WorkerClock
 from pipeline.campaign.plan import SEARCHES, Campaign, CampaignError
 from pipeline.campaign.stages import experiments
@@ -175,7 +176,7 @@ def plot_searches(campaign: Campaign) -> None:
     for rundir in rundirs:
         # What a kill during an earlier publish's plot left (the searches are over: no one
         # else writes there now; a search's own resume sweeps the same names).
-        for stale in rundir.glob(".plot.png.*"):
+        for stale in rundir.glob(PLOT_TEMPORARIES):
             stale.unlink(missing_ok=True)
         try:
             plot_experiment(rundir)

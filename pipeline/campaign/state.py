@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dispatcher.core.files import TextFileError, read_regular_text, write_text_atomic
+from dispatcher.core.validation import first_model_error, shown
 from pipeline.campaign.plan import Campaign, CampaignError
 
 STATE_VERSION = 1
@@ -117,22 +118,7 @@ class _StateRecord(BaseModel):
 def validation_error(path: Path, exc: ValidationError) -> tuple[str, str, str]:
     """The first error of a pydantic validation of ``path`` as (file, key, message) for
     ``FileKeyError.at``: ``FILE: KEY: MESSAGE, got VALUE``."""
-    err = exc.errors()[0]
-    key = ".".join(_key_part(p) for p in err["loc"]) or "(the whole file)"
-    got = "" if err["type"] == "missing" else f", got {_shown(err.get('input'))}"
-    return str(path), key, f"{err['msg'][:1].lower()}{err['msg'][1:]}{got}"
-
-
-def _key_part(part: Any) -> str:
-    """One step of a key path as an error line names it: a name from the file that is not
-    plain (a newline, a dot, a control character) is quoted, so the line stays one line."""
-    text = str(part)
-    return text if text.isprintable() and text and "." not in text else _shown(text)
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return (str(path), *first_model_error(exc))
 
 
 def read_state(campaign: Campaign) -> CampaignState:
@@ -156,7 +142,7 @@ def read_state(campaign: Campaign) -> CampaignState:
         raise CampaignError(f"{path}: not a campaign state (expected a JSON object)")
     version = data.get("version")
     if type(version) is not int or version != STATE_VERSION:  # not True, not 1.0
-        raise CampaignError(f"{path}: version: state format version {_shown(version)}; "
+        raise CampaignError(f"{path}: version: state format version {shown(version)}; "
                             f"this run-campaign reads {STATE_VERSION}")
     try:
         record = _StateRecord.model_validate(data)
