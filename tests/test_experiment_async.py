@@ -40,7 +40,7 @@ def async_config(directory: Path, store: Path, **search) -> Path:
     warm enough to accept worse candidates now and then, re-measuring every 2 judged
     candidates, a canary every 3, a confirmation at the end."""
     data = {"store": str(store), "local": {"cpus": [FIRST_CPU]}, "compile": {"jobs": 1},
-            "run": {"runs": 2, "timeout": 30, "size": "tiny"},
+            "run": {"runs": 2, "timeout": 30, "size": "quick"},
             "measure": {"max_pairs": 3, "canary_every": 3, "confirm": True},
             "search": {"mode": "async", "algorithm": "sa", "seed": 4, "baseline_runs": 2,
                        "remeasure_every": 2, "max_flips": 2, "t_start": 0.05, "t_end": 0.01,
