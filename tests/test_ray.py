@@ -311,7 +311,10 @@ def test_node_removed_mid_job_the_other_slot_finishes_it(lab, compiler, tmp_path
     lines = csv_lines(out)
     survivor = f"ray/n1/cpu{lab.cpu}"
     assert [line[0] for line in lines] == [survivor, survivor], out
-    assert all(len(line) == 5 and all(float(t) > 0 for t in line[2:]) for line in lines)
+    # (a run that migrated between CPUs on a loaded machine is shown as "disturbed" and
+    # run again, once: at least the 3 runs asked for, each a time or that mark)
+    assert all(3 <= len(line) - 2 <= 6 and all(t == "disturbed" or float(t) > 0
+                                               for t in line[2:]) for line in lines), out
     assert f"ray/n2/cpu{lab.cpu}: out of service" in err
     (result_file,) = (tmp_path / "store" / "measurements").rglob("*.json")
     results = json.loads(result_file.read_text())["results"]
