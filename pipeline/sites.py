@@ -1,13 +1,16 @@
 """``measure-sites``' procedure: each inlining decision's effect measured (docs/labels.md).
 
 The labels rundirs are planned (``dispatcher.labels.planning``) or resumed, a labeller per
-benchmark runs one after another under the long-run protocol (``pipeline.longrun``: status
-lines, the graceful stop, the session aborting in its own exit), then each benchmark's labels
-table, report and plot are written (``analysis.labels``).  What it did comes back as a
-``SitesReport`` for the command to word.
+benchmark runs under the long-run protocol (``pipeline.longrun``: status lines, the graceful
+stop, the session aborting in its own exit), then each benchmark's labels table, report and
+plot are written (``analysis.labels``).  Under time the labellers run one after another (a
+timed label takes every slot of its class); under an exact metric one per worker slot run at
+once (``labellers_at_once``), each in a thread of its own, so one compiles while another's
+binaries are counted.  What it did comes back as a ``SitesReport`` for the command to word.
 """
 from __future__ import annotations
 
+import collections
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -137,7 +140,8 @@ def measure_sites(request: SitesRequest, stop: GracefulStop) -> SitesReport:
                                   count_cycles=counts)
                      for rd, bench in sorted(jobs, key=gain_first)]
         stop.arm(lambda: [(lab.status.state, lab.rundir.path) for lab in labellers])
-        _label_all(labellers, stop)
+        _label_all(labellers, stop, labellers_at_once(config.measure.metric,
+                                                      len(session.backend.slots)))
     for lab in labellers:
         lab.rundir.close()  # the lock: a --resume may start now
     return SitesReport(
@@ -227,20 +231,38 @@ def _plan(request: SitesRequest, config: Config, session: Session, sources: list
     return plan.jobs
 
 
-def _label_all(labellers: list[SiteLabeller], stop: GracefulStop) -> None:
-    """The labellers one after another in a thread (a stop leaves the rest unstarted), with
-    their status lines until the last has ended."""
-    def run_all() -> None:
-        for labeller in labellers:
-            if stop.is_set():
-                break
+def labellers_at_once(metric: str, slots: int) -> int:
+    """How many labellers run at once: one under time (a timed label takes every slot of its
+    class, and a timed run wants the machine quiet); under an exact metric one per worker
+    slot, i.e. per CPU the exact jobs may use (the local backend lends the master's CPU to
+    them too): a count depends on nothing else running, so one labeller compiles while
+    another's binaries are counted or its wall-time retest runs."""
+    return 1 if metric == "time" else max(1, slots)
+
+
+def _label_all(labellers: list[SiteLabeller], stop: GracefulStop, at_once: int = 1) -> None:
+    """The labellers, ``at_once`` at a time, each in one thread from start to end (its journal
+    and status written by that thread only), taken in order: a stop leaves the rest
+    unstarted.  Their status lines are shown until the last has ended."""
+    waiting = collections.deque(labellers)
+    taking = threading.Lock()
+
+    def take() -> SiteLabeller | None:
+        with taking:
+            return waiting.popleft() if waiting and not stop.is_set() else None
+
+    def run_some() -> None:
+        while (labeller := take()) is not None:
             labeller.run()
             if labeller.status.state == "interrupted":  # its compiler was stopped by a
                 stop.set()  # Ctrl-C (or a user's kill): the others are not begun
 
-    worker = threading.Thread(target=run_all, daemon=True)
-    worker.start()
-    watch(worker.is_alive, lambda: [status_line(lab.status) for lab in labellers])
+    threads = [threading.Thread(target=run_some, daemon=True, name=f"labeller-{i}")
+               for i in range(max(1, min(at_once, len(labellers))))]
+    for thread in threads:
+        thread.start()
+    watch(lambda: any(t.is_alive() for t in threads),
+          lambda: [status_line(lab.status) for lab in labellers])
 
 
 def status_line(s: LabelsStatus) -> StatusLine:

@@ -18,8 +18,10 @@ names a ``cycles_size``: the tested binary and its reference counted once each u
 at that size (exact, load-independent; the store answers a label's retest and any tree counted
 before), so a label kept has its wall effect with its interval beside an exact cycles effect.
 
-Every test is a paired comparison by the measurement protocol, spread over every slot of the
-class (one part per slot, the parts' pairs pooled), so one label takes the whole machine.  A
+Every timed test is a paired comparison by the measurement protocol, spread over every slot of
+the class (one part per slot, the parts' pairs pooled), so one label takes the whole machine;
+an exact test is one count of each binary on any slot, so under an exact metric several
+labellers (one per benchmark, each in its own thread) run at once (``pipeline.sites``).  A
 test's outcome is journaled when it completes; a resume replays the procedure and reads back
 each answer the journal has, measuring only the rest.  The same tree against the same
 reference is measured once: the store answers it again (two contexts may ask for one tree).
