@@ -19,7 +19,13 @@ import pandas as pd
 
 from dispatcher.core.decisions import dump_files, feature_rows, read_dumps, site_location
 from dispatcher.core.rundir import RundirError, SitesRundir
-from dispatcher.core.site_records import REFERENCE_DIR, LabelEvent, MinimalEvent, WinnerEvent
+from dispatcher.core.site_records import (
+    REFERENCE_DIR,
+    LabelEvent,
+    MinimalEvent,
+    SitesExperiment,
+    WinnerEvent,
+)
 from dispatcher.core.sites import site_function
 
 TABLE = "sites"
@@ -104,12 +110,16 @@ def significant(row: Any, threshold: float = 0.0) -> bool:
 def report(rundirs: Sequence[Path], table: pd.DataFrame) -> list[str]:
     """The text report: per rundir the winner and its minimal subset, then the labels."""
     lines: list[str] = []
+    confirmed_at: dict[str, str] = {}  # rundir -> the size its retests confirm at
     for path in rundirs:
         rd = SitesRundir(path)
         try:
+            exp = rd.experiment
             events = rd.events()
         except RundirError as exc:
             raise LabelsError(str(exc)) from None
+        if exp.confirm_size is not None:
+            confirmed_at[str(path)] = exp.confirm_size
         winner = next((e for e in events if isinstance(e, WinnerEvent)), None)
         minimal = next((e for e in events if isinstance(e, MinimalEvent)), None)
         if winner is not None:
@@ -127,6 +137,9 @@ def report(rundirs: Sequence[Path], table: pd.DataFrame) -> list[str]:
                          f"{minimal.tests} test(s), stopped: {minimal.stopped} ({kept})")
             lines.append(f"  fresh pairs: all {_figure(minimal.full)}, minimal "
                          f"{_figure(minimal.kept)}; share of the log speedup kept: {share}")
+        line = confirmation_line(exp, events)
+        if line is not None:
+            lines.append(line)
     if table.empty:
         lines.append("no labels")
         return lines
@@ -148,7 +161,10 @@ def report(rundirs: Sequence[Path], table: pd.DataFrame) -> list[str]:
                 mark += f"; cycles {100 * (math.exp(cycles) - 1):+.2f}%"
         else:
             figure, mark = r["status"].replace("_", " "), ""
-        lines.append(f"  {r['trial']:7} {r['context']:8} {r['action']:11} {r['callee']} in "
+        trial = r["trial"]
+        if trial == "retest" and str(r["rundir"]) in confirmed_at:  # not the labels' size
+            trial = f"retest at {confirmed_at[str(r['rundir'])]}"
+        lines.append(f"  {trial:7} {r['context']:8} {r['action']:11} {r['callee']} in "
                      f"{site_function(r['unit'], r['key'])} ({r['unit']} round {r['round']}, "
                      f"{r['location']}): {figure}{mark}")
     cost = table[table["status"] == "measured"]["cpu_s"]
@@ -158,6 +174,23 @@ def report(rundirs: Sequence[Path], table: pd.DataFrame) -> list[str]:
     return lines
 
 
+def confirmation_line(exp: SitesExperiment, events: Sequence[Any]) -> str | None:
+    """How many exact labels were confirmed in wall time, at what size, and how many were
+    below the threshold (not retested); None for a rundir that confirms nothing apart (under
+    time, or written before confirmation: every label retested at its own size)."""
+    if exp.confirm_above is None or exp.confirm_size is None:
+        return None
+    firsts = [e for e in events if isinstance(e, LabelEvent) and e.trial == "labels"
+              and e.outcome.measured]
+    above = sum(exp.confirms(e.outcome) for e in firsts)
+    retests = [e for e in events if isinstance(e, LabelEvent) and e.trial == "retest"]
+    done = sum(e.outcome.measured for e in retests)
+    return (f"confirmation in wall time at {exp.confirm_size} size: {above} of {len(firsts)} "
+            f"measured label(s) at |{exp.metric} effect| >= {exp.confirm_above:g} (log), "
+            f"{len(retests)} retested ({done} measured); {len(firsts) - above} below, not "
+            "retested")
+
+
 def _figure(outcome: Any) -> str:
     if not outcome.measured:
         return outcome.status.replace("_", " ")
@@ -165,9 +198,11 @@ def _figure(outcome: Any) -> str:
     return f"{outcome.speedup:.3f}x{ci}"
 
 
-def plot_effects(table: pd.DataFrame, path: Path, title: str) -> Path | None:
+def plot_effects(table: pd.DataFrame, path: Path, title: str,
+                 retest_size: str | None = None) -> Path | None:
     """Each measured label's effect (in percent) with its 95% interval; None: nothing to
-    plot."""
+    plot.  ``retest_size``: the size the retests confirm at, named where it is not the
+    labels' own."""
     measured = table[table["status"] == "measured"].sort_values("effect")
     if measured.empty:
         return None
@@ -178,7 +213,8 @@ def plot_effects(table: pd.DataFrame, path: Path, title: str) -> Path | None:
     pct = (measured["effect"].map(math.exp) - 1) * 100
     low = (measured["low"].map(math.exp) - 1) * 100
     high = (measured["high"].map(math.exp) - 1) * 100
-    names = [f"{r.callee} {r.action} ({r.context}{', retest' if r.trial == 'retest' else ''})"
+    again = ", retest" + (f" at {retest_size}" if retest_size else "")
+    names = [f"{r.callee} {r.action} ({r.context}{again if r.trial == 'retest' else ''})"
              for r in measured.itertuples()]
     fig, ax = plt.subplots(figsize=(8, 0.3 * len(names) + 1.5))
     ys = range(len(names))

@@ -23,7 +23,7 @@ from commands.common import (
     show_warnings,
 )
 from dispatcher.config import MAX_RUNS
-from dispatcher.labels.planning import DEFAULT_SWEEP
+from dispatcher.labels.planning import CONFIRM_SIZE, DEFAULT_CONFIRM_ABOVE, DEFAULT_SWEEP
 from pipeline.longrun import FAILED, INTERRUPTED, GracefulStop
 from pipeline.sites import INPUT_ERRORS, STOPPING, SitesReport, SitesRequest
 from pipeline.sites import measure_sites as measure
@@ -55,8 +55,8 @@ PROG = "measure-sites"
 @click.option("--max-tests", type=click.IntRange(1, 10_000), default=64, show_default=True,
               help="Delta-debugging tests at most per benchmark.")
 @click.option("--retest", is_flag=True,
-              help="Measure every label again, independently (fresh pairs); always, under an "
-                   "exact metric (a label carries its wall-time figure too).")
+              help="Measure every label again, independently (fresh pairs); under an exact "
+                   "metric always, as the confirmation (--confirm-size, --confirm-above).")
 @click.option("--labels", "labels_dir", type=click.Path(path_type=Path), default=Path("labels"),
               show_default=True, help="Where the labels tables are written.")
 @click.option("--resume", "resume", multiple=True, type=click.Path(path_type=Path),
@@ -65,23 +65,33 @@ PROG = "measure-sites"
               help="Labels measured in time without their cycles effect (by default each "
                    "label's binaries are also counted under cachegrind at the tiny size, "
                    "where the workers can count).")
+@click.option("--confirm-size", metavar="SIZE",
+              help=f"Under an exact metric: the size the labels are confirmed at in wall time "
+                   f"(default: {CONFIRM_SIZE}, else the labels' size).")
+@click.option("--confirm-above", "confirm_above", metavar="X",
+              help="Under an exact metric: confirm in wall time only the labels whose exact "
+                   "effect |log ratio| is at least X (default: train-policy's label threshold, "
+                   f"{DEFAULT_CONFIRM_ABOVE}; 0: every measured label).")
 @metric_option
 @backend_errors_in_one_line
 def measure_sites(rundirs, batch_log, tasks_file, trees, sweep, config_path, size, runs,
-                  max_pairs, keep, max_tests, retest, labels_dir, resume, metric,
-                  no_cycles) -> None:
+                  max_pairs, keep, max_tests, retest, labels_dir, resume, confirm_size,
+                  confirm_above, metric, no_cycles) -> None:
     """Measure each inlining decision's effect: attribute search winners, sweep hot sites
-    (in --metric; under an exact metric every label again in wall time, as --retest)."""
-    request = SitesRequest(config_path, rundirs, batch_log, tasks_file, trees, sweep, size,
-                           runs, max_pairs, keep, max_tests, retest, labels_dir, resume,
-                           metric, cycles=not no_cycles)
+    (in --metric; under an exact metric the labels that matter confirmed in wall time)."""
     if resume:
         refuse_with_resume([o for o, v in (
             ("RUNDIR", rundirs), ("--batch-log", batch_log), ("--tasks", tasks_file),
             ("--tree", trees), ("--sweep", sweep is not None), ("--size", size),
             ("--runs", runs), ("--max-pairs", max_pairs), ("--retest", retest),
-            ("--metric", metric), ("--no-cycles", no_cycles)) if v],
+            ("--metric", metric), ("--no-cycles", no_cycles),
+            ("--confirm-size", confirm_size is not None),
+            ("--confirm-above", confirm_above is not None)) if v],
             "a labels rundir continues with what it recorded")
+    request = SitesRequest(config_path, rundirs, batch_log, tasks_file, trees, sweep, size,
+                           runs, max_pairs, keep, max_tests, retest, labels_dir, resume,
+                           metric, cycles=not no_cycles, confirm_size=confirm_size,
+                           confirm_above=_log_effect("--confirm-above", confirm_above))
     show_warnings()
     # The graceful stop stays until the command ends, so the tables are written whenever a
     # stop comes: run-campaign's budget stop may come just as the work ends.
@@ -94,6 +104,18 @@ def measure_sites(rundirs, batch_log, tasks_file, trees, sweep, config_path, siz
             click.echo(f"\n{stop.hard_stop().resume_line(PROG, config_path)}", err=True)
             sys.exit(INTERRUPTED)
         _word(report, config_path, labels_dir)
+
+
+def _log_effect(option: str, value: str | None) -> float | None:
+    """A threshold option's number (its range is checked with the other settings); one line
+    for what is not a number."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        fail(f"{option} {value}: expected a log effect of 0 or more (0: confirm every "
+             "measured label)")
 
 
 def _word(report: SitesReport, config_path: Path | None, labels_dir: Path) -> None:

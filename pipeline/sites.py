@@ -11,6 +11,7 @@ binaries are counted.  What it did comes back as a ``SitesReport`` for the comma
 from __future__ import annotations
 
 import collections
+import math
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -68,6 +69,10 @@ class SitesRequest:
     resume: tuple[Path, ...] = ()
     metric: str | None = None  # what tests are measured in (None: measure.metric)
     cycles: bool = True  # labels measured in time counted in cycles too, where workers can
+    # under an exact metric: the size labels are confirmed at in wall time, and the |log
+    # effect| from which they are (None: the defaults, dispatcher.labels.planning)
+    confirm_size: str | None = None
+    confirm_above: float | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,7 @@ def measure_sites(request: SitesRequest, stop: GracefulStop) -> SitesReport:
                                Ending.of(stop, []))
         inputs = None
     else:
+        check_confirmation(request, config.measure.metric)
         inputs = _inputs(request, config)
     session = Session(config)
     with session:
@@ -169,6 +175,25 @@ def _inputs(request: SitesRequest, config: Config) -> Inputs:
     return sources, swept, trees
 
 
+def check_confirmation(request: SitesRequest, metric: str) -> None:
+    """``--confirm-size`` and ``--confirm-above`` only under an exact metric (under time every
+    label is in wall time already: ``--retest``), the threshold a finite log effect >= 0;
+    PlanError (one line) otherwise, before anything is made.  A size no benchmark has is
+    refused by the planning, likewise."""
+    asked = [o for o, v in (("--confirm-size", request.confirm_size),
+                            ("--confirm-above", request.confirm_above)) if v is not None]
+    if asked and metric == "time":
+        raise PlanError(f"{' and '.join(asked)}: only under an exact metric (--metric cycles "
+                        "or instructions), whose labels are confirmed in wall time; under "
+                        "time, --retest measures every label again")
+    above = request.confirm_above
+    if above is not None and not (math.isfinite(above) and above >= 0.0):
+        raise PlanError(f"--confirm-above {above}: expected a log effect of 0 or more (0: "
+                        "confirm every measured label)")
+    if request.confirm_size is not None and not request.confirm_size.strip():
+        raise PlanError("--confirm-size: expected a benchmark size (tiny, quick, full)")
+
+
 def check_labels_dir(directory: Path) -> None:
     """``--labels`` can hold the tables: a directory (made if need be) a file can be written
     in; PlanError (one line) otherwise, before anything is measured."""
@@ -217,11 +242,13 @@ def _plan(request: SitesRequest, config: Config, session: Session, sources: list
         max_pairs=r.max_pairs or config.measure.max_pairs,
         half_width=config.measure.half_width, timeout=config.run.timeout,
         perf=config.run.perf, aslr=config.run.aslr, sweep=r.sweep, keep=r.keep,
-        # an exact label is retested in wall time: a label carries both (DESIGN, Labels)
+        # an exact label is confirmed in wall time (those at least --confirm-above, at
+        # --confirm-size): a label kept carries both (DESIGN, Labels)
         max_tests=r.max_tests, retest=r.retest or config.measure.metric != "time",
         rundirs=config.search.rundirs,
         batch_log=config.search.batch_log, config_raw=config.raw,
-        metric=config.measure.metric, cycles=cycles)
+        metric=config.measure.metric, cycles=cycles, confirm_size=r.confirm_size,
+        confirm_above=r.confirm_above)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     plan = plan_labels(settings, session.builds.toolchain.identity, session.worker_classes[0],
                        sources, swept, trees,
@@ -296,7 +323,8 @@ def write_tables(labellers: list[SiteLabeller], finished: list[SitesRundir],
             written = write_table(table, directory)
             lines = report([path], table)
             (directory / "report.txt").write_text("\n".join(lines) + "\n")
-            plot = plot_effects(table, directory / "effects.png", f"{name}: labels")
+            plot = plot_effects(table, directory / "effects.png", f"{name}: labels",
+                                SitesRundir(path).experiment.confirm_size)
         except (LabelsError, OSError, ValueError) as exc:  # a full disk, say: the rundir stays
             out.append(LabelsTable(name, [], [], " ".join(str(exc).split()), path))
             continue

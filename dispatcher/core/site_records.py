@@ -10,6 +10,7 @@ has are read back rather than measured again.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
@@ -81,7 +82,30 @@ class SitesExperiment(Record):
     # experiment's own size under an exact metric; ``tiny`` where the benchmark has one under
     # time); absent (None): labels without a cycles effect, as in every earlier rundir
     cycles_size: Optional[str] = None
-    later_fields: ClassVar[frozenset[str]] = frozenset({"metric", "cycles_size"})
+    # Later, under an exact metric only: the wall-time retest confirms the labels that matter
+    # (DESIGN, "exact metrics": a label found exact is confirmed in wall time before it is
+    # published): only those whose exact effect |log ratio| is at least ``confirm_above``,
+    # at ``confirm_size`` (``full`` by default: the size the policy is judged at).  Absent
+    # (None): every measured label retested at ``size``, as in every earlier rundir.
+    confirm_size: Optional[str] = None
+    confirm_above: Optional[Annotated[float, Field(ge=0.0, allow_inf_nan=False)]] = None
+    later_fields: ClassVar[frozenset[str]] = frozenset(
+        {"metric", "cycles_size", "confirm_size", "confirm_above"})
+
+    def confirms(self, outcome: Paired) -> bool:
+        """Whether a first label's ``outcome`` is retested: every measured one, unless this
+        rundir confirms only labels whose effect is at least ``confirm_above`` (log)."""
+        if not outcome.measured:
+            return False
+        if self.confirm_above is None:
+            return True
+        assert outcome.speedup is not None
+        return abs(math.log(outcome.speedup)) >= self.confirm_above
+
+    @property
+    def retest_size(self) -> str:
+        """The size a label's retest is measured at: the confirmation's, else the labels'."""
+        return self.confirm_size or self.size
 
 
 def read_sites_experiment(path: Path) -> SitesExperiment:
@@ -209,6 +233,10 @@ class LabelEvent(_SitesEvent):
     decision: Optional[int] = None  # its index in the winner's decisions (attribution)
     heat: Optional[int] = None  # profile samples of its function and callee (sweep)
     outcome: Paired
+    # Later: the benchmark size ``outcome`` was measured at, written for a confirmation (a
+    # retest at the experiment's ``confirm_size``); absent: the experiment's ``size``
+    size: Optional[str] = None
+    later_fields: ClassVar[frozenset[str]] = frozenset({"size"})
 
 
 SitesEvent = Annotated[Union[SitesStartEvent, ReferenceEvent, WinnerEvent, SubsetEvent,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from dispatcher.build.manifest import Benchmark, load_benchmark
+from dispatcher.build.manifest import Benchmark, ManifestError, load_benchmark
 from dispatcher.core.records import BatchEntry, Metric, RecordError, read_experiment
 from dispatcher.core.rundir import (
     EXPERIMENT,
@@ -34,6 +34,10 @@ from dispatcher.core.site_records import (
 from dispatcher.labels.winner import confirmed_winner, search_compiler
 
 DEFAULT_SWEEP = 10  # hottest sites of a benchmark no search confirmed a winner for
+# Exact labels confirmed in wall time from this |log ratio| up: train-policy's label threshold
+# (analysis.label_training.DEFAULT_LABEL_THRESHOLD), below which a label is ``default`` anyway
+DEFAULT_CONFIRM_ABOVE = 0.01
+CONFIRM_SIZE = "full"  # the size a policy is judged at; a benchmark without it: the labels'
 
 Job = tuple[SitesRundir, Benchmark]  # a labels rundir and the benchmark it measures
 
@@ -63,6 +67,11 @@ class LabelsSettings:
     # labels measured in time also counted in estimated cycles (the workers can count); under
     # an exact metric they always are (the labels' own counts)
     cycles: bool = False
+    # under an exact metric: the size the wall-time retest confirms at (None: CONFIRM_SIZE
+    # where the benchmark has it, else the labels' size) and the |log effect| from which a
+    # label is confirmed (None: DEFAULT_CONFIRM_ABOVE); under time, unused
+    confirm_size: str | None = None
+    confirm_above: float | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,11 @@ def plan_labels(settings: LabelsSettings, compiler: str, worker_class: str,
     made: dict[Path, int] = {}
     for p in planned:
         p.bench.size(p.size)  # an unknown size: ManifestError, before any rundir exists
+        if settings.metric != "time" and settings.confirm_size is not None \
+                and settings.confirm_size not in p.bench.sizes:  # likewise
+            raise ManifestError(p.bench.manifest_path, f"sizes.{settings.confirm_size}",
+                                f"--confirm-size {settings.confirm_size}: no such size in "
+                                f"benchmark {p.bench.name} (known: {', '.join(p.bench.sizes)})")
         sweep = settings.sweep if settings.sweep is not None else (
             0 if p.winner is not None else DEFAULT_SWEEP)
         notes += _notes(p, sweep)
@@ -202,7 +216,21 @@ def _experiment(settings: LabelsSettings, p: _Planned, sweep: int, compiler: str
         compiler=compiler, sources=[str(r.resolve()) for r in p.sources], winner=p.winner,
         sweep=sweep, keep=s.keep, max_tests=s.max_tests, retest=s.retest,
         rundir=str(path.resolve()), metric=cast(Metric, s.metric),
-        cycles_size=cycles_size(s, p.bench, p.size))
+        cycles_size=cycles_size(s, p.bench, p.size),
+        confirm_size=confirm_size(s, p.bench, p.size),
+        confirm_above=None if s.metric == "time" else (
+            DEFAULT_CONFIRM_ABOVE if s.confirm_above is None else s.confirm_above))
+
+
+def confirm_size(settings: LabelsSettings, bench: Benchmark, size: str) -> str | None:
+    """The size an exact label is confirmed at in wall time: the one asked for, else ``full``
+    (the size a policy is judged at) where the benchmark has it, else the labels' own; None
+    under time (a retest there is at the labels' size, as ever)."""
+    if settings.metric == "time":
+        return None
+    if settings.confirm_size is not None:
+        return settings.confirm_size
+    return CONFIRM_SIZE if CONFIRM_SIZE in bench.sizes else size
 
 
 def cycles_size(settings: LabelsSettings, bench: Benchmark, size: str) -> str | None:

@@ -11,7 +11,9 @@ The procedure, in its rundir's journal order:
    removed from the minimal subset;
 3. a sweep: the ``sweep`` hottest flippable sites of the heuristic build (sampled profile),
    each flipped alone;
-4. with ``retest``, every measured label measured again, independently (fresh pairs).
+4. with ``retest``, every measured label measured again, independently (fresh pairs); under
+   an exact metric (a rundir recording ``confirm_above``) only the labels whose exact effect
+   is at least that, in wall time at ``confirm_size``: their confirmation.
 
 Every measured label also carries its cycles effect (``Paired.cycles``) where the experiment
 names a ``cycles_size``: the tested binary and its reference counted once each under cachegrind
@@ -354,9 +356,20 @@ class SiteLabeller:
     # -- the retest
 
     def _retest(self) -> None:
-        firsts = [e for e in self.rundir.events()
-                  if isinstance(e, LabelEvent) and e.trial == "labels" and e.outcome.measured]
-        self.status.phase = f"retest: {len(firsts)} labels"
+        """Every measured label again, with fresh pairs; under an exact metric (a rundir that
+        records ``confirm_above``) only those whose exact effect is at least that, in wall
+        time at ``confirm_size``: the confirmation of the labels that matter (docs/labels.md,
+        "Confirmation")."""
+        exp = self.rundir.experiment
+        measured = [e for e in self.rundir.events()
+                    if isinstance(e, LabelEvent) and e.trial == "labels" and e.outcome.measured]
+        firsts = [e for e in measured if exp.confirms(e.outcome)]
+        if exp.confirm_above is None:
+            self.status.phase = f"retest: {len(firsts)} labels"
+        else:
+            self.status.phase = (f"confirming {len(firsts)} labels in wall time at "
+                                 f"{exp.retest_size} size ({len(measured) - len(firsts)} "
+                                 f"below {exp.confirm_above:g})")
         self.status.planned = self.status.labels + len(firsts)
         decisions = next((e.decisions for e in self.rundir.events()
                           if isinstance(e, WinnerEvent)), [])
@@ -400,9 +413,13 @@ class SiteLabeller:
             return
         self.check_stop()
         flip = (Override(site.unit, site.round, site.key, site.action),) if changed else ()
+        exp = self.rundir.experiment
+        # a confirmation runs at its own size; any other test at the labels'
+        size = exp.confirm_size if trial == "retest" else None
         outcome = self._measure_tree(overrides, flip, reference,
-                                     "labels" if trial == "labels" else "retest", cycles=True)
-        self.rundir.append(probe.model_copy(update={"outcome": outcome}))
+                                     "labels" if trial == "labels" else "retest", cycles=True,
+                                     size=size)
+        self.rundir.append(probe.model_copy(update={"outcome": outcome, "size": size}))
         self._answers[key] = outcome
         self.status.labels += 1
         self.status.last = (f"{site.callee} {site.action} ({context}): {describe(outcome)}")
@@ -416,10 +433,12 @@ class SiteLabeller:
             return None
 
     def _measure_tree(self, overrides: list[Override], changed: tuple[Override, ...],
-                      reference: Artifact, trial: str, cycles: bool = False) -> Paired:
-        """Build the tree ``overrides`` ask for and measure it against ``reference``;
-        ``changed``: the overrides that make it differ from its reference, checked to reach
-        the code that runs; ``cycles``: a measured outcome gets its cycles effect too."""
+                      reference: Artifact, trial: str, cycles: bool = False,
+                      size: str | None = None) -> Paired:
+        """Build the tree ``overrides`` ask for and measure it against ``reference`` (at
+        ``size``; None: the experiment's); ``changed``: the overrides that make it differ
+        from its reference, checked to reach the code that runs; ``cycles``: a measured
+        outcome gets its cycles effect too."""
         try:
             compiled = self.wait(self.builds.submit(CompileJob(self.benchmark,
                                                                tuple(overrides))))
@@ -441,7 +460,7 @@ class SiteLabeller:
         if compiled.sha256 == reference.sha256:
             return Paired(status="same_binary", sha256=compiled.sha256,
                           why="the tree built its reference's binary")
-        outcome = self._compare(compiled.artifact, reference, trial)
+        outcome = self._compare(compiled.artifact, reference, trial, size)
         return self._with_cycles(outcome, compiled.artifact, reference) if cycles else outcome
 
     def _with_cycles(self, outcome: Paired, tested: Artifact, reference: Artifact) -> Paired:
@@ -490,10 +509,12 @@ class SiteLabeller:
                                      max(2, math.ceil(exp.max_pairs / n)),
                                      exp.half_width * math.sqrt(n))
 
-    def _compare(self, tested: Artifact, reference: Artifact, trial: str) -> Paired:
+    def _compare(self, tested: Artifact, reference: Artifact, trial: str,
+                 size: str | None = None) -> Paired:
         """``tested`` against ``reference`` in one comparison per slot, started together,
         pooled: pairs never mix slots, a label takes the whole class.  Under an exact metric,
-        one counted comparison (a retest stays in time: the label's wall-time check)."""
+        one counted comparison (a retest stays in time: the label's wall-time check, at
+        ``size`` when it is a confirmation)."""
         exp = self.rundir.experiment
         policy = self.part_policy()
         if exp.metric != "time" and trial != "retest":
@@ -503,7 +524,8 @@ class SiteLabeller:
             if counted.metric != "time":
                 return exact_outcome(counted, tested.sha256)
             return pooled([counted], exp.runs, tested.sha256)  # not deterministic: timed
-        parts = [self.measurements.compare(self.job(reference), self.job(tested),
+        parts = [self.measurements.compare(self.job(reference, size=size),
+                                           self.job(tested, size=size),
                                            exp.worker_class, policy,
                                            trial=f"{trial} part {i}")
                  for i in range(self.slots())]
