@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import math
+import queue
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -147,7 +148,8 @@ def measure_sites(request: SitesRequest, stop: GracefulStop) -> SitesReport:
                      for rd, bench in sorted(jobs, key=gain_first)]
         stop.arm(lambda: [(lab.status.state, lab.rundir.path) for lab in labellers])
         _label_all(labellers, stop, labellers_at_once(config.measure.metric,
-                                                      len(session.backend.slots)))
+                                                      len(session.backend.slots)),
+                   defer=config.measure.metric != "time")
     for lab in labellers:
         lab.rundir.close()  # the lock: a --resume may start now
     return SitesReport(
@@ -267,29 +269,64 @@ def labellers_at_once(metric: str, slots: int) -> int:
     return 1 if metric == "time" else max(1, slots)
 
 
-def _label_all(labellers: list[SiteLabeller], stop: GracefulStop, at_once: int = 1) -> None:
+def _label_all(labellers: list[SiteLabeller], stop: GracefulStop, at_once: int = 1,
+               defer: bool = False) -> None:
     """The labellers, ``at_once`` at a time, each in one thread from start to end (its journal
     and status written by that thread only), taken in order: a stop leaves the rest
-    unstarted.  Their status lines are shown until the last has ended."""
+    unstarted.  Their status lines are shown until the last has ended.
+
+    ``defer`` (an exact metric): a labeller's wall-time retests (its confirmations) are left
+    to one thread of their own, taking labellers in the order their exact phase ended, so
+    that the threads counting exact labels are never held waiting for the timed CPU: one
+    confirmation at a time, as a timed label takes every slot of its class.  A labeller is
+    in one thread at a time all the same (the confirmation thread takes it once the other
+    has let it go)."""
     waiting = collections.deque(labellers)
     taking = threading.Lock()
+    confirming: queue.Queue[SiteLabeller | None] = queue.Queue()
 
     def take() -> SiteLabeller | None:
         with taking:
             return waiting.popleft() if waiting and not stop.is_set() else None
 
+    def ended(labeller: SiteLabeller) -> None:
+        if labeller.status.state == "interrupted":  # its compiler was stopped by a Ctrl-C
+            stop.set()  # (or a user's kill): the others are not begun
+
     def run_some() -> None:
         while (labeller := take()) is not None:
-            labeller.run()
-            if labeller.status.state == "interrupted":  # its compiler was stopped by a
-                stop.set()  # Ctrl-C (or a user's kill): the others are not begun
+            if defer:
+                labeller.run(defer_confirmation=True)
+                if labeller.awaiting_confirmation:
+                    confirming.put(labeller)
+            else:
+                labeller.run()
+            ended(labeller)
+
+    def confirm_all() -> None:
+        while (labeller := confirming.get()) is not None:
+            labeller.confirm()  # after a stop: ends it interrupted, for a --resume
+            ended(labeller)
 
     threads = [threading.Thread(target=run_some, daemon=True, name=f"labeller-{i}")
                for i in range(max(1, min(at_once, len(labellers))))]
+    confirmer = threading.Thread(target=confirm_all, daemon=True, name="confirmations")
     for thread in threads:
         thread.start()
-    watch(lambda: any(t.is_alive() for t in threads),
-          lambda: [status_line(lab.status) for lab in labellers])
+    if defer:
+        confirmer.start()
+
+    closed = threading.Event()
+
+    def at_work() -> bool:
+        if any(t.is_alive() for t in threads):
+            return True
+        if not closed.is_set():  # the exact phases are over: the confirmations end after
+            closed.set()  # theirs
+            confirming.put(None)
+        return confirmer.is_alive()
+
+    watch(at_work, lambda: [status_line(lab.status) for lab in labellers])
 
 
 def status_line(s: LabelsStatus) -> StatusLine:

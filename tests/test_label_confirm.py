@@ -32,7 +32,9 @@ from dispatcher.labels.planning import (
     LabelsSettings,
     confirm_size,
 )
-from dispatcher.labels.procedure import SiteLabeller
+from dispatcher.labels.procedure import LabelsStatus, SiteLabeller
+from pipeline.longrun import GracefulStop
+from pipeline.sites import _label_all
 from tests.helpers import FIRST_CPU, REPO, invoke, one_line_error
 
 PLANTED = REPO / "tests" / "planted" / "grid"
@@ -131,6 +133,76 @@ def test_a_confirmation_runs_the_same_binaries_at_the_confirmation_size():
     timed = lab._compare(art[1], art[0], "retest", "full")  # type: ignore[arg-type]
     assert m.asked == [(("40",), ("40",), "cycles"), (("35000",), ("35000",), "time")]
     assert exact.metric == "cycles" and timed.metric == "time"
+
+
+# -- the confirmations' own thread ---------------------------------------------------------
+
+WAIT_S = 30.0  # how long a stand-in waits for another (fails the test rather than hangs)
+
+
+class Stand:
+    """An exact labeller's stand-in: its exact phase (``run``) then, left to the
+    confirmations' thread, its confirmation (``confirm``), each logged."""
+
+    def __init__(self, name: str, log: list[tuple[str, str]], confirming=None):
+        self.name, self.log, self.confirming = name, log, confirming
+        self.status = LabelsStatus(name, Path(name))
+        self.rundir = SimpleNamespace(path=Path(name))
+        self.awaiting_confirmation = False
+        self.started = threading.Event()
+
+    def run(self, defer_confirmation: bool = False) -> None:
+        assert defer_confirmation  # under an exact metric the retests are left
+        self.log.append(("exact", self.name))
+        self.status.phase = "sweep: 1 hottest sites"
+        self.started.set()
+        self.awaiting_confirmation = self.confirming is not None
+        if not self.awaiting_confirmation:
+            self.status.state, self.status.phase = "finished", "done"
+
+    def confirm(self) -> None:
+        self.awaiting_confirmation = False
+        self.log.append(("confirm", self.name))
+        self.status.state = self.confirming(self) if self.confirming else "finished"
+
+
+def test_a_confirmation_does_not_hold_the_thread_that_counts_exact_labels():
+    """One labeller at a time: the second's exact phase starts while the first's
+    confirmation waits (for it: never, were the confirmation in the counting thread); a
+    labeller with nothing to confirm finishes in its exact phase."""
+    log: list[tuple[str, str]] = []
+    second = Stand("b", log)
+
+    def waits_for_b(me: Stand) -> str:
+        assert second.started.wait(WAIT_S), "the exact phase waited for a confirmation"
+        return "finished"
+
+    first = Stand("a", log, confirming=waits_for_b)
+    _label_all([first, second], GracefulStop("stopping"), 1, defer=True)  # type: ignore[list-item]
+    assert ("confirm", "b") not in log
+    # a failed wait would leave a's state running (the assertion ends its thread)
+    assert [s.status.state for s in (first, second)] == ["finished", "finished"]
+
+
+def test_a_stop_ends_the_waiting_confirmations_interrupted():
+    stop = GracefulStop("stopping")
+    log: list[tuple[str, str]] = []
+
+    def stopped(me: Stand) -> str:  # its confirmation finds the stop: ends interrupted
+        return "interrupted" if stop.is_set() else "finished"
+
+    first = Stand("a", log, confirming=stopped)
+    later = Stand("c", log)
+    original = first.run
+
+    def run_then_stop(defer_confirmation: bool = False) -> None:
+        original(defer_confirmation)
+        stop.set()  # a Ctrl-C as its exact phase ends
+
+    first.run = run_then_stop  # type: ignore[method-assign]
+    _label_all([first, later], stop, 1, defer=True)  # type: ignore[list-item]
+    assert log == [("exact", "a"), ("confirm", "a")]  # c never begun
+    assert first.status.state == "interrupted" and later.status.state == "running"
 
 
 # -- the options ----------------------------------------------------------------------------

@@ -34,7 +34,7 @@ import math
 import shutil
 import statistics
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -132,16 +132,30 @@ class SiteLabeller:
     reference: Artifact = field(init=False)
     heuristic: Tree = field(init=False)
     _answers: dict[tuple[str, str, str], Paired] = field(init=False, default_factory=dict)
+    # run(defer_confirmation=True) ended with wall-time retests still to measure (confirm())
+    awaiting_confirmation: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self.status = LabelsStatus(self.rundir.experiment.task, self.rundir.path)
 
     # -- running
 
-    def run(self) -> None:
-        """The whole procedure; how it ended goes to the journal and ``status``."""
+    def run(self, defer_confirmation: bool = False) -> None:
+        """The whole procedure; how it ended goes to the journal and ``status``.
+        ``defer_confirmation``: the wall-time retests are left for ``confirm()`` (then
+        ``awaiting_confirmation``), so that a thread counting exact labels is not held by
+        timed runs that wait for the one timed CPU (``pipeline.sites``)."""
+        self._guarded(lambda: self._run(defer_confirmation))
+
+    def confirm(self) -> None:
+        """The retests ``run(defer_confirmation=True)`` left, then the finish; a stop that
+        came meanwhile ends it interrupted (its confirmations measured on --resume)."""
+        self.awaiting_confirmation = False
+        self._guarded(self._retest)
+
+    def _guarded(self, body: Callable[[], None]) -> None:
         try:
-            self._run()
+            body()
         except (Interrupted, BuildInterrupted):  # a compiler the Ctrl-C reached: the same
             self.status.state = "interrupted"
             self._finish("interrupted")
@@ -152,6 +166,8 @@ class SiteLabeller:
         except Exception as exc:  # one line for the user, the rundir kept for --resume
             self._fail(" ".join(str(exc).split()) or type(exc).__name__)
         else:
+            if self.awaiting_confirmation:  # still running: its confirmations to come
+                return
             self.status.state, self.status.phase = "finished", "done"
             self._finish("completed")
 
@@ -166,7 +182,7 @@ class SiteLabeller:
             self.status.state = "failed"
             self.status.error = f"{self.rundir.journal_path}: cannot write ({exc})"
 
-    def _run(self) -> None:
+    def _run(self, defer_confirmation: bool = False) -> None:
         events = self.rundir.events()
         if any(isinstance(e, (ReferenceEvent, FinishEvent)) for e in events):
             self.rundir.append(ResumeEvent(from_step=0))
@@ -185,6 +201,11 @@ class SiteLabeller:
         if self.rundir.experiment.sweep:
             self._sweep()
         if self.rundir.experiment.retest:
+            waiting = self._to_retest() if defer_confirmation else 0
+            if waiting:
+                self.awaiting_confirmation = True
+                self.status.phase = f"{waiting} label(s) waiting for their wall-time retest"
+                return
             self._retest()
 
     def check_stop(self) -> None:
@@ -385,6 +406,13 @@ class SiteLabeller:
                 reference = built.artifact
             self._label(e.site, e.context, overrides, reference, e.decision, e.heat,
                         trial="retest", changed=e.context == "alone")
+
+    def _to_retest(self) -> int:
+        """How many retests the journal still lacks (of the labels ``_retest`` measures)."""
+        exp = self.rundir.experiment
+        return sum(e.trial == "labels" and exp.confirms(e.outcome)
+                   and ("label", "retest", _label_key(e)) not in self._answers
+                   for e in self.rundir.events() if isinstance(e, LabelEvent))
 
     def _minimal(self) -> list[int]:
         return next((e.subset for e in self.rundir.events() if isinstance(e, MinimalEvent)), [])
