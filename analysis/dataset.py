@@ -53,6 +53,7 @@ from analysis.label_training import (
     site_label,
 )
 from analysis.label_training import _has_features as labels_row_has_features
+from analysis.parquet import read_parquet_bytes
 from analysis.policy_training import KEY, label
 from dispatcher.core.decisions import Features, site_location
 from dispatcher.core.files import (
@@ -886,8 +887,6 @@ def read_dataset(root: Path) -> Dataset:
     """A dataset, checked: its index (``read_index``), the size and sha256 of every file it
     lists (a file changed after the export is refused), and every column and value training
     reads (``_check_sites``)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
     index = read_index(root)
     data = {rel: _read_listed(root, rel, entry) for rel, entry in sorted(index["files"].items())}
     sites = {}
@@ -900,7 +899,7 @@ def read_dataset(root: Path) -> Dataset:
             raise DatasetError(f"{root / INDEX}: benchmark {bench} has labels or rewards, "
                                f"but no {rel} is listed ({_EXPECTED})")
         try:
-            table = pq.read_table(pa.BufferReader(data[rel]))
+            table = read_parquet_bytes(data[rel])
         except Exception as exc:  # pyarrow's errors have no common base but Exception
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise DatasetError(f"{path}: not a sites table ({reason})") from None

@@ -69,6 +69,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.labels import CYCLES_COLUMNS, ID_COLUMNS, OUTCOME_COLUMNS
+from analysis.parquet import parquet_frame
 from analysis.policy_training import KEY
 from dispatcher.core.decisions import Features
 from dispatcher.core.files import TextFileError, read_regular_bytes
@@ -289,7 +290,7 @@ def read_labels_file(path: Path) -> tuple[pd.DataFrame, str]:
         raise LabelsError(f"{exc} ({expected})") from None
     try:
         if path.suffix == ".parquet":
-            table = pd.read_parquet(io.BytesIO(data))
+            table = parquet_frame(data)
         else:
             table = pd.read_csv(io.BytesIO(data), keep_default_na=False, na_values=[""])
     except Exception as exc:  # unreadable, not parquet, not CSV, empty
