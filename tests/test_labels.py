@@ -395,7 +395,8 @@ def test_delta_debugging_finds_exactly_the_planted_decision_among_idle_ones(tmp_
         + "))\n")
     done = run("measure-sites", "--config", str(cfg), "--tree", f"{PLANTED}={tree}",
                "--runs", "2", "--max-pairs", "3", "--keep", "0.5", "--metric", "cycles",
-               "--retest", "--confirm-size", "quick", cwd=tmp_path)  # not full: seconds a run
+               "--retest", "--size", "tiny", "--confirm-size", "quick",
+               cwd=tmp_path)  # counted at tiny: seconds under cachegrind; not full: seconds a run
     assert done.returncode == 0, done.stderr
     rundir = SitesRundir(next(p for p in (tmp_path / "rundirs").iterdir()
                               if "-sites-" in p.name))

@@ -9,6 +9,7 @@ bundled programs), with both ``inline`` and ``dont_inline`` answers changing the
 decisions; a malformed or pickled file is one line from the compiler."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import pickle
@@ -132,13 +133,15 @@ def policies(sites, tmp_path_factory):
     default guard rails; and the boosted one without them."""
     tmp = tmp_path_factory.mktemp("policies")
     out = {}
-    for name, kwargs in (("boosted", {}), ("logistic", {}), ("mlp", {}),
-                         ("boosted-bare", {"margin": 0.0, "ranges": False,
-                                           "growth_budget": None}),
-                         ("boosted-unbudgeted", {"growth_budget": None}),
-                         ("boosted-budget", {"growth_budget": SMALL_BUDGET})):
+    trained = {name: train(sites, name, 0.0) for name in ("boosted", "logistic", "mlp")}
+    # the guard rails are the file's, not the fit's: one boosted model under each
+    for name, rails in (("boosted", {}), ("logistic", {}), ("mlp", {}),
+                        ("boosted-bare", {"margin": 0.0, "ranges": False,
+                                          "growth_budget": None}),
+                        ("boosted-unbudgeted", {"growth_budget": None}),
+                        ("boosted-budget", {"growth_budget": SMALL_BUDGET})):
         path = tmp / f"{name}.policy"
-        save_policy_file(train(sites, name.split("-")[0], 0.0, **kwargs), path)
+        save_policy_file(dataclasses.replace(trained[name.split("-")[0]], **rails), path)
         out[name] = path
     path = tmp / "constant.policy"
     save_policy_file(train(_constant(sites), "boosted", 0.0), path)
