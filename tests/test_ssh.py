@@ -125,7 +125,9 @@ def test_run_benchmark_over_ssh_uploads_once_and_measures_on_every_host(lab, com
 
 @needs_lab
 def test_short_annealing_run_over_ssh(lab, compiler, tmp_path):
-    cfg = write_config(tmp_path / "c.yaml", lab.config(cpus=[CPU]), measure=FEW_PAIRS, search={
+    # tiny runs: what is asserted is where they ran and that the steps were journaled
+    cfg = write_config(tmp_path / "c.yaml", lab.config(cpus=[CPU]), measure=FEW_PAIRS,
+                       run={"runs": 2, "timeout": 30, "size": "tiny"}, search={
         "baseline_runs": 2, "remeasure_every": 2, "rundirs": str(tmp_path / "rundirs"),
         "batch_log": str(tmp_path / "batch.log")})
     (tmp_path / "tasks").write_text("kahan\n")
