@@ -48,6 +48,7 @@ from analysis.sources import write_sources
 from dispatcher.core.decisions import write_overrides
 from dispatcher.core.files import atomic_output, write_text_atomic
 
+BOOTSTRAP_ROUNDS = 100  # refits per configuration for the rewards' 95% intervals
 MIN_CANDIDATES = 3  # measured trees, the baseline's included, below which nothing is fitted
 
 
@@ -104,7 +105,8 @@ class BenchmarkRewards:
         return pd.DataFrame(rows)
 
 
-def assign(candidates: Candidates, hypers: Sequence[Hyper], bootstrap_rounds: int = 100,
+def assign(candidates: Candidates, hypers: Sequence[Hyper],
+           bootstrap_rounds: int = BOOTSTRAP_ROUNDS,
            seed: int = 0) -> BenchmarkRewards:
     """Fit every configuration of ``hypers`` to ``candidates``."""
     table = candidates.measured

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from analysis.models import DEFAULT_ALPHAS, DEFAULT_GAMMAS, MODELS, TARGETS, grid
+from analysis.rewards import BOOTSTRAP_ROUNDS
 from commands.common import fail
 from pipeline.rewards import Fitted, RewardsInputError, candidates_of, fit_each, rundirs_to_fit
 
@@ -43,7 +44,7 @@ def _floats(option: str, values: tuple[str, ...], default: tuple[float, ...],
               help=f"Regularisation strengths (default {DEFAULT_ALPHAS}).")
 @click.option("--target", "targets", multiple=True, type=click.Choice(TARGETS),
               help="Regression targets: speedup - 1 (linear) or log speedup (default: both).")
-@click.option("--bootstrap", "rounds", default=100, show_default=True,
+@click.option("--bootstrap", "rounds", default=BOOTSTRAP_ROUNDS, show_default=True,
               type=click.IntRange(0, 10000), help="Bootstrap refits per configuration for "
               "the rewards' 95% intervals (0: none).")
 @click.option("--min-r2", default=0.0, show_default=True, type=float,

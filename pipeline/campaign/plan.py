@@ -17,6 +17,7 @@ from typing import Any
 
 from analysis.models import MODELS
 from analysis.policy_training import CLASSIFIERS as TRAINED_CLASSIFIERS
+from analysis.rewards import BOOTSTRAP_ROUNDS
 from dispatcher.build.manifest import (
     SPLITS,
     ManifestError,
@@ -44,6 +45,7 @@ CLASSIFIERS = ("all", *TRAINED_CLASSIFIERS)  # all: train-policy validates each,
 SIZES = ("tiny", "quick", "full")
 _SIZES_SAID = "tiny, quick or full"
 MAX_WORKER_HOURS = 1e6
+MAX_BOOTSTRAP = 10000  # assign-rewards --bootstrap's most
 
 
 class CampaignError(FileKeyError):
@@ -103,6 +105,7 @@ class Campaign:
     worker_hours: float = 24.0  # shared by the search and the sweeps
     search_share: float = 0.5  # the most of it the search may use
     rewards_model: str = "ridge"
+    rewards_bootstrap: int = BOOTSTRAP_ROUNDS  # assign-rewards --bootstrap
     search: SearchStage = field(default_factory=SearchStage)
     labels: LabelsStage = field(default_factory=LabelsStage)
     policy: PolicyStage = field(default_factory=PolicyStage)
@@ -345,6 +348,7 @@ def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
     batch_log, inputs = _batch_log_setting(r, config)
     size = _choice(r, data, "size", "size", "full", SIZES, _SIZES_SAID)
     budget = r.section(data, "budget", {"worker_hours", "search_share"})
+    rewards = r.section(data, "rewards", {"model", "bootstrap"})
     campaign = Campaign(
         source=source, config=config, dir=path("dir", "campaign"),
         results=path("results", "results"), size=size,
@@ -353,9 +357,11 @@ def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
         search_share=_fraction(r, budget, "search_share", "budget.search_share",
                                Campaign.search_share),
         search=_search(r, data, size), labels=_labels(r, data),
-        rewards_model=_choice(r, r.section(data, "rewards", {"model"}), "model",
-                              "rewards.model", Campaign.rewards_model, MODELS,
-                              " or ".join(MODELS)),
+        rewards_model=_choice(r, rewards, "model", "rewards.model", Campaign.rewards_model,
+                              MODELS, " or ".join(MODELS)),
+        rewards_bootstrap=r.count(rewards, "bootstrap", "rewards.bootstrap",
+                                  Campaign.rewards_bootstrap, most=MAX_BOOTSTRAP,
+                                  what="bootstrap refits"),
         policy=_policy(r, data), evaluate=_evaluate(r, data), quick=quick,
         batch_log_setting=batch_log)
     inputs += _benchmark_inputs(r, (("search.benchmarks", campaign.search.benchmarks),
@@ -375,7 +381,10 @@ def _identity(c: Campaign, *, legacy: bool = False) -> str:
     what: dict[str, Any] = {
         "config": str(c.config), "size": c.size, "search": search,
         "labels": {k: v for k, v in c.labels.__dict__.items()
-                   if k != "metric" or v != "time"}, "rewards": c.rewards_model,
+                   if k != "metric" or v != "time"},
+        # the bootstrap only where it is not the default: earlier identities hold
+        "rewards": c.rewards_model if c.rewards_bootstrap == BOOTSTRAP_ROUNDS
+        else [c.rewards_model, c.rewards_bootstrap],
         "policy": c.policy.__dict__, "evaluate": c.evaluate.__dict__}
     if not legacy:
         what["inputs"] = [list(x) for x in c.inputs]
