@@ -6,6 +6,7 @@ the share only falls further, so these tests hold whatever else runs (no timing 
 """
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -71,8 +72,10 @@ def test_run_benchmark_under_a_hog_from_the_start_flags_every_run_and_reports_no
     assert "floor 0.80" in warning and f"unresolved on {worker}" in warning
     assert "runs: none undisturbed, 6 disturbed (not used), 0 failed" in proc.stderr
     (speedup,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("speedup over")]
-    assert speedup.startswith("speedup over the heuristic: none, unresolved: 0 undisturbed "
-                              "pairs of the 3 needed;")
+    # no speedup: fewer undisturbed pairs than needed (beside the parallel suite the hog is
+    # itself starved now and then, and a pair's runs may pass the floor: 2 of 3, once in CI)
+    assert re.match(r"speedup over the heuristic: none, unresolved: [012] undisturbed pairs "
+                    r"of the 3 needed;", speedup), speedup
 
 
 def test_a_search_under_a_hog_from_the_start_fails_its_baseline_in_one_line(
