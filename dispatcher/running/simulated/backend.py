@@ -10,19 +10,25 @@ overrides to its program's real tree (``programs``), writes the dumps the real c
 would have written and a small "binary" (an ELF file with a symbol per function, ``elf``)
 that says what it is, and sleeps the modelled compile time times ``time_scale``.  A profile
 job gets samples of the model's heat at the binary's function offsets, which the master
-names through the symbol table as it names a real binary's.  The "compiler" is a file whose
+names through the symbol table as it names a real binary's.  An exact job (``measure.metric``
+instructions or cycles) gets the agent's counted record: counts that follow from the binary's
+modelled time alone, after ``count_s`` of slot time; in an exact session the CPUs the
+simulated compiles use are lent to exact jobs as the local backend lends its compile CPUs
+(``LentSlot``: a count there waits for a CPU no build holds).  The "compiler" is a file whose
 content is the model's identity, so a store never mixes simulated candidates of two models
 with each other or with real ones.  With ``simulated.ray`` the slots live in the actors of a
 Ray cluster instead (``ray_hosts``), the builder still here.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import tarfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -36,11 +42,15 @@ from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult, SampleProfile
 from dispatcher.core.validation import MAX_PARALLEL, KeyPathError, Reader, load_strict
 from dispatcher.running.agent_client import AgentError, WorkerLost
+from dispatcher.running.backend import EXACT_CLASS
+from dispatcher.running.exact import IDENTITY
 from dispatcher.running.simulated.elf import ElfError, Layout, elf_bytes, layout, read_note
 from dispatcher.running.simulated.model import (
     ELSEWHERE_SHARE,
     RUNTIME_SHARE,
     Model,
+    ProgramModel,
+    count_run,
     draw_run,
     parse_model,
 )
@@ -63,6 +73,9 @@ CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) \
 MAX_SLOTS = 100_000
 MAX_SAMPLES = 100_000  # of one simulated profile run (the agent's buffer holds ~16k)
 BINARY_FORMAT = "inlining-orchestrator simulated binary 2"
+# What a simulated slot says of its "valgrind" (``exact.check_workers``): its counts are the
+# model's, stored apart from any real worker's (the version joins every exact key).
+EXACT_INFO = {"available": True, "version": "simulated", "identity": IDENTITY, "reason": None}
 
 
 @dataclass(frozen=True)
@@ -78,6 +91,9 @@ class SimulatedConfig:
     depth: int = 2
     # None: the slots live in this process; else in the actors of a Ray cluster (ray_hosts)
     ray: Optional[RayHosts] = None
+    # In an exact session, lend the compile CPUs (``compile_jobs`` of them) to exact jobs, as
+    # the local backend does (local slots only: the Ray backend lends none)
+    lend: bool = True
 
 
 @dataclass(frozen=True)
@@ -144,13 +160,35 @@ class World:
         self.cpu_s = 0.0  # CPU seconds of the simulated slots' and builder's own work
         self.builds = 0
         self.build_s = 0.0  # wall seconds of the builds, their sleeps included
+        # The compile CPUs, where they are lent to exact jobs (``LentSlot``): a build or a
+        # count holds one while it takes model time, so the two share them as on the real
+        # master; None: the builds have them to themselves.
+        self.compile_cpus: Optional[threading.Semaphore] = None
+        self.waited_s = 0.0  # wall seconds lent slots' jobs waited for a compile CPU
 
-    def spent(self, cpu_s: float, build_s: float | None = None) -> None:
+    def spent(self, cpu_s: float, build_s: float | None = None, waited_s: float = 0.0
+              ) -> None:
         with self._lock:
             self.cpu_s += cpu_s
+            self.waited_s += waited_s
             if build_s is not None:
                 self.builds += 1
                 self.build_s += build_s
+
+    @contextlib.contextmanager
+    def compile_cpu(self) -> Iterator[float]:
+        """Hold one of the compile CPUs (where they are shared with lent slots) -> the wall
+        seconds waited for it."""
+        cpus = self.compile_cpus
+        if cpus is None:
+            yield 0.0
+            return
+        t0 = time.monotonic()
+        cpus.acquire()
+        try:
+            yield time.monotonic() - t0
+        finally:
+            cpus.release()
 
     def program(self, bench: Benchmark) -> Program:
         where = bench.directory.resolve()
@@ -226,14 +264,15 @@ class SimulatedSlot:
         self._closed = False
         self._jobs: dict[str, int] = {}  # jobs of each binary (and kind) run here so far
 
-    def _rng(self, sha256: str, profile: bool = False) -> random.Random:
+    def _rng(self, sha256: str, profile: bool = False, exact: bool = False) -> random.Random:
         """The draws of this slot's next job of binary ``sha256``: the same, whichever order
         the slot's runner threads take their jobs in (a comparison on a slot replays).
         Profile jobs are counted apart from timing jobs: a profile's samples must not depend
         on how many timing jobs of the binary this process ran before it, or a chain
         resumed after a kill that found the baseline's runs in the store (and so ran none)
-        would draw another profile than the uninterrupted chain, and propose other flips."""
-        key = f"{sha256}/profile" if profile else sha256
+        would draw another profile than the uninterrupted chain, and propose other flips.
+        Exact jobs likewise (a count draws only its loss)."""
+        key = f"{sha256}/profile" if profile else f"{sha256}/exact" if exact else sha256
         n = self._jobs.get(key, 0)
         self._jobs[key] = n + 1
         return random.Random(f"{self._world.model.seed}/{self.name}/{key}/{n}")
@@ -246,10 +285,12 @@ class SimulatedSlot:
         with self._lock:
             if self._closed:
                 raise WorkerLost(f"{self.name}: closed")
-            rng = self._rng(job.sha256, bool(job.profile_period_ns))
+            rng = self._rng(job.sha256, bool(job.profile_period_ns), job.exact)
             if rng.random() < noise.lost:
                 world.sleep(binary.run_s * job.runs * rng.random())
                 raise WorkerLost(f"{self.name}: simulated loss of the worker")
+            if job.exact:
+                return self._count(job, binary, program, cpu0)
             records = []
             for _ in range(job.runs):
                 rec = draw_run(rng, binary.run_s, program, noise, self.cpu, job.aslr,
@@ -265,6 +306,32 @@ class SimulatedSlot:
             world.sleep(noise.job_overhead_s + sum(r.wall_s for r in records))
         return result
 
+    def _count(self, job: RunJob, binary: SimulatedBinary, program: ProgramModel,
+               cpu0: float) -> RunResult:
+        """An exact job's runs: the same counts each time, after their modelled cost (on a
+        lent slot, once a compile CPU is free)."""
+        world = self._world
+        records = tuple(count_run(binary.run_s, program, self.cpu,
+                                  job.expected_output is not None) for _ in range(job.runs))
+        result = RunResult(sha256=job.sha256, args=job.args, worker=self.name,
+                           worker_class=self.worker_class, cpu=self.cpu, records=records)
+        with self._cpu() as waited:
+            world.spent(time.thread_time() - cpu0, waited_s=waited)
+            world.sleep(world.model.noise.job_overhead_s + sum(r.wall_s for r in records))
+        return result
+
+    def _cpu(self) -> contextlib.AbstractContextManager[float]:
+        """Where this slot's job takes its time: its own CPU (the lent slots: a compile
+        CPU's)."""
+        return contextlib.nullcontext(0.0)
+
+    def exact_info(self) -> tuple[dict, str]:
+        """As an agent answers ``hello`` with ``exact: true``: it counts (the model's
+        counts), on no host."""
+        if self._closed:
+            raise WorkerLost(f"{self.name}: closed")
+        return dict(EXACT_INFO), ""
+
     def probe(self) -> None:
         """A simulated worker always answers again (a loss is never for good)."""
         if self._closed:
@@ -272,6 +339,24 @@ class SimulatedSlot:
 
     def close(self) -> None:
         self._closed = True
+
+
+class LentSlot(SimulatedSlot):
+    """A compile CPU lent to exact jobs (``EXACT_CLASS``), as the local backend's
+    ``ExactSlot``: it refuses a timed job, and its counts take a compile CPU while they take
+    model time, so builds and counts share the ``compile_jobs`` CPUs."""
+
+    def __init__(self, index: int, world: World, depth: int = 2):
+        super().__init__(index, world, EXACT_CLASS, depth)
+        self.name = f"sim/cpu{index}/exact"
+
+    def run(self, job: RunJob) -> RunResult:
+        if not job.exact:
+            raise ValueError(f"{self.name}: a timed job on a CPU lent to exact jobs only")
+        return super().run(job)
+
+    def _cpu(self) -> contextlib.AbstractContextManager[float]:
+        return self._world.compile_cpu()
 
 
 class SimulatedBuilder:
@@ -286,6 +371,11 @@ class SimulatedBuilder:
 
     def build(self, bench: Benchmark, outdir: Path, ocamlopt: Path, flags: tuple[str, ...],
               overrides: dict[str, Path], dump_decisions: bool) -> BuildResult:
+        with self._world.compile_cpu():
+            return self._build(bench, outdir, overrides)
+
+    def _build(self, bench: Benchmark, outdir: Path, overrides: dict[str, Path]
+               ) -> BuildResult:
         t0, cpu0 = time.monotonic(), time.thread_time()
         try:
             program = self._world.program(bench)
@@ -306,7 +396,7 @@ class SimulatedBuilder:
         path = outdir / bench.binary_name()
         path.write_bytes(binary.file_bytes(lay))
         cpu = time.thread_time() - cpu0
-        self._world.sleep(model.compile_s)
+        self._world.sleep(model.compile_s.draw(identity))
         self._world.spent(cpu, time.monotonic() - t0)
         units = sum(u.is_impl for u in bench.units())
         return BuildResult(binary=path, decision_files=sorted(files),
@@ -317,10 +407,17 @@ class SimulatedBuilder:
 
 
 class SimulatedBackend:
-    def __init__(self, config: SimulatedConfig):
+    def __init__(self, config: SimulatedConfig, exact: bool = False):
+        """``exact``: the session measures in an exact metric; with ``config.lend`` the
+        compile CPUs are lent to its exact jobs (``LentSlot``), as the local backend's."""
         self.world = World(config)
-        self.slots = [SimulatedSlot(i, self.world, config.worker_class, config.depth)
-                      for i in range(config.slots)]
+        self.slots: list[SimulatedSlot] = [
+            SimulatedSlot(i, self.world, config.worker_class, config.depth)
+            for i in range(config.slots)]
+        if exact and config.lend:
+            self.world.compile_cpus = threading.Semaphore(config.compile_jobs)
+            self.slots += [LentSlot(config.slots + i, self.world, config.depth)
+                           for i in range(config.compile_jobs)]
         self.builder = SimulatedBuilder(self.world, config.compile_jobs)
 
     def remote_builder(self) -> SimulatedBuilder:
@@ -347,7 +444,7 @@ def simulated_compiler(config: SimulatedConfig) -> Compiler:
 # --------------------------------------------------------------------------- configuration
 
 KEYS = ("slots", "worker_class", "time_scale", "compile_jobs", "model", "cache_dir", "depth",
-        "ray")
+        "ray", "lend")
 MAX_DEPTH = 2
 
 
@@ -426,10 +523,11 @@ def parse_config(section: dict, r: Reader) -> SimulatedConfig:
     hosts = None
     if section.get("ray") is not None:
         hosts = parse_section(section["ray"], r, slots)
+    lend = r.boolean(section, "lend", "simulated.lend", SimulatedConfig.lend)
     return SimulatedConfig(slots=slots, worker_class=worker_class, time_scale=time_scale,
                            compile_jobs=jobs, model=model, cache_dir=cache, depth=depth,
-                           ray=hosts)
+                           ray=hosts, lend=lend)
 
 
-__all__ = ["SimulatedBackend", "SimulatedBinary", "SimulatedBuilder",
+__all__ = ["LentSlot", "SimulatedBackend", "SimulatedBinary", "SimulatedBuilder",
            "SimulatedConfig", "SimulatedSlot", "World", "simulated_compiler"]

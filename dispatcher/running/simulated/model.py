@@ -13,6 +13,13 @@ below the measurement floor, and its wall time stretches accordingly, so the mas
 judge throws it away and a comparison runs another round); a job loses its slot with
 probability ``noise.lost`` (``WorkerLost``: the scheduler runs it again elsewhere).
 
+The exact metric (a counted run, ``measure.metric`` instructions or cycles): a binary's counts
+follow from its mean modelled run time alone (``exact_counts``: no noise, the same numbers
+every time), and a counted run takes ``count_s`` of slot time (its program's heuristic build
+under cachegrind; a binary that runs faster counts faster).  A build takes ``compile_s``: a
+number, a lognormal (``mean``, ``cv``) or a list of measured seconds, either drawn from the
+candidate's decisions (``CompileTime.draw``: the same for the same binary).
+
 Where a program spends its time (``heat``, what a profile job samples): a share ``hot_share``
 of its functions runs, each with a heavy-tailed weight drawn from the seed, and every function
 holding a planted effect's decision runs with at least ``planted_heat`` of the samples, and
@@ -70,11 +77,44 @@ class Effect:
 
 
 @dataclass(frozen=True)
+class CompileTime:
+    """One build's model seconds: ``mean_s`` every time; with ``cv`` a lognormal of that
+    mean; with ``samples`` one of those (measured) seconds.  Drawn from the candidate's
+    decisions (``draw``), so a build of the same tree takes the same time."""
+
+    mean_s: float = 1.0
+    cv: float = 0.0
+    samples: tuple[float, ...] = ()
+
+    def draw(self, identity: str) -> float:
+        """The seconds a build of the decisions ``identity`` (their hash) takes."""
+        if self.samples:
+            pick = int(hashlib.sha256(f"compile/{identity}".encode()).hexdigest()[:12], 16)
+            return self.samples[pick % len(self.samples)]
+        if self.cv > 0:
+            return self.mean_s * lognormal_factor(random.Random(f"compile/{identity}"), self.cv)
+        return self.mean_s
+
+    def canonical(self) -> float | dict[str, Any]:
+        """As the model's identity writes it: a plain number when it is one (the form of the
+        models before distributions, so their identities and stores stay theirs)."""
+        if self.samples:
+            return {"samples": list(self.samples)}
+        if self.cv > 0:
+            return {"mean": self.mean_s, "cv": self.cv}
+        return self.mean_s
+
+
+COUNT_S = 2.0  # a counted run of a heuristic build: cachegrind's median at tiny size, about
+
+
+@dataclass(frozen=True)
 class ProgramModel:
     """One program's modelled times (seconds of model time) and planted effects."""
 
     run_s: float = 1.0  # one run of the heuristic build
-    compile_s: float = 1.0  # one whole build
+    compile_s: CompileTime = CompileTime()  # one build
+    count_s: float = COUNT_S  # one counted (exact) run of the heuristic build
     cpu_share: float = 0.98  # a quiet run's CPU time over its wall time
     layout_sd: float = 0.0  # sd of the per-binary log factor (0: none)
     effects: tuple[Effect, ...] = ()
@@ -93,6 +133,15 @@ class ProgramModel:
         if self.layout_sd > 0:
             layout = random.Random(identity).gauss(0.0, self.layout_sd)
         return self.run_s * math.exp(layout - self.log_speedup(taken))
+
+    def canonical(self) -> dict[str, Any]:
+        """As the model's identity writes it (``count_s`` only where it is not the default,
+        and a constant ``compile_s`` as a number: earlier models keep their identity)."""
+        data = asdict(self)
+        data["compile_s"] = self.compile_s.canonical()
+        if self.count_s == COUNT_S:
+            del data["count_s"]
+        return data
 
     def function_heat(self, name: str, functions: Sequence[str],
                       planted: Mapping[str, float], seed: int) -> dict[str, float]:
@@ -145,8 +194,8 @@ class Model:
     def identity(self) -> str:
         """sha256 of the model's canonical JSON: simulated binaries of two models never
         share a cache key (it joins the simulated compiler's identity)."""
-        data = {"programs": {k: asdict(v) for k, v in sorted(self.programs.items())},
-                "default": asdict(self.default), "noise": asdict(self.noise),
+        data = {"programs": {k: v.canonical() for k, v in sorted(self.programs.items())},
+                "default": self.default.canonical(), "noise": asdict(self.noise),
                 "seed": self.seed}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
@@ -175,6 +224,37 @@ def draw_run(rng: random.Random, mean_s: float, program: ProgramModel, noise: No
                      maxrss_kb=4096, exit_status=0, output_ok=True if check_output else None,
                      cpu_share=share, cpu_share_source="rusage", nivcsw=0,
                      cpus_allowed=str(cpu), aslr=aslr, strays=0)
+
+
+# Cachegrind's events per instruction executed (``workers/agent/cachegrind.EVENTS``): round
+# figures of a compiled OCaml program (about 0.3 reads and 0.15 writes, 0.15 conditional
+# branches per instruction, a few misses per thousand).  With the default cycle weights
+# (``dispatcher.core.cycles``) they make 1.415 estimated cycles per instruction.
+PER_INSTRUCTION = {"I1mr": 0.001, "ILmr": 0.0001, "Dr": 0.3, "D1mr": 0.01, "DLmr": 0.001,
+                   "Dw": 0.15, "D1mw": 0.005, "DLmw": 0.0005, "Bc": 0.15, "Bcm": 0.005,
+                   "Bi": 0.01, "Bim": 0.001}
+CLOCK_HZ = 3e9  # the modelled core: a binary's estimated cycles are its mean run time at 3 GHz
+CYCLES_PER_INSTRUCTION = 1.415
+
+
+def exact_counts(mean_s: float) -> dict[str, int]:
+    """Cachegrind's counts for a binary whose mean modelled run time is ``mean_s``: a pure
+    function of it (an exact metric has no noise), every ratio between two binaries in
+    instructions or cycles that of their modelled times (to rounding)."""
+    ir = round(mean_s * CLOCK_HZ / CYCLES_PER_INSTRUCTION)
+    return {"Ir": ir, **{event: round(ir * rate) for event, rate in PER_INSTRUCTION.items()}}
+
+
+def count_run(mean_s: float, program: ProgramModel, cpu: int, check_output: bool
+              ) -> RunRecord:
+    """One counted run's record, shaped as the agent's under cachegrind (its counts; no CPU
+    share: a count is never judged disturbed), of a binary whose mean modelled run time is
+    ``mean_s``; it takes ``count_s`` scaled by that time over the heuristic build's."""
+    wall = program.count_s * mean_s / program.run_s
+    return RunRecord(wall_ns=int(wall * 1e9), user_s=wall * 0.97, sys_s=wall * 0.03,
+                     maxrss_kb=65536, exit_status=0, output_ok=True if check_output else None,
+                     cpus_allowed=str(cpu), aslr=False, strays=0,
+                     counts=exact_counts(mean_s))
 
 
 # --------------------------------------------------------------------------- as data
@@ -215,7 +295,7 @@ def _effect(r: Reader, data: Any, name: str) -> Effect:
                   tuple(_condition(r, c, f"{name}.requires[{i}]") for i, c in enumerate(requires)))
 
 
-PROGRAM_KEYS = ("run_s", "compile_s", "cpu_share", "layout_sd", "effects", "hot_share",
+PROGRAM_KEYS = ("run_s", "compile_s", "count_s", "cpu_share", "layout_sd", "effects", "hot_share",
                 "planted_heat", "heat")
 
 
@@ -234,6 +314,32 @@ def _heat(r: Reader, data: Any, name: str, base: tuple[tuple[str, float], ...]
     return tuple(out)
 
 
+MAX_SAMPLES = 100_000  # measured compile times in one list
+
+
+def _compile_time(r: Reader, data: Any, name: str, base: CompileTime) -> CompileTime:
+    """``compile_s``: seconds, ``{mean, cv}`` (a lognormal) or a list of measured seconds."""
+    if data is None:
+        return base
+    if isinstance(data, dict):
+        d = r.mapping(data, name, ("mean", "cv"), ("mean",))
+        return CompileTime(
+            mean_s=_number(r, d, "mean", f"{name}.mean", 0.0, 0, MAX_SECONDS, what="seconds"),
+            cv=_number(r, d, "cv", f"{name}.cv", 0.0, 0, 10,
+                       what="a coefficient of variation"))
+    if isinstance(data, list):
+        if not data or len(data) > MAX_SAMPLES:
+            raise r.error(name, f"expected 1 to {MAX_SAMPLES} measured seconds, got "
+                                f"{len(data)}")
+        for i, v in enumerate(data):
+            if not finite_number(v) or not 0 <= v <= MAX_SECONDS:
+                raise r.fail(f"{name}[{i}]", f"seconds from 0 to {MAX_SECONDS:g}", v)
+        samples = tuple(float(v) for v in data)
+        return CompileTime(mean_s=sum(samples) / len(samples), samples=samples)
+    return CompileTime(mean_s=_number(r, {"s": data}, "s", name, 0.0, 0, MAX_SECONDS,
+                                      what="seconds, {mean, cv} or a list of seconds"))
+
+
 def _program(r: Reader, data: Any, name: str, base: ProgramModel) -> ProgramModel:
     d = r.mapping({} if data is None else data, name, PROGRAM_KEYS, ())
     effects = d.get("effects", [])
@@ -242,8 +348,9 @@ def _program(r: Reader, data: Any, name: str, base: ProgramModel) -> ProgramMode
     return ProgramModel(
         run_s=_number(r, d, "run_s", f"{name}.run_s", base.run_s, 0, MAX_SECONDS, True,
                       "seconds"),
-        compile_s=_number(r, d, "compile_s", f"{name}.compile_s", base.compile_s, 0,
-                          MAX_SECONDS, what="seconds"),
+        compile_s=_compile_time(r, d.get("compile_s"), f"{name}.compile_s", base.compile_s),
+        count_s=_number(r, d, "count_s", f"{name}.count_s", base.count_s, 0, MAX_SECONDS,
+                        what="seconds"),
         cpu_share=_number(r, d, "cpu_share", f"{name}.cpu_share", base.cpu_share, 0, 1, True,
                           "a CPU share"),
         layout_sd=_number(r, d, "layout_sd", f"{name}.layout_sd", base.layout_sd, 0, 1),

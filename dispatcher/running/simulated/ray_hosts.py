@@ -44,6 +44,7 @@ from dispatcher.running.agent_client import AgentError, WorkerLost
 from dispatcher.running.backend import BackendUnavailable
 from dispatcher.running.simulated.backend import (
     BINARY_FORMAT,
+    EXACT_INFO,
     SimulatedBuilder,
     SimulatedConfig,
     SimulatedSlot,
@@ -286,6 +287,14 @@ class HostedSlot:
                 continue
             raise AgentError(why, code=code)
         raise AssertionError("unreachable")
+
+    def exact_info(self) -> tuple[dict, str]:
+        """Its actor's slot counts as the local simulated slot does (the same model, checked
+        when the actor started): the same answer, once the actor is up."""
+        if self._closed:
+            raise WorkerLost(f"{self.name}: closed")
+        self.host.ensure()
+        return dict(EXACT_INFO), self.host.name
 
     def probe(self) -> None:
         """Start the host's actor again if it was lost; WorkerLost if it does not start."""

@@ -14,9 +14,9 @@ from dispatcher.running.simulated.ray_hosts import RayHostedBackend
 
 
 def start(config: SimulatedConfig, context: BackendContext) -> Backend:
-    if config.ray is not None:  # the slots in Ray actors
+    if config.ray is not None:  # the slots in Ray actors (none lent, as the Ray backend's)
         return RayHostedBackend(config)
-    return SimulatedBackend(config)
+    return SimulatedBackend(config, exact=context.exact)
 
 
 BACKEND = BackendSpec(name="simulated", parse=parse_config,
