@@ -175,3 +175,36 @@ def test_a_killed_actor_loses_its_jobs_which_run_again_and_it_comes_back(lab, tm
     assert got["starts"] == 2 and got["after"]["pid"] != got["before"]
     assert got["after"]["jobs"] > 0  # the new actor serves its slots again
     assert got["quarantined"] == []
+
+
+@pytest.mark.skipif(lab_unavailable_reason() is not None, reason=lab_unavailable_reason() or "")
+def test_slots_in_actors_count_as_the_local_ones_and_lend_no_cpu(lab, tmp_path):
+    """In an exact session the actors' slots say they count and answer a comparison in cycles
+    with the local slots' counts (one count of each binary); none is lent (as the Ray
+    backend's)."""
+    got = in_lab(lab, tmp_path, """
+        from dispatcher.running.exact import exact_job
+        from dispatcher.running.measurement import PairingPolicy
+        out = {}
+        for name, actors in (("local", 0), ("ray", 2)):
+            with Session(config(name, slots=2, actors=actors,
+                                measure={"metric": "cycles"})) as s:
+                m = s.start_workers()
+                base = s.builds.compile(CompileJob(LU))
+                job = RunJob(sha256=base.sha256, binary=base.binary, args=("1",), runs=1,
+                             timeout=60)
+                counted = s.scheduler.submit(exact_job(job)).result(timeout=60)
+                compared = m.compare(job, job, "simulated", PairingPolicy(5, 20, 0.01),
+                                     metric="cycles").result(timeout=60)
+                out[name] = {"counts": counted.records[0].counts,
+                             "classes": [x.worker_class for x in s.backend.slots],
+                             "identity": m.exact_identity, "stopped": compared.stopped,
+                             "times": [compared.reference_times, compared.candidate_times]}
+        print(json.dumps(out))
+    """)
+    local, ray = got["local"], got["ray"]
+    assert ray["counts"] == local["counts"] and ray["counts"]["Ir"] > 0
+    assert ray["identity"] == local["identity"] and ray["identity"].endswith("simulated")
+    assert ray["classes"] == ["simulated"] * 2
+    assert local["classes"] == ["simulated"] * 2 + ["exact-only"] * 2  # 2 compile jobs lent
+    assert ray["stopped"] == "exact" and [len(t) for t in ray["times"]] == [1, 1]
