@@ -237,9 +237,11 @@ class Written:
 
 
 def write(result: BenchmarkRewards, out: Path, min_r2: float = 0.0,
-          min_supported: int = 1) -> list[Written]:
+          min_supported: int = 1, plots: bool = True) -> list[Written]:
     """Write the layout of the module's docstring under ``out``; -> what became of each fit's
-    optimal tree (written, or withheld and why)."""
+    optimal tree (written, or withheld and why).  ``plots`` False: no figure is drawn (most of
+    the command's CPU: one per configuration) and any of an earlier run is removed, so none
+    stale stays beside the tables."""
     from analysis.plots import plot_predicted, plot_rewards
     bench_dir = out / result.benchmark
     bench_dir.mkdir(parents=True, exist_ok=True)
@@ -253,9 +255,12 @@ def write(result: BenchmarkRewards, out: Path, min_r2: float = 0.0,
     done = []
     for model in sorted({f.hyper.model for f in result.fits}):
         fits = [f for f in result.fits if f.hyper.model == model]
-        plot_predicted(bench_dir / model / "predicted.png", result.benchmark, model,
-                       measured, {f"{f.hyper.slug} (held-out R^2 {_fmt(_r2_of(f))})":
-                                  f.predicted for f in fits})
+        if plots:
+            plot_predicted(bench_dir / model / "predicted.png", result.benchmark, model,
+                           measured, {f"{f.hyper.slug} (held-out R^2 {_fmt(_r2_of(f))})":
+                                      f.predicted for f in fits})
+        else:
+            (bench_dir / model / "predicted.png").unlink(missing_ok=True)
         for f in fits:
             d = bench_dir / model / f.hyper.slug
             d.mkdir(parents=True, exist_ok=True)
@@ -272,7 +277,10 @@ def write(result: BenchmarkRewards, out: Path, min_r2: float = 0.0,
                 f.rewards.to_csv(tmp, index=False)
             with atomic_output(d / "rewards.parquet") as tmp:
                 f.rewards.to_parquet(tmp, index=False)
-            plot_rewards(d / "rewards.png", result.benchmark, f.hyper.slug, f.rewards)
+            if plots:
+                plot_rewards(d / "rewards.png", result.benchmark, f.hyper.slug, f.rewards)
+            else:
+                (d / "rewards.png").unlink(missing_ok=True)
             write_text_atomic(d / "report.txt", report(result, f, reason))
             done.append(Written(f, path, reason))
     return done

@@ -54,8 +54,11 @@ def _floats(option: str, values: tuple[str, ...], default: tuple[float, ...],
               help="Write an optimal.sexp only for a fit with at least this many calls whose "
                    "net reward's 95% bootstrap interval excludes 0.")
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--plots/--no-plots", default=True, show_default=True,
+              help="Draw the figures (predicted.png, rewards.png: most of the command's CPU, "
+                   "one per configuration); --no-plots removes those of an earlier run.")
 def assign_rewards(rundirs, batch_log, out, benchmarks, models, gammas, alphas, targets,
-                   rounds, min_r2, min_supported, seed):
+                   rounds, min_r2, min_supported, seed, plots):
     """Assign a reward to every inlining decision of each benchmark's searches, and write
     the optimal tree (an overrides file) per model and hyperparameters under OUT: one line
     each, its predicted speedup with its held-out fit, or why none was written (a held-out
@@ -68,7 +71,8 @@ def assign_rewards(rundirs, batch_log, out, benchmarks, models, gammas, alphas, 
         if min_r2 != min_r2 or min_r2 > 1:  # NaN, or more than a perfect fit
             fail(f"--min-r2 {min_r2}: expected a number at most 1")
         errors = 0
-        for fitted in fit_each(by_bench, hypers, rounds, seed, out, min_r2, min_supported):
+        for fitted in fit_each(by_bench, hypers, rounds, seed, out, min_r2,
+                               min_supported, plots):
             if fitted.error is not None:
                 click.echo(f"assign-rewards: {fitted.error}", err=True)
                 errors += 1

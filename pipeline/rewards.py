@@ -102,8 +102,10 @@ def mixed_metrics(bench: str, candidates: Candidates) -> str | None:
 
 
 def fit_each(by_bench: Mapping[str, Candidates], hypers: Sequence[Hyper], rounds: int,
-             seed: int, out: Path, min_r2: float, min_supported: int) -> Iterator[Fitted]:
-    """Each benchmark's rewards fitted and written under ``out``, as each is done, by name."""
+             seed: int, out: Path, min_r2: float, min_supported: int, plots: bool = True
+             ) -> Iterator[Fitted]:
+    """Each benchmark's rewards fitted and written under ``out``, as each is done, by name
+    (``plots``: with their figures)."""
     from analysis.rewards import RewardError, assign, write
     for bench, candidates in sorted(by_bench.items()):
         mixed = mixed_metrics(bench, candidates)
@@ -117,7 +119,7 @@ def fit_each(by_bench: Mapping[str, Candidates], hypers: Sequence[Hyper], rounds
             yield Fitted(bench, error=str(exc))
             continue
         try:
-            written = write(result, out, min_r2, min_supported)
+            written = write(result, out, min_r2, min_supported, plots)
         except OSError as exc:
             raise RewardsInputError(f"{out}: cannot write the results: "
                                     f"{exc.strerror or exc}") from None

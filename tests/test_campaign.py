@@ -33,7 +33,7 @@ def write_campaign(tmp: Path, config_file: Path, **sections) -> Path:
                                                       "steps": 4},
             "labels": {"runs": 2, "max_pairs": 2, "max_tests": 2, "sweep": 1,
                        "retest": False},
-            "rewards": {"bootstrap": 10},
+            "rewards": {"bootstrap": 10, "plots": False},
             "policy": {"classifier": "logistic", "runs": 2, "max_pairs": 2},
             "evaluate": {"benchmarks": ["lu"], "baselines": False, "runs": 2,
                          "max_pairs": 2}}
@@ -111,6 +111,7 @@ def check_reproduced(tmp: Path, out: Path) -> None:
     ({"policy": {"margin": 2}}, "policy.margin: expected a number from 0 to 1"),
     ({"rewards": {"model": "forest"}}, "rewards.model: expected ridge or lasso"),
     ({"rewards": {"bootstrap": -1}}, "rewards.bootstrap: expected bootstrap refits from 0"),
+    ({"rewards": {"plots": "maybe"}}, "rewards.plots: expected"),
     ({"size": "huge"}, "size: expected tiny, quick or full"),
     ({"search": {"size": "medium"}}, "search.size: expected tiny, quick or full"),
     ({"config": "missing.yaml"}, "config: "),

@@ -210,3 +210,19 @@ def test_the_best_measured_candidate_is_named_by_confirmed_figures():
     assert best_measured(pd.DataFrame(rows[:2])) == (
         "best measured candidate: speedup 1.115 [1.020, 1.210], 6 pairs (not confirmed: the "
         "search's figure)")
+
+
+def test_without_plots_the_tables_are_written_and_earlier_figures_removed(tmp_path):
+    """``plots=False`` (assign-rewards --no-plots, a campaign's rewards.plots): the same tables
+    and trees, no figure, and none of an earlier run left beside them."""
+    from analysis.rewards import write
+    result = assign(synthetic_candidates(), [Hyper("ridge", 1.0, 1e-4, "log")],
+                    bootstrap_rounds=5)
+    drawn = write(result, tmp_path / "drawn")
+    figures = sorted(p.name for p in (tmp_path / "drawn").rglob("*.png"))
+    assert figures == ["predicted.png", "rewards.png"]
+    again = write(result, tmp_path / "drawn", plots=False)
+    assert not list((tmp_path / "drawn").rglob("*.png"))
+    assert [w.optimal for w in again] == [w.optimal for w in drawn]
+    tables = sorted(p.name for p in (tmp_path / "drawn").rglob("*") if p.is_file())
+    assert "rewards.csv" in tables and "optimal.sexp" in tables and "fits.csv" in tables

@@ -106,6 +106,8 @@ class Campaign:
     search_share: float = 0.5  # the most of it the search may use
     rewards_model: str = "ridge"
     rewards_bootstrap: int = BOOTSTRAP_ROUNDS  # assign-rewards --bootstrap
+    # assign-rewards --plots: figures only, so not part of the identity
+    rewards_plots: bool = True
     search: SearchStage = field(default_factory=SearchStage)
     labels: LabelsStage = field(default_factory=LabelsStage)
     policy: PolicyStage = field(default_factory=PolicyStage)
@@ -348,7 +350,7 @@ def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
     batch_log, inputs = _batch_log_setting(r, config)
     size = _choice(r, data, "size", "size", "full", SIZES, _SIZES_SAID)
     budget = r.section(data, "budget", {"worker_hours", "search_share"})
-    rewards = r.section(data, "rewards", {"model", "bootstrap"})
+    rewards = r.section(data, "rewards", {"model", "bootstrap", "plots"})
     campaign = Campaign(
         source=source, config=config, dir=path("dir", "campaign"),
         results=path("results", "results"), size=size,
@@ -362,6 +364,7 @@ def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
         rewards_bootstrap=r.count(rewards, "bootstrap", "rewards.bootstrap",
                                   Campaign.rewards_bootstrap, most=MAX_BOOTSTRAP,
                                   what="bootstrap refits"),
+        rewards_plots=r.boolean(rewards, "plots", "rewards.plots", Campaign.rewards_plots),
         policy=_policy(r, data), evaluate=_evaluate(r, data), quick=quick,
         batch_log_setting=batch_log)
     inputs += _benchmark_inputs(r, (("search.benchmarks", campaign.search.benchmarks),

@@ -128,7 +128,8 @@ def stage_command(campaign: Campaign, stage: str) -> list[str] | None:
         if not searches:
             return None
         return ["assign-rewards", "--out", str(c.dir / "rewards"), "--model", c.rewards_model,
-                "--bootstrap", str(c.rewards_bootstrap), *[str(p) for p in searches]]
+                "--bootstrap", str(c.rewards_bootstrap),
+                *([] if c.rewards_plots else ["--no-plots"]), *[str(p) for p in searches]]
     if stage == "policy":
         return _policy(c, conf)
     if stage == "evaluate":
