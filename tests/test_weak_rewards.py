@@ -152,7 +152,7 @@ def _run_assign(monkeypatch, tmp_path, candidates: dict[str, Candidates], *args:
         c.table["unresolved"] = False
         c.table["metric"] = "time"  # extract's column: the metric each figure is in
     return CliRunner().invoke(assign_rewards, ["unused-rundir", "--out", str(tmp_path / "out"),
-                                               "--bootstrap", "30", *args])
+                                               "--bootstrap", "30", "--no-plots", *args])
 
 
 def test_assign_rewards_prints_one_line_per_setting_the_fit_beside_each_prediction(
