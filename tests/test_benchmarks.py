@@ -11,7 +11,9 @@ import hashlib
 import json
 import subprocess
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sexpdata
@@ -102,6 +104,7 @@ def test_check_benchmarks_refuses_a_size_under_its_floor_naming_it(compiler, tmp
     for f in (BUNDLED_DIR / "kahan").iterdir():
         (bench / f.name).write_bytes(f.read_bytes())
     built = build_benchmark(load_benchmark(bench), tmp_path / "b", compiler.ocamlopt)
+    assert built.decision_files == []  # a plain build: no dumps asked, none written
     out = subprocess.run([str(built.binary), "10"], capture_output=True, check=True).stdout
     manifest = yaml.safe_load((bench / "benchmark.yaml").read_text())
     manifest["sizes"]["quick"] = {"args": ["10"], "expected_output": {"text": out.decode()}}
@@ -150,21 +153,33 @@ def test_every_bundled_directory_has_a_manifest():
 
 @pytest.fixture(scope="module")
 def builds(request, compiler, bundled_builds):
-    """The session's builds, those this module's parametrized tests need built at once."""
-    bundled_builds.prefetch(selected_params(
-        request, "test_bundled_benchmark_builds_and_quick_run_matches", "bench"), dumps=False)
-    if _supports_decision_dump(compiler.ocamlopt):
-        bundled_builds.prefetch(selected_params(
-            request, "test_bundled_benchmark_has_enough_inlining_decisions", "bench"),
-            dumps=True)
-    return bundled_builds
+    """The session's builds, those this module's parametrized tests need built at once: one
+    build per program, with its decision dumps where the compiler writes them (the other test
+    files read the same; a dump changes no code, and a plain build's lack of dumps is the
+    kahan test's above)."""
+    dumps = _supports_decision_dump(compiler.ocamlopt)
+    bundled_builds.prefetch({b.name: b for t in (
+        "test_bundled_benchmark_builds_and_quick_run_matches",
+        "test_bundled_benchmark_has_enough_inlining_decisions")
+        for b in selected_params(request, t, "bench")}.values(), dumps=dumps)
+    return ModuleBuilds(bundled_builds, dumps)
+
+
+@dataclass(frozen=True)
+class ModuleBuilds:
+    """The session's bundled builds, and whether this module's carry their dumps."""
+    session: Any  # tests.helpers.BundledBuilds
+    dumps: bool
+
+    def get(self, bench: Benchmark) -> Any:
+        return self.session.get(bench, dumps=self.dumps)
 
 
 @pytest.mark.parametrize("bench", BUNDLED, ids=[b.name for b in BUNDLED])
 def test_bundled_benchmark_builds_and_quick_run_matches(bench: Benchmark, builds):
-    result = builds.get(bench, dumps=False)  # built into builds.root / "plain" / its name
-    assert result.binary == builds.root / "plain" / bench.name / f"{bench.name}.exe"
-    assert result.decision_files == []  # not requested
+    result = builds.get(bench)
+    folder = "dumped" if builds.dumps else "plain"
+    assert result.binary == builds.session.root / folder / bench.name / f"{bench.name}.exe"
     proc = _run(result.binary, bench.size("quick").args)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     assert check_output(bench, "quick", proc.stdout), proc.stdout.decode(errors="replace")
@@ -175,7 +190,7 @@ def test_bundled_benchmark_builds_and_quick_run_matches(bench: Benchmark, builds
 def test_bundled_benchmark_has_enough_inlining_decisions(bench: Benchmark, compiler, builds):
     if not _supports_decision_dump(compiler.ocamlopt):
         pytest.skip(f"{compiler.ocamlopt} has no -dump-inlining-decisions option (stock compiler, not the patched one)")
-    result = builds.get(bench, dumps=True)
+    result = builds.get(bench)
     assert result.decision_files, "no *.decisions.sexp written"
     count = sum(f.read_text(errors="replace").count("(key ") for f in result.decision_files)
     assert count >= MIN_DECISIONS, f"{bench.name}: only {count} inlining decisions"
