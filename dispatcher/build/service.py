@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import shutil
@@ -131,6 +132,12 @@ class CompileJob:
     @property
     def effective_flags(self) -> tuple[str, ...]:
         return tuple(self.benchmark.flags if self.flags is None else self.flags)
+
+    @functools.cached_property
+    def canonical_overrides(self) -> str:
+        """The overrides' canonical text (``overrides_text``), made once per job: its compile
+        key, its proposal file and its build's overrides.sexp are this text."""
+        return overrides_text(self.overrides)
 
 
 @dataclass(frozen=True)
@@ -274,6 +281,8 @@ class CompileService:
         # Who may still run each compiled candidate's binary: compile key -> the threads
         # (search chains) that submitted it or took it from the store, until they release it.
         self._holders: dict[str, set[int]] = {}
+        # The sha256 of each held key's binary, read from the store once per key while held.
+        self._held_sha: dict[str, str] = {}
         self.binaries_dropped = 0
         self._builder: Builder | None = None
 
@@ -287,7 +296,7 @@ class CompileService:
 
     def key(self, job: CompileJob, source_hash: str | None = None) -> str:
         return compile_key(self.toolchain.identity, source_hash or job.benchmark.source_hash(),
-                           job.effective_flags, overrides_text(job.overrides),
+                           job.effective_flags, job.canonical_overrides,
                            job.policy.identity() if job.policy is not None else None)
 
     def submit(self, job: CompileJob) -> Future[CompileResult]:
@@ -333,13 +342,30 @@ class CompileService:
                     if not threads:
                         del self._holders[key]
             if not free or self.store.others_open():
+                self._forget_shas(free)
                 return
-            held_shas = {self.store.artifact_sha(k) for k in self._holders}
+            held_shas = {self._sha_of(k) for k in self._holders}
             for key in free:
                 # an agents' copy of the same content may serve a binary still held
-                agent_copy = self.store.artifact_sha(key) not in held_shas
+                agent_copy = self._sha_of(key) not in held_shas
                 if self.store.drop_binary(key, agent_copy=agent_copy):
                     self.binaries_dropped += 1
+            self._forget_shas(free)
+
+    def _sha_of(self, key: str) -> str | None:
+        """The sha256 of held key ``key``'s binary (lock held): its meta.json is read once
+        while it is held, not at every release (they grow with the candidates in flight)."""
+        if key not in self._held_sha:
+            sha = self.store.artifact_sha(key)
+            if sha is None:
+                return None  # not stored yet: asked again next time
+            self._held_sha[key] = sha
+        return self._held_sha[key]
+
+    def _forget_shas(self, released: list[str]) -> None:
+        for key in released:
+            if key not in self._holders:
+                self._held_sha.pop(key, None)
 
     def _forget(self, key: str) -> None:
         with self._lock:
@@ -364,7 +390,7 @@ class CompileService:
             raise store_error(exc, f"{job.benchmark.name}: cannot compile in the store") from None
         try:
             if job.overrides:
-                (staging / "overrides.sexp").write_text(overrides_text(job.overrides))
+                (staging / "overrides.sexp").write_text(job.canonical_overrides)
             # Each unit gets its own entries only, so its cache key does not change when
             # another unit's overrides do.
             per_unit = staging / "unit-overrides"
@@ -374,7 +400,9 @@ class CompileService:
                 own = [o for o in job.overrides if o.unit == unit.module]
                 if own and unit.is_impl:
                     overrides[unit.module] = per_unit / f"{unit.module}.sexp"
-                    overrides[unit.module].write_text(overrides_text(own))
+                    overrides[unit.module].write_text(
+                        job.canonical_overrides if len(own) == len(job.overrides)
+                        else overrides_text(own))
             build = staging / "build"
             try:
                 result, built_on = self._build(job, build, overrides)

@@ -6,9 +6,12 @@ running layer.
 """
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass, field
 
-from dispatcher.core.records import RunResult
+from dispatcher.core.files import json_text, nested_json
+from dispatcher.core.records import RunResult, results_to_json
 from dispatcher.core.stats import paired_speedup_ci
 
 
@@ -72,10 +75,25 @@ class Comparison:
                 f"disturbed (CPU shares {share_range(self.results)})")
 
     def to_json(self) -> dict:
+        return {**self.to_json_head(), "results": results_to_json(self.results)}
+
+    @functools.cached_property
+    def results_text(self) -> str:
+        """Its runs as a measurements.json holds them (``json_text``), serialised once: the
+        stored comparison holds the same list (``text``)."""
+        return json_text(results_to_json(self.results))
+
+    def text(self) -> str:
+        """``json_text(self.to_json())``, its runs (most of it) not serialised again."""
+        head = json_text({**self.to_json_head(), "results": _RUNS})
+        assert head.count(_RUNS_JSON) == 1
+        return head.replace(_RUNS_JSON, nested_json(self.results_text))
+
+    def to_json_head(self) -> dict:
+        """``to_json()`` but its runs."""
         data = {"worker": self.worker, "reference_times": self.reference_times,
                 "candidate_times": self.candidate_times, "stopped": self.stopped,
-                "failed": self.failed, "dropped": self.dropped, "min_pairs": self.min_pairs,
-                "results": [r.to_json() for r in self.results]}
+                "failed": self.failed, "dropped": self.dropped, "min_pairs": self.min_pairs}
         if self.metric != "time":  # absent for time: stored comparisons read as before
             data["metric"] = self.metric
         return data
@@ -87,6 +105,11 @@ class Comparison:
                    failed=data["failed"], dropped=data["dropped"],
                    min_pairs=data.get("min_pairs", 0), metric=data.get("metric", "time"),
                    results=[RunResult.model_validate(r) for r in data["results"]])
+
+
+# Where ``Comparison.text`` puts its runs' text: a string no field of it holds.
+_RUNS = "\0runs"
+_RUNS_JSON = json.dumps(_RUNS)
 
 
 def share_range(results: list[RunResult]) -> str:

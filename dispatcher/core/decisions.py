@@ -7,6 +7,7 @@ the same keys, so a tool copies a dump, flips actions, feeds it back.
 """
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import MISSING, dataclass, fields
@@ -280,7 +281,79 @@ def _one(fields: dict, name: str, where: str):
 _FEATURES_BLOCK = re.compile(r" \(features([^\"\n]*)\)\)\n")
 
 
-def parse_dump(text: str, source: str = "<dump>") -> DecisionDump:
+# A dump in the compiler's own layout (``save_decisions`` in the patch): its head, one line per
+# decision with its fields in the compiler's order, and its tail.  ``_fast_dump`` reads such a
+# dump line by line without the s-expression reader (a dump is read for every candidate);
+# anything else (another layout, an atom that would read as a number, an unknown field) goes
+# to the general reader, which also says what is wrong.
+_STR = '"(' + STRING_BODY + ')"'
+_NAME = r'([A-Za-z_][^ \t\n\r()";]*)'  # an atom that reads as a symbol, not a number
+_DUMP_HEAD = re.compile(
+    r'\(inlining_decisions\n \(version ([0-9]+)\)\n \(unit (?:' + _STR + '|' + _NAME
+    + r')\)\n \(round ([0-9]+)\)\n \(overrides \(entries ([0-9]+)\) \(matched ([0-9]+)\) '
+    r'\(unmatched [0-9]+\)\n  \(unmatched_keys \(((?:"' + STRING_BODY + r'"(?: "'
+    + STRING_BODY + r'")*)?)\)\)\)\n \(decisions\n')
+_DUMP_LINE = re.compile(
+    r'  \(\(key ' + _STR + r'\) \(callee (?:' + _STR + '|' + _NAME + r')\) \(action '
+    + _NAME + r'\) \(reason (?:' + _NAME + r'|\(prevented ([^()"\n]*(?:\([^()"\n]*\))?)\))\)'
+    r'(?: \(detail ' + _NAME + r'\))?(?: \(override ' + _NAME + r'\))?'
+    r'(?: \(advice ' + _NAME + r'\) \(heuristic ' + _NAME + r'\))?'
+    r'(?: \(features([^"\n]*)\))?\)\n')
+_DUMP_TAIL = re.compile(r'\n? \)\)\n?\Z')  # (an empty list of decisions has a blank line)
+_GUARD_TOKEN = re.compile(r'[^ ()]+')
+_STR_IN_LIST = re.compile(_STR)
+
+
+def _fast_dump(text: str, source: str, features: bool) -> DecisionDump | None:
+    """The dump of ``text`` if it is in the compiler's own layout (as the general reader
+    reads it), else None."""
+    head = _DUMP_HEAD.match(text)
+    if head is None:
+        return None
+    version_text, unit_string, unit_atom, round_text, entries, matched, keys = head.groups()
+    version = int(version_text)
+    if version not in DUMP_VERSIONS:
+        return None
+    unit = unit_atom if unit_string is None else unescape(unit_string)
+    round_ = int(round_text)
+    decisions: list[Decision] = []
+    pos = head.end()
+    match = _DUMP_LINE.match
+    while (m := match(text, pos)) is not None:
+        pos = m.end()
+        (key, callee_string, callee_atom, action, reason, guard_text, detail, override,
+         advice, heuristic, feature_text) = m.groups()
+        guard = None
+        if reason is None:
+            tokens = _GUARD_TOKEN.findall(guard_text)
+            if not tokens or not all(t[0].isalpha() or t[0] == "_" for t in tokens):
+                return None  # an empty guard, or one the general reader reads as numbers
+            reason, guard = "prevented", " ".join(tokens)
+        parsed = None
+        if feature_text is not None:
+            if version < 2:
+                return None  # the general reader says what is wrong
+            if features:
+                parsed = parse_features_text(feature_text, f"{source}: decision {len(decisions)}")
+        decisions.append(Decision(
+            unit=unit, round=round_, key=unescape(key),
+            callee=callee_atom if callee_string is None else unescape(callee_string),
+            action=action, reason=reason, guard=guard, detail=detail, override=override,
+            features=parsed, advice=advice, heuristic=heuristic))
+    if not _DUMP_TAIL.match(text, pos):
+        return None
+    return DecisionDump(unit=unit, round=round_, decisions=tuple(decisions),
+                        override_entries=int(entries), overrides_matched=int(matched),
+                        unmatched_keys=tuple(unescape(k) for k in _STR_IN_LIST.findall(keys)))
+
+
+def parse_dump(text: str, source: str = "<dump>", features: bool = True) -> DecisionDump:
+    """A decision dump's text -> its record; DecisionFileError (one line naming ``source``)
+    if it is not one.  ``features=False``: the decisions without their features, neither read
+    nor checked (a tree needs none of them)."""
+    fast = _fast_dump(text, source, features)
+    if fast is not None:
+        return fast
     blocks: list[str] = []
 
     def cut(m: re.Match) -> str:
@@ -317,22 +390,24 @@ def parse_dump(text: str, source: str = "<dump>") -> DecisionDump:
             reason = _sym(reason[0])
         else:
             reason = _text(reason)
-        features = None
+        parsed = None
         if "features" in f:
             if version < 2:
                 raise DecisionFileError(f"{where}: features in a version {version} dump")
             value = f["features"]
-            if len(value) == 1 and isinstance(value[0], int) and 0 <= value[0] < len(blocks):
-                features = parse_features_text(blocks[value[0]], where)
+            if not features:
+                pass
+            elif len(value) == 1 and isinstance(value[0], int) and 0 <= value[0] < len(blocks):
+                parsed = parse_features_text(blocks[value[0]], where)
             else:
-                features = parse_features(value, where)
+                parsed = parse_features(value, where)
         decisions.append(Decision(
             unit=unit, round=round_, key=_text(_one(f, "key", where)),
             callee=_text(_one(f, "callee", where)), action=_text(_one(f, "action", where)),
             reason=reason, guard=guard,
             detail=_text(f["detail"][0]) if "detail" in f else None,
             override=_text(f["override"][0]) if "override" in f else None,
-            features=features,
+            features=parsed,
             advice=_text(f["advice"][0]) if "advice" in f else None,
             heuristic=_text(f["heuristic"][0]) if "heuristic" in f else None))
     unmatched = ov.get("unmatched_keys", [[]])[0]
@@ -366,14 +441,23 @@ def dump_files(directory: Path | str) -> list[Path]:
     return sorted(p for p in Path(directory).iterdir() if DUMP_NAME.match(p.name))
 
 
+_ESCAPED = re.compile(r'[\\"\n\t]')
+
+
 def _quote(s: str) -> str:
+    if _ESCAPED.search(s) is None:  # nearly every key: nothing to escape
+        return '"' + s + '"'
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") \
         .replace("\t", "\\t") + '"'
 
 
+#: ``Override``'s own order, as a tuple: several times faster to sort by than its comparisons.
+_OVERRIDE_ORDER = operator.attrgetter("unit", "round", "key", "action")
+
+
 def overrides_text(overrides: Iterable[Override]) -> str:
     """Canonical text: sorted, de-duplicated, so equal override sets hash equally."""
-    unique = sorted(set(overrides))
+    unique = sorted(set(overrides), key=_OVERRIDE_ORDER)
     seen: dict[tuple[str, int, str], str] = {}
     for o in unique:
         prev = seen.setdefault((o.unit, o.round, o.key), o.action)

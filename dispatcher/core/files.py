@@ -104,8 +104,20 @@ def write_text_atomic(path: Path, text: str) -> Path:
     return path
 
 
+def json_text(data: Any) -> str:
+    """The text every JSON file of ours holds: indented by one, keys sorted."""
+    return json.dumps(data, indent=1, sort_keys=True)
+
+
+def nested_json(text: str) -> str:
+    """``json_text`` of a value as it reads inside ``json_text`` of a mapping or list holding
+    it: each line after the first indented once more (a JSON string holds no raw newline), so
+    a value serialised once is written in both places without serialising it again."""
+    return text.replace("\n", "\n ")
+
+
 def write_json_atomic(path: Path, data: Any) -> Path:
-    return write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True))
+    return write_text_atomic(path, json_text(data))
 
 
 @contextmanager

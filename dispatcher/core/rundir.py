@@ -49,7 +49,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from dispatcher.core.decisions import Override, read_overrides, write_overrides
+from dispatcher.core.comparison import Comparison
+from dispatcher.core.decisions import Override, read_overrides
 from dispatcher.core.files import (
     append_json_line,
     current_umask,
@@ -544,9 +545,10 @@ class Rundir:
         except RecordError as exc:
             raise RundirError(str(exc)) from None
 
-    def write_proposal(self, relative: str, overrides: list[Override]) -> None:
-        """An asynchronous proposal's overrides file, whole before its event is journaled."""
-        write_overrides(self.path / relative, overrides)
+    def write_proposal(self, relative: str, text: str) -> None:
+        """An asynchronous proposal's overrides file (its canonical text, ``overrides_text``),
+        whole before its event is journaled."""
+        write_text_atomic(self.path / relative, text)
 
     def proposal_overrides(self, proposal: ProposeEvent) -> tuple[Override, ...]:
         """What a journaled proposal asks the compiler for (a resume compiles it again)."""
@@ -570,8 +572,12 @@ class Rundir:
         return d
 
     @staticmethod
-    def write_measurements(directory: Path, results: list[RunResult]) -> Path:
+    def write_measurements(directory: Path, results: list[RunResult] | Comparison) -> Path:
+        """The runs of a measurement, or of a comparison (its runs' text, serialised once
+        for this file and the store's copy of the comparison)."""
         directory.mkdir(parents=True, exist_ok=True)
+        if isinstance(results, Comparison):
+            return write_text_atomic(directory / MEASUREMENTS, results.results_text)
         return write_json_atomic(directory / MEASUREMENTS, results_to_json(results))
 
     @staticmethod

@@ -117,8 +117,34 @@ class RoundTree:
     roots: tuple[Node, ...] = ()
 
     def walk(self) -> Iterator[Node]:
-        for n in self.roots:
-            yield from n.walk()
+        return iter(self.preorder)
+
+    # Computed once per round tree: a round tree is immutable, and the dumps' cache
+    # (``dispatcher.core.dump_cache``) shares one between every build that dumped it.
+    @functools.cached_property
+    def preorder(self) -> tuple[Node, ...]:
+        """Every node, parent before children."""
+        return tuple(n for r in self.roots for n in r.walk())
+
+    @functools.cached_property
+    def keys(self) -> frozenset[str]:
+        """The keys of its nodes."""
+        return frozenset(n.key for n in self.preorder)
+
+    @functools.cached_property
+    def counts(self) -> tuple[int, int, int]:
+        """(inlined, not_inlined, prevented) over its call nodes (``count``)."""
+        inlined = not_inlined = prevented = 0
+        for n in self.preorder:
+            if n.kind != CALL:
+                continue
+            if n.prevented:
+                prevented += 1
+            elif n.action == INLINE:
+                inlined += 1
+            else:
+                not_inlined += 1
+        return inlined, not_inlined, prevented
 
 
 class Site(NamedTuple):
@@ -174,7 +200,7 @@ class Tree:
     def nodes(self) -> Iterator[Located]:
         """Every node (decls too), per part, parent before children."""
         for p in self.parts:
-            for n in p.walk():
+            for n in p.preorder:
                 yield Located(p.unit, p.round, n)
 
     def calls(self) -> Iterator[Located]:
@@ -257,7 +283,8 @@ def _frame_name(frame: str, where: str) -> tuple[str, str]:
     return m.group("kind"), m.group("name")
 
 
-def _round_tree(dump: DecisionDump) -> RoundTree:
+def round_tree(dump: DecisionDump) -> RoundTree:
+    """The tree of one dump (one unit and round); TreeError if its keys do not form one."""
     where = f"unit {dump.unit} round {dump.round}"
     by_key: dict[str, Decision] = {}
     for d in dump.decisions:
@@ -313,7 +340,7 @@ def _round_tree(dump: DecisionDump) -> RoundTree:
 
 def from_dumps(dumps: Iterable[DecisionDump]) -> Tree:
     """The tree of a build from all its dumps (every unit and round)."""
-    return Tree(_merge_parts(_round_tree(d) for d in dumps))
+    return Tree(_merge_parts(round_tree(d) for d in dumps))
 
 
 def _node_decisions(unit: str, round_: int, node: Node) -> Iterator[Decision]:
@@ -354,15 +381,17 @@ def to_overrides(tree: Tree, rounds: int | None = None) -> list[Override]:
         pins[Site(unit, round_, key)] = action
     for unit in tree.units():
         last = rounds if rounds is not None else max(tree.rounds(unit)) + 1
+        later_keys = {later: tree.part(unit, later) for later in range(last)}
         for part in (p for p in tree.parts if p.unit == unit):
             r = part.round
-            for n in part.walk():
+            for n in part.preorder:
                 if n.kind == CALL and n.action == DONT_INLINE:
                     for later in range(r + 1, last):
-                        if tree.find(unit, later, n.key) is not None:
+                        has = later_keys[later]
+                        if has is not None and n.key in has.keys:
                             break
                         pins[Site(unit, later, n.key)] = DONT_INLINE
-    return sorted(Override(s.unit, s.round, s.key, a) for s, a in pins.items())
+    return [Override(*site, action) for site, action in sorted(pins.items())]
 
 
 # --------------------------------------------------------------------------- mutations
@@ -515,9 +544,9 @@ def weighted_sample(pool: Sequence[T], weights: Sequence[float], k: int,
 
 def backtrackable(tree: Tree, round: int | None = 0) -> list[Located]:
     """Inlined (or specialised) calls of ``round`` with something decided below them."""
-    return [x for x in tree.calls()
-            if (round is None or x.round == round) and x.node.children
-            and x.node.action in (INLINE, SPECIALISE)]
+    return [Located(p.unit, p.round, n) for p in tree.parts if round is None or p.round == round
+            for n in p.preorder
+            if n.kind == CALL and n.children and n.action in (INLINE, SPECIALISE)]
 
 
 def backtrack(tree: Tree, rng: random.Random, round: int | None = 0) -> Tree:
@@ -539,8 +568,8 @@ def backtrack(tree: Tree, rng: random.Random, round: int | None = 0) -> Tree:
 
 def leaves(tree: Tree, round: int | None = None) -> list[Located]:
     """Call nodes with no children, in tree order (optionally of one round)."""
-    return [x for x in tree.calls()
-            if (round is None or x.round == round) and not x.node.children]
+    return [Located(p.unit, p.round, n) for p in tree.parts if round is None or p.round == round
+            for n in p.preorder if n.kind == CALL and not n.children]
 
 
 def count(tree: Tree) -> tuple[int, int, int]:
@@ -549,15 +578,8 @@ def count(tree: Tree) -> tuple[int, int, int]:
     Prevented calls count only as prevented; a specialised call stays a call (to the
     specialised copy), so it counts as not inlined.
     """
-    inlined = not_inlined = prevented = 0
-    for _, _, n in tree.calls():
-        if n.prevented:
-            prevented += 1
-        elif n.action == INLINE:
-            inlined += 1
-        else:
-            not_inlined += 1
-    return inlined, not_inlined, prevented
+    parts = [p.counts for p in tree.parts]
+    return (sum(c[0] for c in parts), sum(c[1] for c in parts), sum(c[2] for c in parts))
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from dispatcher.build.manifest import Benchmark
 from dispatcher.build.service import CompileError, CompileJob, CompileResult, CompileService
 from dispatcher.core.comparison import Comparison
 from dispatcher.core.decisions import Override, override_reach, read_overrides
+from dispatcher.core.dump_cache import DUMPS
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import FinishEvent, ResumeEvent
 from dispatcher.core.rundir import SitesRundir
@@ -239,7 +240,7 @@ class SiteLabeller:
             compiled.artifact.export(d)
             self.rundir.append(ReferenceEvent(sha256=compiled.sha256,
                                               artifact=compiled.artifact.key))
-        self.heuristic = Tree.from_dir(d)
+        self.heuristic = DUMPS.tree_of_dir(d)
 
     def _journal_winner(self, winner: WinnerChoice) -> WinnerEvent:
         d = self.rundir.path / WINNER_DIR
@@ -259,7 +260,7 @@ class SiteLabeller:
                             ignore=shutil.ignore_patterns("measurements.json"))
         event = WinnerEvent(rundir=winner.overrides or winner.rundir, dir=winner.dir,
                             speedup=winner.speedup, ci95=winner.ci95,
-                            decisions=winner_decisions(self.heuristic, Tree.from_dir(d)))
+                            decisions=winner_decisions(self.heuristic, DUMPS.tree_of_dir(d)))
         self.rundir.append(event)
         return event
 
@@ -474,7 +475,8 @@ class SiteLabeller:
             return Paired(status="failed", why=f"compile failed: {' '.join(str(exc).split())}"
                           [:300])
         if changed:
-            reach = override_reach(changed, compiled.artifact.dumps())
+            reach = override_reach(changed, DUMPS.dumps(compiled.artifact.outputs(),
+                                                        str(compiled.artifact.directory)))
             # Decided again in a body inlined into another unit: that copy is the code the
             # other unit runs (lu: Matrix.update's call of Matrix.get, flipped in Matrix,
             # decided again where Lu inlined Matrix.update).  A copy that is the other

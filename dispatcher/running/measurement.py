@@ -35,7 +35,7 @@ from typing import Callable
 
 from dispatcher.core.comparison import Comparison
 from dispatcher.core.cycles import metric_value
-from dispatcher.core.files import write_json_atomic
+from dispatcher.core.files import write_text_atomic
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.core.stats import paired_speedup_ci, relative_half_width
@@ -463,7 +463,7 @@ class MeasurementService:
                 compared = self._compare(reference, candidate, slot, policy)
             finally:
                 self._give_slot(slot)
-            write_json_atomic(self._path(key), compared.to_json())
+            write_text_atomic(self._path(key), compared.text())
             return compared
         finally:
             with self._lock:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from dispatcher.build.service import CompileError, CompileJob, CompileResult
 from dispatcher.core.comparison import Comparison
+from dispatcher.core.dump_cache import DUMPS
 from dispatcher.core.records import (
     BaselineEvent,
     Candidate,
@@ -73,7 +74,7 @@ class AsyncSearch:
 
         def tree_of(d: str) -> Tree:
             if d not in trees:
-                trees[d] = Tree.from_dir(rundir.path / d)
+                trees[d] = DUMPS.tree_of_dir(rundir.path / d)
             return trees[d]
 
         status.step, status.best_energy = judged, best.energy
@@ -82,13 +83,13 @@ class AsyncSearch:
         t_begin = time.monotonic()
         busy_begin = chain.busy_s()
         landed: queue.SimpleQueue[Flight] = queue.SimpleQueue()
-        flights = {e.proposal: self.launch(e, landed) for e in log.pending}
+        flights = {e.proposal: self.launch(e, self.job_of(e), landed) for e in log.pending}
         proposal = log.next_proposal
         while judged < p.steps:
             while len(flights) < in_flight and proposal <= p.steps:
                 origin = incumbent.dir if p.algorithm == "sa" else (current or incumbent.dir)
-                drawn = self.propose(proposal, origin, tree_of(origin), incumbent)
-                flights[proposal] = self.launch(drawn, landed)
+                drawn, job = self.propose(proposal, origin, tree_of(origin), incumbent)
+                flights[proposal] = self.launch(drawn, job, landed)
                 proposal += 1
             status.state = "running"
             flight = self.landing(landed)
@@ -128,26 +129,34 @@ class AsyncSearch:
                 chain.canary(step)  # after the step: a resume never repeats it
         return best
 
-    def propose(self, n: int, origin: str, tree: Tree, incumbent: Pointer) -> ProposeEvent:
+    def propose(self, n: int, origin: str, tree: Tree,
+                incumbent: Pointer) -> tuple[ProposeEvent, CompileJob]:
         """Draw proposal ``n`` from ``tree`` (its own stream: ``rules.proposal_rng``), with its
-        Metropolis draw; its file, then its event, are written before it is compiled."""
+        Metropolis draw; its file, then its event, are written before it is compiled.  -> the
+        event and its compile job (the overrides the file holds: ``to_overrides`` gives them
+        sorted and unique, as the file is read back)."""
         chain = self.chain
         rng = proposal_rng(chain.settings.seed, n)
         mutated, mutation = propose(tree, rng, chain.settings.max_flips, hot=chain.hot)
         u = rng.random()
         path = proposal_file(n)
-        chain.rundir.write_proposal(path, to_overrides(mutated))
+        job = CompileJob(chain.benchmark, tuple(to_overrides(mutated)))
+        chain.rundir.write_proposal(path, job.canonical_overrides)
         event = ProposeEvent(proposal=n, origin=origin, mutation=mutation, overrides=path,
                              bar=1.0 / incumbent.energy, u=u)
         chain.rundir.append(event)
-        return event
+        return event, job
 
-    def launch(self, proposal: ProposeEvent, landed: queue.SimpleQueue[Flight]) -> Flight:
-        """Compile a journaled proposal from its file, then compare it with the baseline
+    def job_of(self, proposal: ProposeEvent) -> CompileJob:
+        """The compile job of a journaled proposal, from its file (a resume's)."""
+        return CompileJob(self.chain.benchmark, self.chain.rundir.proposal_overrides(proposal))
+
+    def launch(self, proposal: ProposeEvent, job: CompileJob,
+               landed: queue.SimpleQueue[Flight]) -> Flight:
+        """Compile a journaled proposal's ``job``, then compare it with the baseline
         (callbacks: the chain thread is not needed between the two); the flight goes on
         ``landed`` once, when it has its comparison or cannot have one."""
         chain = self.chain
-        job = CompileJob(chain.benchmark, chain.rundir.proposal_overrides(proposal))
         flight = Flight(proposal, chain.builds.key(job))
 
         def compared(future: Future[Comparison]) -> None:

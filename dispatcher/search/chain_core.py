@@ -20,6 +20,7 @@ from dispatcher.build.manifest import Benchmark
 from dispatcher.build.service import CompileJob, CompileResult, CompileService
 from dispatcher.core.comparison import Comparison, share_range
 from dispatcher.core.decisions import read_overrides
+from dispatcher.core.dump_cache import DUMPS
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import (
     BaselineEvent,
@@ -192,9 +193,14 @@ class ChainCore:
     # -- the rundir
 
     def save_candidate(self, d: Path, compiled: CompileResult,
-                       results: list[RunResult]) -> None:
-        compiled.artifact.export(d)  # its dumps and overrides.sexp, uncompressed
+                       results: list[RunResult] | Comparison) -> Tree:
+        """A compiled candidate's dumps, overrides.sexp (uncompressed) and measurements into
+        its dir -> the tree the compiler really produced, read from the dumps in hand (each
+        parsed once per content: ``dump_cache``), not back from the files."""
+        outputs = compiled.artifact.outputs()
+        compiled.artifact.export(d, outputs)
         self.rundir.write_measurements(d, results)
+        return DUMPS.tree(outputs, str(d))
 
     def resumed(self, from_step: int) -> None:
         """Journal that this chain goes on from ``from_step``, naming any setting it took
@@ -219,8 +225,7 @@ class ChainCore:
         d = self.rundir.fresh_candidate_dir(step, entry.candidate)
         if c is None or compared is None:
             return entry, None
-        self.save_candidate(d, c, compared.results)
-        tree = Tree.from_dir(d)  # what the compiler really did
+        tree = self.save_candidate(d, c, compared)  # what the compiler really did
         speedup, low, high = compared.interval  # None when unresolved: never accepted
         if not compared.resolved:
             self.status.unresolved += 1
@@ -263,11 +268,11 @@ class ChainCore:
         if self.settings.focus == "hot":
             self.profile(compiled, times)
         d = self.rundir.fresh_candidate_dir(0, 0)
-        self.save_candidate(d, compiled, results)
+        tree = self.save_candidate(d, compiled, results)
         baseline = BaselineEvent(sha256=compiled.sha256, dir=candidate_dir(0, 0),
                                  artifact=compiled.artifact.key, times=times,
                                  geomean=geomean(times), median=sorted(times)[len(times) // 2],
-                                 ci95=geomean_ci(times), decisions=counts(Tree.from_dir(d)))
+                                 ci95=geomean_ci(times), decisions=counts(tree))
         self.rundir.append(baseline)
         return baseline
 
@@ -317,7 +322,7 @@ class ChainCore:
         speedup, low, high = (paired_speedup_ci(reference, candidate) if candidate
                               else (None, None, None))
         new_energy = incumbent.energy if speedup is None else 1.0 / speedup
-        self.rundir.write_measurements(self.rundir.path / remeasure_dir(step), compared.results)
+        self.rundir.write_measurements(self.rundir.path / remeasure_dir(step), compared)
         self.rundir.append(RemeasureEvent(
             step=step, dir=incumbent.dir,
             measurements=f"{remeasure_dir(step)}/measurements.json",
@@ -330,7 +335,7 @@ class ChainCore:
         compared = self.compare(self.reference, self.pairing(), self.trial("canary", step))
         speedup, low, high = compared.interval
         reference, candidate = paired_if_resolved(compared)
-        self.rundir.write_measurements(self.rundir.path / canary_dir(step), compared.results)
+        self.rundir.write_measurements(self.rundir.path / canary_dir(step), compared)
         self.rundir.append(CanaryEvent(step=step, times=candidate,
                                        reference_times=reference,
                                        speedup=speedup, ci95=interval(low, high),
@@ -347,8 +352,7 @@ class ChainCore:
                                 self.trial("confirm", best.step), metric="time")
         speedup, low, high = compared.interval
         reference, candidate = paired_if_resolved(compared)
-        self.rundir.write_measurements(self.rundir.path / confirm_dir(best.step),
-                                       compared.results)
+        self.rundir.write_measurements(self.rundir.path / confirm_dir(best.step), compared)
         self.rundir.append(ConfirmEvent(step=best.step, candidate=best.candidate, dir=best.dir,
                                         times=candidate, reference_times=reference,
                                         speedup=speedup, ci95=interval(low, high),

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from dispatcher.build.service import CompileError, CompileJob, CompileResult
+from dispatcher.core.dump_cache import DUMPS
 from dispatcher.core.records import BaselineEvent, Candidate, Pointer, StepEvent, candidate_dir
 from dispatcher.core.tree import Tree, to_overrides
 from dispatcher.search.chain_core import ChainCore
@@ -49,8 +50,8 @@ class SyncSearch:
             current_dir = last.current or incumbent.dir
             first = last.step + 1
             chain.resumed(first)
-        incumbent_tree = Tree.from_dir(rundir.path / incumbent.dir)
-        current_tree = Tree.from_dir(rundir.path / current_dir)
+        incumbent_tree = DUMPS.tree_of_dir(rundir.path / incumbent.dir)
+        current_tree = DUMPS.tree_of_dir(rundir.path / current_dir)
         status.best_energy = best.energy
         # elapsed_s and busy_s go on from where the journal left them (cumulative over
         # resumes); the time of a step lost to a crash is not counted.

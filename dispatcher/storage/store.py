@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import gzip
 import hashlib
 import io
 import json
@@ -53,6 +54,7 @@ import shutil
 import tarfile
 import tempfile
 import threading
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,20 +124,34 @@ def binary_key(sha256: str, args: tuple[str, ...], worker_class: str,
     return _hash({"binary": sha256, "args": list(args), "worker_class": worker_class})
 
 
+#: gzip's level for packed entries.  The master packs every candidate's dumps: level 3 takes
+#: less than half the CPU of level 6 (4 ms against 9 for 770 KB of dumps) for a pack 40%
+#: larger (the dumps still compress about 18 times).
+PACK_LEVEL = 3
+
+
 def pack(path: Path, files: dict[str, bytes]) -> None:
-    """Write ``files`` (name -> content) as one gzip'd tar."""
-    with tarfile.open(path, "w:gz", compresslevel=6) as tar:
+    """Write ``files`` (name -> content) as one gzip'd tar (made in memory, then compressed
+    whole: faster than tarfile's stream)."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
         for name, data in sorted(files.items()):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             info.mode = 0o644
             tar.addfile(info, io.BytesIO(data))
+    path.write_bytes(gzip.compress(raw.getvalue(), compresslevel=PACK_LEVEL, mtime=0))
 
 
 def unpack(path: Path) -> dict[str, bytes]:
-    """name -> content of the plain files in a gzip'd tar written by ``pack``."""
+    """name -> content of the plain files in a gzip'd tar written by ``pack`` (decompressed
+    whole, then read: faster than tarfile's stream); tarfile.ReadError if it is not one."""
+    try:
+        raw = gzip.decompress(path.read_bytes())
+    except (gzip.BadGzipFile, zlib.error, EOFError) as exc:
+        raise tarfile.ReadError(f"{path}: {exc}") from None
     out = {}
-    with tarfile.open(path, "r:gz") as tar:
+    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
         for member in tar.getmembers():
             f = tar.extractfile(member) if member.isfile() and "/" not in member.name else None
             if f is not None:
@@ -187,11 +203,12 @@ class Artifact:
     def compiler_output(self) -> str:
         return self.outputs().get(COMPILER_OUTPUT, b"").decode()
 
-    def export(self, dest: Path) -> list[Path]:
+    def export(self, dest: Path, outputs: dict[str, bytes] | None = None) -> list[Path]:
         """Write its decision dumps and overrides.sexp, uncompressed, into ``dest`` (what a
-        rundir keeps of a candidate) -> the files written."""
+        rundir keeps of a candidate) -> the files written.  ``outputs``: its ``outputs()``,
+        when the caller has read them already."""
         written = []
-        for name, data in sorted(self.outputs().items()):
+        for name, data in sorted((self.outputs() if outputs is None else outputs).items()):
             if name != COMPILER_OUTPUT:
                 (dest / name).write_bytes(data)
                 written.append(dest / name)

@@ -1,0 +1,109 @@
+"""Reading decision dumps fast: the compiler's layout read line by line gives what the general
+reader gives, and a dump's content is parsed once (``dispatcher.core.dump_cache``)."""
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from dispatcher.core import decisions
+from dispatcher.core.decisions import DecisionFileError, parse_dump
+from dispatcher.core.dump_cache import DumpCache
+from dispatcher.core.tree import Tree, TreeError
+from dispatcher.running.simulated.programs import DUMPS_DIR
+
+TESTS = Path(__file__).resolve().parent
+
+
+def bundled_dumps(count: int = 8) -> dict[str, str]:
+    """name -> text of the dumps of a few bundled programs (the compiler's own output)."""
+    texts = {}
+    for bundle in sorted(DUMPS_DIR.glob("*.tar.gz"))[:count]:
+        with tarfile.open(bundle) as tar:
+            for member in tar.getmembers():
+                if decisions.DUMP_NAME.match(member.name):
+                    f = tar.extractfile(member)
+                    assert f is not None
+                    texts[f"{bundle.name}/{member.name}"] = f.read().decode()
+    return texts
+
+
+def general(text: str, source: str, features: bool = True) -> decisions.DecisionDump:
+    """The dump as the general reader (the s-expression reader) reads it."""
+    fast = decisions._fast_dump
+    decisions._fast_dump = lambda *_: None
+    try:
+        return parse_dump(text, source, features)
+    finally:
+        decisions._fast_dump = fast
+
+
+def test_the_compilers_layout_reads_as_the_general_reader_reads_it():
+    texts = bundled_dumps()
+    texts.update({str(p): p.read_text() for p in TESTS.glob("golden/**/*.decisions.sexp")})
+    fast = 0
+    for name, text in texts.items():
+        for features in (True, False):
+            quick = decisions._fast_dump(text, name, features)
+            if quick is not None:
+                fast += 1
+                assert quick == general(text, name, features), name
+    assert fast >= len(bundled_dumps()) * 2  # every dump the compiler wrote took the fast path
+
+
+DUMP = ('(inlining_decisions\n (version 2)\n (unit "Main")\n (round 0)\n'
+        ' (overrides (entries 0) (matched 0) (unmatched 0)\n  (unmatched_keys ()))\n'
+        ' (decisions\n{lines} ))\n')
+LINE = ('  ((key "{key}") (callee "Main.f") (action dont_inline) (reason {reason})'
+        '{rest})\n')
+
+
+@pytest.mark.parametrize("key,reason,rest", [
+    ('D(Main.run@main.ml:1:0-9)/C(Main.f@a \\"b\\".ml:2:3-4)', "heuristic",
+     " (detail above_threshold)"),  # escapes in a key
+    ("D(Main.run@main.ml:1:0-9)/C(Main.f@main.ml:2:3-4)", "(prevented (not_specialised x))", ""),
+    ("D(Main.run@main.ml:1:0-9)/C(Main.f@main.ml:2:3-4)", "(prevented 12)", ""),  # a number
+    ("D(Main.run@main.ml:1:0-9)/C(Main.f@main.ml:2:3-4)", "override",
+     " (override dont_inline) (later_field x)"),  # a field it does not know: the general path
+])
+def test_lines_off_the_usual_layout_read_as_the_general_reader_reads_them(key, reason, rest):
+    text = DUMP.format(lines=LINE.format(key=key, reason=reason, rest=rest))
+    assert parse_dump(text, "d") == general(text, "d")
+
+
+def test_a_version_1_dump_with_features_is_refused_on_either_path():
+    text = DUMP.replace("(version 2)", "(version 1)").format(lines=LINE.format(
+        key="D(Main.run@main.ml:1:0-9)/C(Main.f@main.ml:2:3-4)", reason="heuristic",
+        rest=" (detail x) (features (round 0))"))
+    with pytest.raises(DecisionFileError, match="features in a version 1 dump"):
+        parse_dump(text, "d")
+
+
+def test_a_dumps_content_is_parsed_once_and_its_tree_is_the_directorys(tmp_path):
+    texts = {name.split("/")[-1]: text for name, text in bundled_dumps(1).items()}
+    for name, text in texts.items():
+        (tmp_path / name).write_text(text)
+    cache = DumpCache()
+    tree = cache.tree_of_dir(tmp_path)
+    assert cache.misses == len(texts) and cache.hits == 0
+    assert tree == Tree.from_dir(tmp_path)
+    assert [p.roots for p in tree.parts] == [p.roots for p in Tree.from_dir(tmp_path).parts]
+    again = cache.tree({n: t.encode() for n, t in texts.items()}, "elsewhere")
+    assert cache.misses == len(texts) and cache.hits == len(texts)  # nothing parsed again
+    assert again == tree
+    assert [d.unit for d in cache.dumps({n: t.encode() for n, t in texts.items()}, "x")] == \
+        sorted(d.unit for d in cache.dumps({n: t.encode() for n, t in texts.items()}, "x"))
+
+
+def test_the_cache_keeps_its_capacity_and_a_bad_dump_is_an_error_each_time(tmp_path):
+    texts = {name.split("/")[-1]: text.encode() for name, text in bundled_dumps(2).items()}
+    cache = DumpCache(capacity=3)
+    cache.dumps(texts, "x")
+    assert len(cache._entries) == 3
+    bad = DUMP.format(lines=LINE.format(key="D(Main.run@main.ml:1:0-9)/C(Main.g@m.ml:1:1-2)/I/"
+                                             "C(Main.f@m.ml:2:3-4)", reason="heuristic",
+                                        rest=" (detail x)"))
+    for _ in range(2):
+        with pytest.raises(TreeError, match="its parent call"):
+            cache.tree({"main.0.decisions.sexp": bad.encode()}, "here")
