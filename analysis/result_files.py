@@ -76,21 +76,26 @@ def write_csv(path: Path, rows: list[list[str]]) -> Path:
 
 
 SUMMARY_HEADER = ["benchmark", "split", "build", "speedup", "low", "high", "pairs",
-                  "size_ratio", "policy_vs", "policy_vs_low", "policy_vs_high", "metric"]
+                  "size_ratio", "policy_vs", "policy_vs_low", "policy_vs_high", "metric",
+                  "counted", "note"]
 
 
-def summary_rows(lines: Iterable[tuple[str, str, str, Figure, Figure | None]]
-                 ) -> list[list[str]]:
+def summary_rows(lines: Iterable[tuple[str, str, str, Figure, Figure | None, Figure | None,
+                                       str | None]]) -> list[list[str]]:
     """The header and one row per (benchmark, split, build, its figure, the policy against
-    it): the build's speedup against the heuristic, its pairs and size ratio, and the policy's
-    speedup over that build (empty on the policy's own row and where either has no figure),
-    and the metric the figure is in (``time``, or an exact one: its low = high)."""
+    it, its figure as the split's geometric mean counts it, a note): the build's speedup
+    against the heuristic, its pairs and size ratio, and the policy's speedup over that build
+    (empty on the policy's own row and where either has no figure), the metric the figure is
+    in (``time``, or an exact one: its low = high), the speedup the means count (a baseline
+    whose build failed: 1, the heuristic's figure) and why it differs, or which baseline the
+    ``oracle`` row took (``dispatcher.baselines.table_cells``)."""
     def num(x: float | None) -> str:
         return "" if x is None else f"{x:.6f}"
     rows = [list(SUMMARY_HEADER)]
-    for bench, split, build, m, vs in lines:
+    for bench, split, build, m, vs, counted, note in lines:
         rows.append([bench, split, build, num(m.speedup), num(m.low), num(m.high),
                      str(m.pairs), num(m.size_ratio),
                      *((num(vs.speedup), num(vs.low), num(vs.high)) if vs is not None
-                       else ("", "", "")), m.metric])
+                       else ("", "", "")), m.metric,
+                     num(counted.speedup if counted is not None else None), note or ""])
     return rows

@@ -18,8 +18,10 @@ how many benchmarks are significantly faster or slower.
 the training split (``dispatcher.baselines``: chosen once, recorded in
 ``<results>/global-setting.json``, ``--retune`` to tune again), ``never-inline`` and
 ``always-inline``, each against the heuristic and written as its own ``plugin_<name>.csv``, and
-reports the policy against each (per benchmark and per split, with intervals and binary sizes;
-also ``<results>/plugin_<name>.summary.csv``).
+reports the policy against each and against the per-program oracle of the baselines (per
+benchmark and per split, with intervals and binary sizes; a baseline build that failed counted
+at the heuristic's figure, and said so: ``dispatcher.baselines.table_cells``; also
+``<results>/plugin_<name>.summary.csv``).
 """
 from __future__ import annotations
 
@@ -53,7 +55,6 @@ from pipeline.longrun import progress
 
 PROG = "run-plugin-benchmark"
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]")
-_NONE = Figure()
 
 
 def policy_name(spec: PolicySpec, given: str | None) -> str:
@@ -149,8 +150,10 @@ def run_plugin_benchmark(policy: str, benchmarks: tuple[str, ...], name: str | N
                     splits, label)
         if baselines:
             figures = {(s.tag[0], s.tag[1].name): s.figure for s in steps}
-            print_baselines(figures, label, others, benches, splits)
-            path = evaluation.write_summary(results, label, others, benches, figures)
+            metric_name = config.measure.metric
+            print_baselines(figures, label, others, benches, splits, metric_name)
+            path = evaluation.write_summary(results, label, others, benches, figures,
+                                            metric_name)
             progress(f"summary -> {path}")
     except (CompilerNotFound, EvaluationError) as exc:
         fail(str(exc))
@@ -189,6 +192,8 @@ def tune_global(session: Session, results: Path, benches: list[Benchmark],
                                     pairing, retune, on_each=each, say=progress)
     where = (f"reused from {results / base.RECORD}" if tuning.reused
              else f"recorded in {results / base.RECORD}")
+    for line in grid_lines(tuning):
+        click.echo(line)
     if tuning.chosen is None:
         click.echo(f"global setting: none measured on every tuning benchmark ({where})")
     else:
@@ -199,45 +204,79 @@ def tune_global(session: Session, results: Path, benches: list[Benchmark],
     return tuning
 
 
+def grid_lines(tuning: base.Tuning) -> list[str]:
+    """Each setting of the grid with its training geometric mean and the benchmarks it was
+    counted at the heuristic's figure on (its build failed), the chosen one marked."""
+    lines = [f"global settings tuned on {len(tuning.benchmarks)} benchmarks at size "
+             f"{tuning.size}, in {tuning.metric} (geometric mean speedup against the "
+             "heuristic; a failed build counted at the heuristic's figure):"]
+    for setting, row in tuning.table.items():
+        g = row.get("geomean")
+        mean = Figure(*g).text() if g else "- (a benchmark has no figure)"
+        failed = row.get("failed") or {}
+        extra = (f"; counted at the heuristic's figure: "
+                 f"{', '.join(f'{n} {why}' for n, why in sorted(failed.items()))}"
+                 if failed else "")
+        mark = " (chosen)" if setting == tuning.chosen else ""
+        lines.append(f"  {setting:30} {mean}{mark}{extra}")
+    return lines
+
+
 def print_baselines(figures: dict[tuple[str, str], Figure], label: str,
                     others: list[str], benches: list[Benchmark],
-                    splits: dict[str, str]) -> None:
+                    splits: dict[str, str], metric: str = "time") -> None:
     """Per benchmark and baseline: the baseline's speedup against the heuristic and its size,
-    and the policy against it; per split, the geometric means of both with their intervals."""
+    and the policy against it, then the oracle's row; per split, the geometric means of both
+    with their intervals, and the programs counted at the heuristic's figure
+    (``dispatcher.baselines.table_cells``: the rules, here only their wording)."""
+    names = [b.name for b in benches]
+    cells = base.table_cells(figures, label, others, names, metric)
+    picks = base.oracle_builds([label, *others])
+    builds = [label, *others, *([base.ORACLE] if picks else [])]
     click.echo(f"policy {label} against each baseline (speedup: the heuristic's time / the "
                "build's, paired; policy against a baseline: the ratio of the two speedups, "
                "interval from both; size: binary size / the heuristic's)")
+    click.echo("a baseline's build that failed (past the build budget, or refused by the "
+               "compiler) is counted at the heuristic's figure (1.000) in the means and against "
+               "the policy: a user would ship the default build")
+    if picks:
+        click.echo(f"{base.ORACLE}: per program the best of {base.HEURISTIC}, "
+                   f"{', '.join(picks)} (chosen after measuring: the ceiling of picking a "
+                   "baseline per program; note: the one it took)")
     click.echo(f"{'benchmark':20} {'split':9} {'build':24} {'speedup [95% CI]':24} "
-               f"{'size':>6}  {label} against it [95% CI]")
+               f"{'size':>6}  {label + ' against it [95% CI]':28} note")
     ordered = sorted(benches, key=lambda b: (splits.get(b.name, ""), b.name))
     for b in ordered:
-        mine = figures.get((label, b.name), _NONE)
-        for build in [label, *others]:
-            m = figures.get((build, b.name), _NONE)
+        mine = cells[(label, b.name)].counted
+        for build in builds:
+            c = cells[(build, b.name)]
+            m = c.measured
             size = f"{m.size_ratio:.3f}" if m.size_ratio is not None else "-"
-            vs = "-" if build == label else against(mine, m).cell()
-            click.echo(f"{b.name:20} {splits.get(b.name, ''):9} {build:24} {m.cell():24} "
-                       f"{size:>6}  {vs}")
+            shown = base.failed_build(m) or m.cell()
+            vs = "-" if build == label else against(mine, c.counted).cell()
+            click.echo(f"{b.name:20} {splits.get(b.name, ''):9} {build:24} {shown:24} "
+                       f"{size:>6}  {vs:28} {c.note or ''}".rstrip())
     for split in SPLITS:
-        names = [b.name for b in ordered if splits.get(b.name) == split]
-        for build in [label, *others] if names else []:
-            click.echo(_split_line(figures, label, build, split, names))
+        in_split = [b.name for b in ordered if splits.get(b.name) == split]
+        for build in builds if in_split else []:
+            click.echo(_split_line(cells, label, build, split, in_split))
 
 
-def _split_line(figures: dict[tuple[str, str], Figure], label: str, build: str, split: str,
+def _split_line(cells: dict[tuple[str, str], base.Cell], label: str, build: str, split: str,
                 names: list[str]) -> str:
-    """A build's geometric means over a split's benchmarks: its speedup, the policy against
-    it, its binary size."""
-    line = (f"{split}: {build}: geometric mean speedup "
-            f"{_mean(figures.get((build, n), _NONE) for n in names)}")
+    """A build's geometric means over a split's benchmarks, as counted: its speedup, the
+    policy against it, its binary size; and the programs counted at the heuristic's figure."""
+    mine = [cells[(label, n)].counted for n in names]
+    theirs = [cells[(build, n)].counted for n in names]
+    line = f"{split}: {build}: geometric mean speedup {_mean(theirs)}"
     if build != label:
-        line += f"; {label} against it " + _mean(
-            against(figures.get((label, n), _NONE), figures.get((build, n), _NONE))
-            for n in names)
-    sizes = [r for n in names if (r := figures.get((build, n), _NONE).size_ratio)]
+        line += f"; {label} against it " + _mean(against(a, b) for a, b in zip(mine, theirs))
+    sizes = [r for f in theirs if (r := f.size_ratio)]
     if len(sizes) == len(names):
         line += f"; binary size geometric mean {geomean(sizes):.3f}x"
-    return line + f" over {len(names)} benchmark{'s' if len(names) != 1 else ''}"
+    line += f" over {len(names)} benchmark{'s' if len(names) != 1 else ''}"
+    counted = base.counted_line(cells, build, names)
+    return line + (f"; {counted}" if counted else "")
 
 
 def _mean(figures: Iterable[Figure]) -> str:

@@ -8,6 +8,12 @@ mean of paired speedups is chosen, and that choice is written to ``<results>/glo
 so later runs reuse it (``--retune`` tunes again).  Tuning is resumable: every comparison goes
 through the store (``dispatcher.compare``), so a tuning cut short measures only what it had not
 measured when run again.
+
+Every evaluation table reads the baselines through ``table_cells``: a baseline build that fails
+(past the build budget, or refused by the compiler) is reported as failed and counted at the
+heuristic's figure (a user falls back to the default build), and the per-program oracle, the
+best of the heuristic, the tuned global setting and always-inline, is a row of its own: the
+ceiling of what choosing among the baselines per program would give.
 """
 from __future__ import annotations
 
@@ -29,9 +35,13 @@ from dispatcher.running.measurement import PairingPolicy
 from dispatcher.session import Session
 
 #: The global settings tuned: name -> the options that replace the manifest's optimisation
-#: level (and any option the setting names).  Small on purpose: each is one build and one
-#: comparison per tuning benchmark.  -O3 alone is the heuristic's own build (the manifests'
-#: level), so it is the reference, not a candidate.
+#: level (and any option the setting names).  Each is one build and one comparison per tuning
+#: benchmark, so the grid stays about a dozen.  -O3 alone is the heuristic's own build (the
+#: manifests' level), so it is the reference, not a candidate.  A value option given once is
+#: the user's value for every round, above -O3's per-round values (round 0 at the defaults,
+#: round 1 at -O2's, later rounds at -O3's: -inline 10/25/50, -inline-max-depth 1/2/3).  The
+#: last six are the aggressive end (issue 35): a learned policy must beat what a user gets by
+#: simply inlining much more.
 GRID: dict[str, tuple[str, ...]] = {
     "O2": ("-O2",),
     "O3-inline-100": ("-O3", "-inline", "100"),
@@ -39,6 +49,15 @@ GRID: dict[str, tuple[str, ...]] = {
     "O3-max-depth-3": ("-O3", "-inline-max-depth", "3"),
     "O3-max-unroll-2": ("-O3", "-inline-max-unroll", "2"),
     "O3-unbox-closures": ("-O3", "-unbox-closures"),
+    "O3-inline-1000": ("-O3", "-inline", "1000"),
+    "O3-inline-200-depth-5": ("-O3", "-inline", "200", "-inline-max-depth", "5"),
+    "O3-inline-200-unroll-3": ("-O3", "-inline", "200", "-inline-max-unroll", "3"),
+    "O3-inline-200-unbox-closures": ("-O3", "-inline", "200", "-unbox-closures"),
+    "O3-rounds-4": ("-O3", "-rounds", "4"),
+    # the costs of what inlining would not remove, twice -O3's last round's (call 15, alloc
+    # 21, prim 9): a removed call, allocation or primitive is worth more, so more is inlined
+    "O3-costs-x2": ("-O3", "-inline-call-cost", "30", "-inline-alloc-cost", "42",
+                    "-inline-prim-cost", "18"),
 }
 RECORD = "global-setting.json"
 RECORD_VERSION = 1
@@ -127,6 +146,108 @@ def measure_all(session: Session, contenders: Sequence[Contender[Any]], runs: in
     return out
 
 
+# --------------------------------------------------------------------------- the tables' rules
+
+#: What a build past its budget says (``dispatcher.build.driver.build_benchmark`` and the Ray
+#: cluster's builder both word it so); any other failed build "does not compile".
+BUDGET_WORDS = "timed out (build budget"
+HEURISTIC = "heuristic"
+ORACLE = "oracle"  # the per-program best of the baselines: a row of every evaluation table
+ALWAYS_INLINE = "always-inline"
+GLOBAL_PREFIX = "global-"  # the tuned setting's build: global-<setting>
+
+
+def heuristic_figure(metric: str = "time") -> Figure:
+    """The heuristic build against itself: 1 exactly (no interval to speak of: it is the same
+    binary), its own size."""
+    return Figure(1.0, 1.0, 1.0, 0, 1.0, metric=metric)
+
+
+def failed_build(m: Figure) -> str | None:
+    """Why a build counts at the heuristic's figure, in a few words (None: it compiled)."""
+    if m.compiled:
+        return None
+    return "past the build budget" if m.error and BUDGET_WORDS in m.error \
+        else "does not compile"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One build on one program in an evaluation table: ``measured`` as measured (a failed
+    build: its error), ``counted`` as the split's geometric means count it, ``note`` why they
+    differ (a failed build) or which baseline the oracle took."""
+
+    measured: Figure
+    counted: Figure
+    note: str | None = None
+
+
+def baseline_cell(m: Figure, metric: str = "time") -> Cell:
+    """A baseline's figure as the tables count it: a failed build at the heuristic's figure,
+    since a user whose build fails (or outlasts the budget) ships the default build; a
+    figure missing for any other reason (not measured) stays missing, so no mean hides it."""
+    why = failed_build(m)
+    if why is None:
+        return Cell(m, m)
+    return Cell(m, heuristic_figure(metric), f"{why}: counted at the heuristic's figure")
+
+
+def oracle_cell(cells: Mapping[str, Cell], metric: str = "time") -> Cell:
+    """The best counted figure of the heuristic and ``cells`` (the baselines the oracle picks
+    among), by speedup, ties to the heuristic then to the order given; no figure when one of
+    them has none (a best of fewer is not the ceiling).  Chosen after measuring, so its
+    interval is the winner's and says nothing of the choice."""
+    best_name, best = HEURISTIC, heuristic_figure(metric)
+    for name, c in cells.items():
+        f = c.counted
+        if not f.ok:
+            missing = Figure(error=f"{name} has no figure")
+            return Cell(missing, missing)
+        assert f.speedup is not None and best.speedup is not None
+        if f.speedup > best.speedup:
+            best_name, best = name, f
+    return Cell(best, best, best_name)
+
+
+def oracle_builds(builds: Sequence[str]) -> list[str]:
+    """The builds the oracle picks among, besides the heuristic: the tuned global setting and
+    always-inline (never-inline, the other extreme, is a floor, not a candidate)."""
+    return [b for b in builds if b.startswith(GLOBAL_PREFIX) or b == ALWAYS_INLINE]
+
+
+def table_cells(figures: Mapping[tuple[str, str], Figure], label: str, others: Sequence[str],
+                names: Sequence[str], metric: str = "time"
+                ) -> dict[tuple[str, str], Cell]:
+    """Every (build, program) cell of an evaluation table, ``ORACLE``'s row included (when a
+    baseline is there to pick).  The policy ``label`` is counted as measured: its own failure
+    is an error of the run, never a fallback."""
+    none = Figure()
+    out: dict[tuple[str, str], Cell] = {}
+    for n in names:
+        for build in [label, *others]:
+            m = figures.get((build, n), none)
+            out[(build, n)] = Cell(m, m) if build == label else baseline_cell(m, metric)
+        picks = oracle_builds([label, *others])
+        if picks:
+            out[(ORACLE, n)] = oracle_cell({b: out[(b, n)] for b in picks}, metric)
+    return out
+
+
+def counted_line(cells: Mapping[tuple[str, str], Cell], build: str, names: Sequence[str]
+                 ) -> str | None:
+    """The programs whose failed build a baseline's mean counts at the heuristic's figure,
+    and why, in one clause (None: none)."""
+    failed = []
+    for n in names:
+        cell = cells.get((build, n))
+        why = failed_build(cell.measured) if cell is not None and cell.note else None
+        if why is not None:
+            failed.append(f"{n} {why}")
+    if not failed:
+        return None
+    return f"counted at the heuristic's figure (1.000): {', '.join(failed)}"
+
+
 @dataclass(frozen=True)
 class Tuning:
     """The global setting chosen and the training figures it was chosen on."""
@@ -153,6 +274,9 @@ class _TrainingRow(BaseModel):
     geomean: Optional[Annotated[list[float], Field(min_length=3, max_length=3)]]
     # per benchmark: speedup, low, high, size ratio (None: not measured)
     benchmarks: dict[str, Annotated[list[Optional[float]], Field(min_length=4, max_length=4)]]
+    # per benchmark whose build failed: why, counted at the heuristic's figure (absent in
+    # records written before the rule)
+    failed: dict[str, str] = Field(default_factory=dict, max_length=10_000)
 
 
 class _Record(BaseModel):
@@ -207,12 +331,25 @@ def read_record(path: Path) -> dict[str, Any] | None:
     return data
 
 
+def other_grid(path: Path, recorded: Mapping[str, Sequence[str]]) -> str:
+    """The line refusing a record of another grid: its choice is not comparable, and tuning
+    the new grid costs a build and a comparison per setting and benchmark, so only an explicit
+    ``--retune`` pays it (and rewrites the record)."""
+    changed = sum(1 for k, v in GRID.items() if list(recorded.get(k, ())) != list(v))
+    gone = sum(1 for k in recorded if k not in GRID)
+    return (f"{path}: tuned on another grid ({len(recorded)} settings; this one has "
+            f"{len(GRID)}, {changed} new or changed, {gone} gone): --retune tunes this grid "
+            "and rewrites the record")
+
+
 def tune(session: Session, results: Path, benches: Sequence[Benchmark],
          sizes: Mapping[str, Size], size_name: str, runs: int, pairing: PairingPolicy,
          retune: bool, on_each=None, say=None) -> Tuning:
     """The recorded choice when it was made on the same benchmarks, size, grid and metric (unless
     ``retune``; a record that chose nothing is not reused), else the grid measured on
-    ``benches`` and the best training geometric mean recorded."""
+    ``benches`` and the best training geometric mean recorded.  A record of another grid is
+    refused (BaselineError, one line) unless ``retune``.  A setting whose build fails on a
+    benchmark is counted there at the heuristic's figure (``baseline_cell``) and competes."""
     check_grid(GRID)
     path = results / RECORD
     names = tuple(sorted(b.name for b in benches))
@@ -221,15 +358,16 @@ def tune(session: Session, results: Path, benches: Sequence[Benchmark],
     if not retune:
         data = read_record(path)
         if data is not None:
-            same = (tuple(data["benchmarks"]) == names and data.get("size") == size_name
-                    and data["grid"] == grid)
+            if data["grid"] != grid:
+                raise BaselineError(other_grid(path, data["grid"]))
+            same = tuple(data["benchmarks"]) == names and data.get("size") == size_name
             was = data.get("metric", "time")
             if same and was == metric and data["chosen"] is not None:  # (read_record: its
                 # flags are the grid's)
                 return Tuning(data["chosen"], GRID[data["chosen"]], names,
                               size_name, data["training"], reused=True, metric=metric)
             if say is not None:
-                say(f"{path}: " + ("tuned on other benchmarks, size or grid" if not same
+                say(f"{path}: " + ("tuned on other benchmarks or size" if not same
                                    else f"tuned in {was}, not {metric}" if was != metric
                                    else "no setting was measured on every tuning benchmark")
                     + ": tuning again")
@@ -237,20 +375,43 @@ def tune(session: Session, results: Path, benches: Sequence[Benchmark],
                             CompileJob(b, flags=setting_flags(b, flags)), sizes[b.name])
                   for setting, flags in GRID.items() for b in benches]
     got = measure_all(session, contenders, runs, pairing, on_each)
-    table: dict[str, dict[str, Any]] = {}
-    best: tuple[float, str] | None = None
-    for setting in GRID:
-        figures = {b.name: got[(setting, b.name)] for b in benches}
-        g = geomean_figure(figures.values())
-        table[setting] = {"geomean": [g.speedup, g.low, g.high] if g else None,
-                          "benchmarks": {n: [m.speedup, m.low, m.high, m.size_ratio]
-                                         for n, m in figures.items()}}
-        if g is not None and g.speedup is not None and (best is None or g.speedup > best[0]):
-            best = (g.speedup, setting)
-    chosen = best[1] if best else None
+    table = training_table({k: {b.name: got[(k, b.name)] for b in benches} for k in GRID},
+                           metric)
+    chosen = choose(table)
     tuning = Tuning(chosen, GRID[chosen] if chosen else (), names, size_name, table,
                     metric=metric)
     results.mkdir(parents=True, exist_ok=True)
     with atomic_output(path) as tmp:
         Path(tmp).write_text(json.dumps(tuning.to_json(), indent=1, sort_keys=True) + "\n")
     return tuning
+
+
+def training_table(figures: Mapping[str, Mapping[str, Figure]], metric: str = "time"
+                   ) -> dict[str, dict[str, Any]]:
+    """The record's ``training`` table: per setting its geometric mean over the benchmarks
+    (failed builds counted at the heuristic's figure; None when a figure is missing for any
+    other reason), each benchmark's figure as measured, and the failed builds with why."""
+    table: dict[str, dict[str, Any]] = {}
+    for setting, per in figures.items():
+        cells = {n: baseline_cell(m, metric) for n, m in per.items()}
+        g = geomean_figure(c.counted for c in cells.values())
+        row: dict[str, Any] = {
+            "geomean": [g.speedup, g.low, g.high] if g else None,
+            "benchmarks": {n: [m.speedup, m.low, m.high, m.size_ratio]
+                           for n, m in per.items()}}
+        failed = {n: why for n, m in per.items() if (why := failed_build(m)) is not None}
+        if failed:
+            row["failed"] = failed
+        table[setting] = row
+    return table
+
+
+def choose(table: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The setting with the best training geometric mean (the first of equals, in the grid's
+    order); None when no setting has one."""
+    best: tuple[float, str] | None = None
+    for setting, row in table.items():
+        g = row.get("geomean")
+        if g is not None and g[0] is not None and (best is None or g[0] > best[0]):
+            best = (g[0], setting)
+    return best[1] if best else None

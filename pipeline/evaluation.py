@@ -424,18 +424,20 @@ def measure_policy(session: Session, contenders: Sequence[Contender], label: str
 
 def write_summary(results: Path, label: str, others: Sequence[str],
                   benches: Sequence[Benchmark],
-                  figures: Mapping[tuple[str, str], Figure]) -> Path:
-    """``<results>/plugin_<label>.summary.csv``: each build's figure on each benchmark and the
-    policy against it (``analysis.result_files.summary_rows``)."""
+                  figures: Mapping[tuple[str, str], Figure], metric: str = "time") -> Path:
+    """``<results>/plugin_<label>.summary.csv``: each build's figure on each benchmark, the
+    policy against it, what the means count and the oracle's row
+    (``analysis.result_files.summary_rows``, ``dispatcher.baselines.table_cells``)."""
     path = results / f"plugin_{label}.summary.csv"
-    none = Figure()
-    mine = {b.name: figures.get((label, b.name), none) for b in benches}
+    cells = base.table_cells(figures, label, others, [b.name for b in benches], metric)
+    builds = [label, *others, *([base.ORACLE] if any(k[0] == base.ORACLE for k in cells)
+                                else [])]
     try:
         write_csv(path, summary_rows(
-            (b.name, b.split, build, figures.get((build, b.name), none),
-             None if build == label else against(mine[b.name], figures.get((build, b.name),
-                                                                            none)))
-            for b in benches for build in [label, *others]))
+            (b.name, b.split, build, c.measured,
+             None if build == label else against(cells[(label, b.name)].counted, c.counted),
+             c.counted, c.note)
+            for b in benches for build in builds if (c := cells[(build, b.name)])))
     except OSError as exc:
         raise EvaluationError(f"{path}: cannot write the summary: {exc.strerror or exc}"
                               ) from None

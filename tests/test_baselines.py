@@ -58,13 +58,14 @@ def test_the_policy_against_a_baseline_is_the_ratio_of_speedups():
 
 
 def test_the_summary_csv_layout():
-    rows = summary_rows([("kahan", "test", "p", Figure(1.2, 1.1, 1.3, 5, 1.01), None),
+    p = Figure(1.2, 1.1, 1.3, 5, 1.01)
+    rows = summary_rows([("kahan", "test", "p", p, None, p, None),
                          ("kahan", "test", "never-inline", Figure(0.5, 0.4, 0.6, 3, 0.9),
-                          Figure(2.4, 2.0, 2.9, 3))])
+                          Figure(2.4, 2.0, 2.9, 3), None, "why")])
     assert rows[0] == SUMMARY_HEADER
     assert rows[1] == ["kahan", "test", "p", "1.200000", "1.100000", "1.300000", "5",
-                       "1.010000", "", "", "", "time"]
-    assert rows[2][-4:] == ["2.400000", "2.000000", "2.900000", "time"]
+                       "1.010000", "", "", "", "time", "1.200000", ""]
+    assert rows[2][-6:] == ["2.400000", "2.000000", "2.900000", "time", "", "why"]
 
 
 def test_a_bad_record_is_one_line(tmp_path):
@@ -94,8 +95,7 @@ def test_a_recorded_choice_is_reused_only_when_it_chose_on_the_same_terms(tmp_pa
     assert got.reused and got.chosen == "O2" and got.flags == ("-O2",) and not said
     for change, why in (({"chosen": None, "flags": []}, "no setting was measured on every tuning "
                                            "benchmark: tuning again"),
-                        ({"size": "full"}, "tuned on other benchmarks, size or grid: tuning "
-                                           "again")):
+                        ({"size": "full"}, "tuned on other benchmarks or size: tuning again")):
         (tmp_path / RECORD).write_text(json.dumps({**record, **change}))
         said.clear()
         with pytest.raises(AttributeError):  # the measuring, with no session
@@ -147,7 +147,7 @@ def test_baselines_end_to_end(compiler, tmp_path):
     assert any(x.startswith(f"global setting: {chosen} (") and "recorded in" in x
                for x in lines), r.stdout
     assert sum("tuning " in x for x in r.stderr.splitlines()) == len(GRID) * 2
-    builds = ["tiny", f"global-{chosen}", "never-inline", "always-inline"]
+    builds = ["tiny", f"global-{chosen}", "never-inline", "always-inline", "oracle"]
     for bench in ("kahan", "hamming"):
         for build in builds[1:3]:
             assert (results / bench / "plugins" / f"plugin_{build}.csv").is_file()
@@ -160,6 +160,12 @@ def test_baselines_end_to_end(compiler, tmp_path):
             assert float(row["low"]) <= float(row["speedup"]) <= float(row["high"]), row
             assert float(row["size_ratio"]) > 0
     assert all(row["policy_vs"] for row in rows if row["build"] in builds[1:3])
+    # the oracle: the best of the heuristic, the global setting and always-inline
+    for row in (r for r in rows if r["build"] == "oracle"):
+        picks = {x["build"]: float(x["counted"]) for x in rows
+                 if x["benchmark"] == row["benchmark"] and x["build"] in (builds[1], builds[3])}
+        assert float(row["counted"]) == pytest.approx(max(1.0, *picks.values())), rows
+        assert row["note"] in ("heuristic", *picks)
     assert any(x.startswith(f"training: global-{chosen}: geometric mean speedup ")
                and "; tiny against it " in x and x.endswith(" over 2 benchmarks")
                for x in lines), r.stdout
