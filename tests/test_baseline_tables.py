@@ -18,6 +18,7 @@ from dispatcher.baselines import (
     RECORD,
     BaselineError,
     Cell,
+    Tuning,
     check_grid,
     choose,
     counted_line,
@@ -165,6 +166,14 @@ def test_a_setting_that_fails_somewhere_still_competes_at_the_heuristic_figure()
     assert table["unmeasured"]["geomean"] is None and "failed" not in table["steady"]
     assert choose(table) == "fast-but-fragile"
     assert choose({"a": {"geomean": None}}) is None
+    from commands.run_plugin_benchmark import grid_lines
+    lines = grid_lines(Tuning("fast-but-fragile", (), ("x", "y"), "tiny", table,
+                              metric="cycles"))
+    assert lines[0].startswith("global settings tuned on 2 benchmarks at size tiny, in cycles")
+    assert lines[1].split() == ["fast-but-fragile", "1.140", "[1.140,", "1.140]", "(chosen);",
+                                "counted", "at", "the", "heuristic's", "figure:", "y", "past",
+                                "the", "build", "budget"]
+    assert lines[3].split()[1:] == ["-", "(a", "benchmark", "has", "no", "figure)"]
 
 
 def test_a_build_past_its_budget_is_worded_as_the_tables_read_it(tmp_path):
