@@ -15,8 +15,9 @@ Layout of ``DIR``:
 - ``<bench>/sites.parquet``: one row per call site: benchmark, unit, round, key, what the
   heuristic did, the site's features; with labels, the label at the dataset's threshold, the
   context it came from and every measured comparison of the site (``measurements``, a list of
-  structs: action, context, trial, effect with its 95% interval, pairs, ...); with rewards, the
-  rewards table's columns (``reward_*``) and the label they give.
+  structs: action, context, trial, effect with its 95% interval, pairs, the metric it was
+  measured in and its exact cycles effect, ...); with rewards, the rewards table's columns
+  (``reward_*``) and the label they give.
 - ``<bench>/trees.parquet`` (where search rundirs were given): one row per measured candidate
   tree: its digest and binary, speedup with its interval and pairs, and its decisions.
 
@@ -26,7 +27,9 @@ gives the rewards' own order): the classifiers see them in that order, so the or
 Labels are recomputed from ``measurements`` when training (``analysis.label_training``'s
 rule), so any ``--label-threshold`` trains as it would from the labels tables.  Output is
 deterministic: the same inputs give byte-identical files (no timestamps; rundirs and the
-batch log by name, not path).
+batch log by name, not path).  ``export-dataset`` writes ``VERSION``; every version of
+``READABLE_VERSIONS`` reads (a version-1 measurement as in time, not counted:
+``LATER_MEASUREMENT``).
 """
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ from analysis.label_training import (
     CONTEXTS,
     FEATURES,
     MAX_ROUND,
+    METRICS,
     STATUSES,
     TABLE_LIMIT,
     TRIALS,
@@ -65,7 +69,11 @@ from dispatcher.core.files import (
 from dispatcher.core.validation import first_model_error, shown
 
 FORMAT = "inlining-dataset"
-VERSION = 1
+#: Version 2: a measurement carries its ``metric`` and its exact ``cycles_effect`` and
+#: ``cycles_size``; a benchmark's entry says whether its labels table had cycles effects.
+VERSION = 2
+#: The versions read: a version-1 dataset's measurements read as in time, not counted.
+READABLE_VERSIONS = (1, 2)
 INDEX = "dataset.json"
 SITES = "sites.parquet"
 TREES = "trees.parquet"
@@ -80,7 +88,11 @@ MEASUREMENT = [("context", "str"), ("action", "str"), ("trial", "str"), ("status
                ("heuristic_action", "str"), ("effect", "float"), ("low", "float"),
                ("high", "float"), ("speedup", "float"), ("pairs", "int"), ("runs", "int"),
                ("disturbed_share", "float"), ("cpu_s", "float"), ("heat", "int"),
-               ("decision", "int"), ("why", "str"), ("rundir", "str")]
+               ("decision", "int"), ("why", "str"), ("rundir", "str"), ("metric", "str"),
+               ("cycles_effect", "float"), ("cycles_size", "str")]
+#: What a measurement of version 2 has that one of version 1 lacks, and what it reads as:
+#: in wall time, with no cycles effect.
+LATER_MEASUREMENT = {"metric": "time", "cycles_effect": None, "cycles_size": None}
 SITE_IDS = [("benchmark", "str"), ("unit", "str"), ("round", "int"), ("key", "str"),
             ("callee", "str"), ("location", "str"), ("heuristic_action", "str"),
             ("heuristic_reason", "str")]
@@ -234,11 +246,14 @@ def _site_features(row: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 def _measurement(row: Mapping[str, Any], where: str) -> dict[str, Any]:
     """One comparison of a labels table's row; its rundir by name (a dataset is read on other
-    machines), no reason as None (a CSV table reads it so, a Parquet one as "")."""
+    machines), no reason or size as None (a CSV table reads it so, a Parquet one as ""), no
+    metric (a table from before the column) as ``time``."""
     m = {k: _convert(row.get(k), kind, f"{where}: {k}") for k, kind in MEASUREMENT}
     if m["rundir"] is not None:
         m["rundir"] = Path(m["rundir"]).name
     m["why"] = m["why"] or None
+    m["metric"] = m["metric"] or "time"
+    m["cycles_size"] = m["cycles_size"] or None
     return m
 
 
@@ -455,6 +470,9 @@ def build_dataset(labels: Mapping[str, LabelsInput], rewards: Mapping[str, Rewar
             entry["labelled_sites"] = sum(s.label is not None for s in rows)
             entry["labelled_without_features"] = sum(  # left out of training, as from labels
                 s.label is not None and not s.labels_features for s in rows)
+            # a table from before the column has none (train-policy --require-sign-agreement
+            # refuses it, as it refuses the table)
+            entry["cycles_effects"] = "cycles_effect" in labels[bench].table.columns
         if bench in rewards:
             entry["reward_sites"] = sum(s.reward_order is not None for s in rows)
         benchmarks[bench] = entry
@@ -550,6 +568,15 @@ class Dataset:
         return self._with("rewards")
 
     @property
+    def version(self) -> int:
+        return int(self.index["version"])
+
+    def has_cycles_effects(self, bench: str) -> bool:
+        """Whether the labels of ``bench`` carry their cycles effects: exported (version 2)
+        from a labels table with the ``cycles_effect`` column."""
+        return bool(self.index["benchmarks"][bench].get("cycles_effects"))
+
+    @property
     def has_labels(self) -> bool:
         return "labels" in self.index["built_from"]
 
@@ -568,7 +595,9 @@ class Dataset:
     def labels_table(self, bench: str) -> pd.DataFrame:
         """The labels table the sites of ``bench`` came from, as ``read_sites_table`` reads
         it for the labelling: one row per measured comparison, the site's features on each
-        (None where the table had none), so ``label_sites`` labels it as it did the table."""
+        (None where the table had none), so ``label_sites`` labels it as it did the table;
+        without ``cycles_effect`` and ``cycles_size`` where that table had no cycles effects
+        (``has_cycles_effects``), as the table itself lacked them."""
         rows = []
         for s in self.sites[bench]:
             if s.get("measurements") is None:
@@ -577,10 +606,12 @@ class Dataset:
             ids = {k: s[k] for k, _ in SITE_IDS if k != "heuristic_action"}
             for m in s["measurements"]:
                 rows.append({**ids, **features, **m})
+        counted = self.has_cycles_effects(bench)
         columns = ([k for k, _ in SITE_IDS] + SITE_FEATURES
-                   + [k for k, _ in MEASUREMENT if k != "heuristic_action"])
+                   + [k for k, _ in MEASUREMENT if k != "heuristic_action"
+                      and (counted or k not in ("cycles_effect", "cycles_size"))])
         table = pd.DataFrame(rows, columns=columns, dtype=object)
-        for c in ("effect", "low", "high"):
+        for c in ("effect", "low", "high") + (("cycles_effect",) if counted else ()):
             table[c] = table[c].astype(float)
         table["round"] = table["round"].astype(int)
         return table
@@ -688,6 +719,7 @@ class _BenchmarkEntry(BaseModel):
     labelled_without_features: Optional[_Count] = None
     reward_sites: Optional[_Count] = None
     trees: Optional[_Count] = None
+    cycles_effects: Optional[bool] = None  # version 2, with labels
 
 
 class _FileEntry(BaseModel):
@@ -702,7 +734,7 @@ class _Index(BaseModel):
 
     model_config = _STRICT
     format: Literal["inlining-dataset"]
-    version: Literal[1]
+    version: Literal[1, 2]
     built_from: _BuiltFrom
     label_threshold: Optional[_Finite]
     reward_threshold: Optional[_Finite]
@@ -740,10 +772,11 @@ def read_index(root: Path) -> dict[str, Any]:
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         raise _fail_index(path, f"not a dataset index (no \"format\": \"{FORMAT}\")")
     version = index.get("version")
-    if type(version) is not int or version != VERSION:  # not True, not 1.0
-        raise DatasetError(f"{path}: dataset version {shown(version)}: expected "
-                           f"{VERSION} (this version of export-dataset and train-policy reads "
-                           f"version {VERSION}: export it again)")
+    if type(version) is not int or version not in READABLE_VERSIONS:  # not True, not 1.0
+        readable = " or ".join(map(str, READABLE_VERSIONS))
+        raise DatasetError(f"{path}: dataset version {shown(version)}: expected {readable} "
+                           f"(this version of export-dataset and train-policy reads versions "
+                           f"{readable}: export it again)")
     try:
         record = _Index.model_validate(index)
     except ValidationError as exc:
@@ -756,6 +789,9 @@ def read_index(root: Path) -> dict[str, Any]:
             raise _fail_index(path, f"files.{rel}: a file of no benchmark it lists")
     if record.built_from.labels is not None and record.label_threshold is None:
         raise _fail_index(path, "label_threshold: expected a number (the dataset has labels)")
+    for bench, entry in record.benchmarks.items():
+        if version == 1 and entry.cycles_effects is not None:
+            raise _fail_index(path, f"benchmarks.{bench}.cycles_effects: not a key of version 1")
     return index
 
 
@@ -765,15 +801,20 @@ _SITE_COLUMNS = frozenset({"labels_features", "label", "label_context", "measure
                            "build_features", "reward_order", "reward_label"})
 _LABELS = ("inline", "dont_inline", "default")
 _KIND_NAMES = {"int": "an integer", "bool": "true or false", "str": "text"}
-_MEASUREMENT_FIELDS = frozenset(k for k, _ in MEASUREMENT)
+#: The fields of a measurement in each version.
+_MEASUREMENT_FIELDS = {
+    1: [(k, kind) for k, kind in MEASUREMENT if k not in LATER_MEASUREMENT],
+    2: MEASUREMENT}
 
 
-def _check_measurement(at: str, m: Any) -> None:
-    if not isinstance(m, dict) or set(m) != _MEASUREMENT_FIELDS:
+def _check_measurement(at: str, m: Any, version: int) -> None:
+    expected = _MEASUREMENT_FIELDS[version]
+    if not isinstance(m, dict) or set(m) != {k for k, _ in expected}:
         fields_ = sorted(m) if isinstance(m, dict) else type(m).__name__
         raise DatasetError(f"{at}: measurement with fields {shown(fields_)}: expected "
-                           f"{', '.join(k for k, _ in MEASUREMENT)}")
-    choices = {"status": STATUSES, "context": CONTEXTS, "action": ACTIONS, "trial": TRIALS}
+                           f"{', '.join(k for k, _ in expected)} (dataset version {version})")
+    choices = {"status": STATUSES, "context": CONTEXTS, "action": ACTIONS, "trial": TRIALS,
+               **({"metric": METRICS} if version >= 2 else {})}
     for k, allowed in choices.items():
         if m[k] not in allowed:
             raise DatasetError(f"{at}: measurement {k} {shown(m[k])}: expected one of "
@@ -781,12 +822,21 @@ def _check_measurement(at: str, m: Any) -> None:
     if m["heuristic_action"] is not None and m["heuristic_action"] not in ACTIONS:
         raise DatasetError(f"{at}: measurement heuristic_action {shown(m['heuristic_action'])}"
                            f": expected one of {', '.join(ACTIONS)} or nothing")
-    for k, kind in MEASUREMENT:
+    for k, kind in expected:
         try:
             _convert(m[k], kind, f"{at}: measurement {k}")
         except DatasetError:
             raise DatasetError(f"{at}: measurement {k} {shown(m[k])}: expected "
                                f"{'text' if kind == 'str' else 'a number'} or nothing") from None
+    if version >= 2:
+        cycles = m["cycles_effect"]
+        if cycles is not None and not math.isfinite(cycles):
+            raise DatasetError(f"{at}: measurement cycles_effect {shown(cycles)}: expected a "
+                               "finite number (a log ratio of estimated cycles) or nothing")
+        size = m["cycles_size"]
+        if size is not None and not (size and size.isprintable()):
+            raise DatasetError(f"{at}: measurement cycles_size {shown(size)}: expected a size's "
+                               "name on one line or nothing")
     if m["status"] == "measured":
         if not all(isinstance(m[k], float) and math.isfinite(m[k])
                    for k in ("effect", "low", "high")):
@@ -855,7 +905,7 @@ def _check_sites(path: Path, rows: list[dict[str, Any]], columns: set[str], inde
         if measurements is not None and not isinstance(measurements, list):
             raise DatasetError(f"{at}: measurements {shown(measurements)}: expected a list")
         for m in measurements or ():
-            _check_measurement(at, m)
+            _check_measurement(at, m, index["version"])
 
 
 def _read_listed(root: Path, rel: str, entry: Mapping[str, Any]) -> bytes:
@@ -905,6 +955,10 @@ def read_dataset(root: Path) -> Dataset:
             raise DatasetError(f"{path}: not a sites table ({reason})") from None
         rows = table.to_pylist()
         _check_sites(path, rows, set(table.column_names), index, bench)
+        if index["version"] == 1:  # before the fields: in wall time, not counted
+            for s in rows:
+                for m in s.get("measurements") or ():
+                    m.update(LATER_MEASUREMENT)
         sites[bench] = rows
     return Dataset(root=root, index=index, sites=sites)
 

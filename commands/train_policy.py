@@ -158,9 +158,10 @@ class _GrowthBudget(click.ParamType):
                    "measure.max_pairs).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path))
 @click.option("--require-sign-agreement", "agreement", is_flag=True,
-              help="Labels: a wall-time effect that is significant and beyond "
-                   "--label-threshold gives a label only where the same flip's cycles "
-                   "effect (cycles_effect) agrees in sign; otherwise the row says nothing.")
+              help="Labels (--labels, or a dataset's): a wall-time effect that is "
+                   "significant and beyond --label-threshold gives a label only where the "
+                   "same flip's cycles effect (cycles_effect) agrees in sign; otherwise the "
+                   "row says nothing.")
 @backend_errors_in_one_line
 def train_policy(benchmarks, labels_dir, rewards_dir, dataset_dir, model, hyper, threshold,
                  label_threshold, margin, ranges, growth_budget, classifier, out, validate,

@@ -1,10 +1,14 @@
 """export-dataset and train-policy --dataset (analysis.dataset): a dataset exported from labels
 tables trains, with no compiler and no config, the very policy file the tables train, byte for
 byte; exported twice it is the same bytes; with rewards the training table is the one the
-rewards and the heuristic build's features give; a malformed dataset is one line, exit 2."""
+rewards and the heuristic build's features give; a malformed dataset is one line, exit 2; a
+measurement keeps the metric its label was measured in and its exact cycles effect, and a
+dataset of version 1 (before them) still reads and trains the same policy."""
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,6 +18,7 @@ import pytest
 
 from analysis.dataset import (
     INDEX,
+    VERSION,
     DatasetError,
     LabelsInput,
     RewardsInput,
@@ -26,11 +31,19 @@ from analysis.label_training import FEATURES, label_sites, read_sites_table
 from analysis.policy_training import KEY, combine, encode, reward_sites, table_sha256, train
 from dispatcher.build.policy_file import policy_text
 from tests.helpers import cli as _cli
+from tests.helpers import invoke, one_line_error
 
 REPO = Path(__file__).resolve().parent.parent
 LABELS = REPO / "results" / "first-labels" / "labels"
 # nbody: unmeasured sites and sites without features; fannkuch: both actions; orbit: inline
 SMALL = ("nbody", "fannkuch", "orbit")
+#: A dataset of version 1, as export-dataset wrote it before measurements kept their metric
+#: and cycles effect: the SMALL part of results/first-labels/dataset (exported from LABELS,
+#: docs/dataset.md), its sites.parquet files as written, dataset.json less the other
+#: benchmarks and the trees.
+OLD_DATASET = REPO / "tests" / "golden" / "dataset-v1"
+#: Labels tables with exact labels (metric cycles, confirmed in time) and cycles effects.
+EXACT_LABELS = REPO / "results" / "site-agreement" / "labels"
 
 
 def _one_line(r: subprocess.CompletedProcess, prog: str) -> str:
@@ -68,7 +81,7 @@ def test_a_dataset_trains_the_policy_its_labels_train_byte_for_byte(labels, tmp_
     assert _files(tmp_path / "ds") == _files(tmp_path / "again")  # byte for byte
     index = json.loads((tmp_path / "ds" / INDEX).read_text())
     assert sorted(index["files"]) == [f"{b}/sites.parquet" for b in sorted(SMALL)]
-    assert index["label_threshold"] == 0.01 and index["version"] == 1
+    assert index["label_threshold"] == 0.01 and index["version"] == VERSION == 2
     # training needs neither a compiler nor a config: none is there
     nothing = {"INLINING_COMPILER_PREFIX": str(tmp_path / "no-compiler")}
     for options in ((), ("--classifier", "boosted", "--label-threshold", "0.003")):
@@ -132,7 +145,7 @@ def test_a_malformed_dataset_is_one_line(labels, tmp_path):
         _cli("train-policy", "--dataset", "changed", cwd=tmp_path), "train-policy")
     assert _one_line(_cli("train-policy", "--dataset", "version", cwd=tmp_path),
                      "train-policy").startswith("train-policy: version/dataset.json: dataset "
-                                                "version 99: expected 1")
+                                                "version 99: expected 1 or 2 (")
     assert _one_line(_cli("train-policy", "--dataset", "good", "--labels", "labels",
                           cwd=tmp_path), "train-policy") == \
         "train-policy: --dataset: not with --labels or --rewards (a dataset holds the " \
@@ -308,3 +321,107 @@ def test_the_trees_of_search_rundirs(tmp_path):
     assert _one_line(_cli("train-policy", "--dataset", "one", cwd=tmp_path),
                      "train-policy") == "train-policy: one: no benchmark's labels or rewards " \
                                         "there"
+
+
+def _measured_rows(table: pd.DataFrame) -> list[tuple]:
+    """(site, context, action, trial, metric, cycles effect, cycles size) of each row of a
+    labels table, in its order; no metric (a table from before the column) as time."""
+    def plain(v):
+        return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+    return [(r["unit"], int(r["round"]), r["key"], r["context"], r["action"], r["trial"],
+             plain(r.get("metric")) or "time", plain(r.get("cycles_effect")),
+             plain(r.get("cycles_size")))
+            for r in table.to_dict("records")]
+
+
+def test_a_measurement_keeps_its_metric_and_cycles_effect(tmp_path):
+    """Exact labels (kahan: counted in cycles, the ones that matter confirmed in time) and
+    labels timed with their cycles effect (orbit) keep, per comparison, the metric it was
+    measured in, its cycles effect and the size it was counted at; train-policy
+    --require-sign-agreement trains from the dataset the policy it trains from the tables;
+    an unknown metric is one line."""
+    labels = tmp_path / "labels"
+    for bench in ("kahan", "orbit"):
+        (labels / bench).mkdir(parents=True)
+        shutil.copy(EXACT_LABELS / bench / "sites.csv", labels / bench / "sites.csv")
+    done = invoke("export-dataset", "--labels", "labels", "--out", "ds", cwd=tmp_path)
+    assert done.exit_code == 0, done.output
+    ds = read_dataset(tmp_path / "ds")
+    assert ds.version == 2
+    for bench in ("kahan", "orbit"):
+        assert ds.index["benchmarks"][bench]["cycles_effects"] is True
+        table = read_sites_table(labels / bench / "sites.csv")
+        kept = [(s["unit"], s["round"], s["key"], m["context"], m["action"], m["trial"],
+                 m["metric"], m["cycles_effect"], m["cycles_size"])
+                for s in ds.sites[bench] for m in s["measurements"]]
+        assert sorted(kept, key=repr) == sorted(_measured_rows(table), key=repr)
+        back = ds.labels_table(bench)
+        assert sorted(_measured_rows(back), key=repr) == sorted(_measured_rows(table), key=repr)
+    metrics = {m["metric"] for s in ds.sites["kahan"] for m in s["measurements"]}
+    assert metrics == {"cycles", "time"}  # the exact labels and their confirmations
+    assert any(m["cycles_effect"] is not None and m["cycles_size"] == "tiny"
+               for s in ds.sites["orbit"] for m in s["measurements"])
+    # sign agreement judges the dataset's cycles effects as it judges the tables'
+    outs = {}
+    for source, name in (("labels", "a.policy"), ("ds", "b.policy")):
+        option = "--labels" if source == "labels" else "--dataset"
+        got = invoke("train-policy", option, source, "--classifier", "logistic",
+                     "--require-sign-agreement", "--out", name, cwd=tmp_path)
+        assert got.exit_code == 0, got.output
+        assert "set aside: a significant wall effect without a cycles effect" in got.stdout
+        outs[source] = got.stdout.replace(name, "x.policy")
+    assert outs["labels"] == outs["ds"]
+    assert (tmp_path / "a.policy").read_bytes() == (tmp_path / "b.policy").read_bytes()
+    # a measurement of an unknown metric: one line naming the file and the row
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    path = tmp_path / "ds" / "kahan" / "sites.parquet"
+    rows = pq.read_table(path).to_pylist()
+    rows[2]["measurements"][0]["metric"] = "wall"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    index = json.loads((tmp_path / "ds" / INDEX).read_text())
+    index["files"]["kahan/sites.parquet"] = {
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "bytes": path.stat().st_size}
+    (tmp_path / "ds" / INDEX).write_text(json.dumps(index))
+    line = one_line_error(invoke("train-policy", "--dataset", "ds", "--out", "c.policy",
+                                 cwd=tmp_path))
+    assert line == ("train-policy: ds/kahan/sites.parquet: row 3: measurement metric 'wall': "
+                    "expected one of time, instructions, cycles"), line
+
+
+def test_a_dataset_of_version_1_reads_in_wall_time_and_trains_the_same_policy(labels,
+                                                                              tmp_path):
+    """A dataset of the first labels campaign (version 1, written before measurements kept
+    their metric and cycles effect) reads with every measurement in time,
+    not counted; it trains the policy a dataset of today's version exported from the same
+    labels tables trains, byte for byte; --require-sign-agreement refuses it in one line, and a
+    dataset exported from tables without cycles effects too."""
+    old = read_dataset(OLD_DATASET)
+    assert old.version == 1
+    assert all(not old.has_cycles_effects(b) for b in old.labelled)
+    got = {(m["metric"], m["cycles_effect"], m["cycles_size"])
+           for rows in old.sites.values() for s in rows for m in s["measurements"] or ()}
+    assert got == {("time", None, None)}
+    assert "cycles_effect" not in old.labels_table("nbody").columns
+    assert invoke("export-dataset", "--labels", "labels", "--out", "new",
+                  cwd=tmp_path).exit_code == 0
+    outs = {}
+    for source, name in ((str(OLD_DATASET), "a.policy"), ("new", "b.policy")):
+        got_ = invoke("train-policy", "--dataset", source, "--classifier", "logistic",
+                      "--out", name, cwd=tmp_path)
+        assert got_.exit_code == 0, got_.output
+        outs[source] = got_.stdout.replace(name, "x.policy")
+    assert outs[str(OLD_DATASET)] == outs["new"]
+    assert (tmp_path / "a.policy").read_bytes() == (tmp_path / "b.policy").read_bytes()
+    line = one_line_error(invoke("train-policy", "--dataset", str(OLD_DATASET),
+                                 "--require-sign-agreement", "--out", "c.policy",
+                                 cwd=tmp_path))
+    assert line == (f"train-policy: --require-sign-agreement: {OLD_DATASET} is a dataset of "
+                    "version 1, which keeps no cycles effects: export it again from its labels "
+                    "tables (export-dataset --labels)")
+    line = one_line_error(invoke("train-policy", "--dataset", "new", "--require-sign-agreement",
+                                 "--out", "c.policy", cwd=tmp_path))
+    assert line.startswith("train-policy: new/fannkuch: exported from a labels table with no "
+                           "cycles_effect column"), line
+    assert not (tmp_path / "c.policy").exists()

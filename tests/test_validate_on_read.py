@@ -322,7 +322,7 @@ DATASET_CASES: dict[str, tuple[Callable[[Path], object], str, str]] = {
     "threshold as text": (_index(lambda d: d.__setitem__("label_threshold", "0.01")),
                           "dataset.json", "label_threshold: input should be a valid number"),
     "version true": (_index(lambda d: d.__setitem__("version", True)), "dataset.json",
-                     "dataset version True: expected 1"),
+                     "dataset version True: expected 1 or 2"),
     "a benchmark's labels as text": (
         _index(lambda d: d["benchmarks"]["kahan"].__setitem__("labels", "yes")),
         "dataset.json", "benchmarks.kahan.labels: input should be a valid boolean"),
@@ -382,6 +382,23 @@ DATASET_CASES: dict[str, tuple[Callable[[Path], object], str, str]] = {
                                     "row 1: measurement effect "),
     "a measurement without its trial": (_sites(_drop_measurement_field("trial")), SITES,
                                         "row 1: measurement with fields "),
+    "unknown metric": (_sites(_measurement("metric", "wall")), SITES,
+                       "row 1: measurement metric 'wall': expected one of time, instructions, "
+                       "cycles"),
+    "a measurement without its metric": (_sites(_measurement("metric", None)), SITES,
+                                         "row 1: measurement metric None: expected one of "),
+    "cycles effect infinite": (_sites(_measurement("cycles_effect", math.inf)), SITES,
+                               "row 1: measurement cycles_effect inf: expected a finite "
+                               "number"),
+    "cycles size across lines": (_sites(_measurement("cycles_size", "ti\nny")), SITES,
+                                 "row 1: measurement cycles_size 'ti\\nny': expected a size's "
+                                 "name on one line"),
+    "a version-1 measurement in a version-2 dataset": (
+        _sites(_drop_measurement_field("cycles_size")), SITES,
+        "row 1: measurement with fields "),
+    "cycles_effects in a version-1 index": (_index(lambda d: d.__setitem__("version", 1)),
+                                            "dataset.json", "benchmarks.kahan.cycles_effects: "
+                                                            "not a key of version 1"),
     "a label outside inline/dont_inline/default": (_sites(_row("label", "maybe")), SITES,
                                                    "row 1: label 'maybe': expected one of "
                                                    "inline, dont_inline, default"),

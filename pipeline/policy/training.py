@@ -165,11 +165,15 @@ def plan_training(request: TrainingRequest) -> TrainingPlan:
                              "the held-out policies are measured)")
     _check_writable(r.out)
     if r.agreement and dataset is None and r.labels_dir is None:
-        raise InputError("--require-sign-agreement: only with --labels (it judges measured "
-                         "labels, not rewards)")
-    if r.agreement and dataset is not None:
-        raise InputError(f"--require-sign-agreement: {r.dataset_dir} is a dataset, which "
-                         "keeps no cycles effects: train from the labels tables (--labels)")
+        raise InputError("--require-sign-agreement: only with --labels or --dataset (it "
+                         "judges measured labels, not rewards)")
+    if r.agreement and dataset is not None and not dataset.has_labels:
+        raise InputError(f"--require-sign-agreement: {r.dataset_dir} holds no labels (it "
+                         "judges measured labels, not rewards)")
+    if r.agreement and dataset is not None and dataset.version < 2:
+        raise InputError(f"--require-sign-agreement: {r.dataset_dir} is a dataset of version "
+                         f"{dataset.version}, which keeps no cycles effects: export it again "
+                         "from its labels tables (export-dataset --labels)")
     known_labels = (dataset.labelled if dataset is not None else
                     labels_benchmarks(r.labels_dir) if r.labels_dir is not None else [])
     known_rewards = (dataset.rewarded if dataset is not None else
@@ -302,6 +306,13 @@ def _labelled(plan: TrainingPlan) -> tuple[pd.DataFrame, list[LabelsRead]]:
                   read_labels(plan.request.labels_dir, plan.label_names).items()}
     parts, reads = [], []
     for n, table in tables.items():
+        if plan.request.agreement and "cycles_effect" not in table.columns and \
+                plan.dataset is not None:
+            raise InputError(f"{plan.labels_source}/{n}: exported from a labels table with no "
+                             "cycles_effect column (measured before labels carried their "
+                             "cycles effect): --require-sign-agreement cannot judge it "
+                             "(measure-sites again, or add the counts: bench/label_cycles, "
+                             "and export again)")
         if plan.request.agreement and "cycles_effect" not in table.columns:
             raise InputError(f"{plan.labels_source}/{n}: its labels table has no cycles_effect "
                              "column (measured before labels carried their cycles effect): "
