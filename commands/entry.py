@@ -48,6 +48,9 @@ def quiet_interrupt(prog: str) -> Iterator[None]:
         signal.signal(signal.SIGINT, _raise_interrupt)
         yield
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        if _ctrl_c_seen:  # raised inside an import that swallowed it (a library's bare
+            # ``except:`` around an optional import): the Ctrl-C is still the user's
+            _exit_interrupted(prog)
     except KeyboardInterrupt:
         _exit_interrupted(prog)
     except Exception:
