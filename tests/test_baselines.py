@@ -132,12 +132,14 @@ def test_baselines_end_to_end(compiler, tmp_path):
     policy = tiny_policy(tmp_path / "tiny.policy")
     results = tmp_path / "results"
     common = ("run-plugin-benchmark", str(policy), "kahan", "hamming", "--baselines",
-              "--tune-on", "kahan", "--tune-on", "hamming", "--config", str(cfg), "--size",
+              "--tune-on", "kahan", "--config", str(cfg), "--size",
               "tiny", "--runs", "2", "--max-pairs", "2", "--results", str(results))
     r = _cli(*common, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     record = json.loads((results / RECORD).read_text())
-    assert record["benchmarks"] == ["hamming", "kahan"] and record["size"] == "tiny"
+    # tuned on kahan alone (each benchmark tuned on costs a build and a comparison per
+    # setting), evaluated on both
+    assert record["benchmarks"] == ["kahan"] and record["size"] == "tiny"
     assert set(record["training"]) == set(GRID) and record["chosen"] in GRID
     chosen = record["chosen"]
     # the choice is the best training geometric mean
@@ -146,7 +148,7 @@ def test_baselines_end_to_end(compiler, tmp_path):
     lines = r.stdout.splitlines()
     assert any(x.startswith(f"global setting: {chosen} (") and "recorded in" in x
                for x in lines), r.stdout
-    assert sum("tuning " in x for x in r.stderr.splitlines()) == len(GRID) * 2
+    assert sum("tuning " in x for x in r.stderr.splitlines()) == len(GRID)
     builds = ["tiny", f"global-{chosen}", "never-inline", "always-inline", "oracle"]
     for bench in ("kahan", "hamming"):
         for build in builds[1:3]:
