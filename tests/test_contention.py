@@ -45,9 +45,15 @@ def contended_config(tmp_path: Path, **measure) -> Path:
 
 @pytest.fixture
 def hog():
-    """A busy loop pinned to the worker CPU, started before anything is measured."""
+    """A busy loop pinned to the worker CPU, started before anything is measured.  In a
+    session of its own, as the agent starts each run: with the kernel's autogroup scheduling
+    (Debian's default) CPU time is shared between sessions first, and in the test suite's
+    session the hog shared its part with every busy test process, so beside a parallel
+    suite a run took more than the floor of its CPU now and then (4 test processes: one run
+    in 6, once in a clean-clone CI)."""
     proc = subprocess.Popen([sys.executable, "-c", (
-        f"import os\nos.sched_setaffinity(0, {{{FIRST_CPU}}})\nwhile True:\n    pass\n")])
+        f"import os\nos.sched_setaffinity(0, {{{FIRST_CPU}}})\nwhile True:\n    pass\n")],
+        start_new_session=True)
     yield proc
     proc.send_signal(signal.SIGKILL)
     proc.wait()
