@@ -508,12 +508,8 @@ class Scheduler:
                         self._lane_next(lane, held=True)
                 else:  # woken to look again (or to stop)
                     self._lane_next(lane, held=False)
-            except BaseException:  # a bug here must not take every lane with it: this
-                # one stops (as a runner thread would end), and close does not wait for it
+            except BaseException:  # a bug here must not take every lane with it
                 log.exception("%s: the scheduler's lane failed", lane.slot.name)
-                with self._lock:
-                    self._board.withdraw(lane.slot.name, lane)
-                    self._lane_stopped()
 
     def _lane_next(self, lane: _Lane, held: bool) -> None:
         """``_next`` for a lane: starts its next job (here: no hand-off to another thread),
@@ -758,8 +754,7 @@ class Scheduler:
             self._lanes_stopped.wait_for(lambda: self._lanes_alive == 0,
                                          timeout=5 if abort else None)
             self._end_lane_threads()  # (else the last lane to stop ends them)
-            ended = self._lanes_ended
-        for t in self._lane_threads if ended else ():
+        for t in self._lane_threads:
             t.join(timeout=5 if abort else None)
         with self._lock:  # left by slots that stopped while backing off
             leftovers = self._board.drain()
