@@ -504,52 +504,48 @@ class Scheduler:
                 if outcome is not None:
                     self._ended(lane, item, outcome)
                 elif item is not None:
-                    if not self._begin(lane, item):
-                        self._lane_next(lane, held=True)
+                    self._begin(lane, item)
                 else:  # woken to look again (or to stop)
                     self._lane_next(lane, held=False)
             except BaseException:  # a bug here must not take every lane with it
                 log.exception("%s: the scheduler's lane failed", lane.slot.name)
 
     def _lane_next(self, lane: _Lane, held: bool) -> None:
-        """``_next`` for a lane: starts its next job (here: no hand-off to another thread),
-        or lists it as waiting, or stops it (its slot out of service, or the scheduler
-        closes with nothing left for it)."""
+        """``_next`` for a lane: hands it its next job (queued for the lane threads), or
+        lists it as waiting, or stops it (its slot out of service, or the scheduler closes
+        with nothing left for it)."""
         name = lane.slot.name
-        while True:
-            with self._lock:
-                if held:
-                    self._count(name, -1)
-                if name in self.quarantined:
-                    self._board.withdraw(name, lane)
-                    self._lane_stopped()
-                    return
-                item = self._board.take(name, lane)
-                if item is not None:
-                    self._count(name, +1)
-                elif self._closing:
-                    self._board.withdraw(name, lane)
-                    self._lane_stopped()
-                    return
-            if item is None or self._begin(lane, item):
+        with self._lock:
+            if held:
+                self._count(name, -1)
+            if name in self.quarantined:
+                self._board.withdraw(name, lane)
+                self._lane_stopped()
                 return
-            held = True  # cancelled while queued: the next one
+            item = self._board.take(name, lane)
+            if item is not None:
+                self._count(name, +1)
+            elif self._closing:
+                self._board.withdraw(name, lane)
+                self._lane_stopped()
+                return
+        if item is not None:
+            lane.wake(item)
 
-    def _begin(self, lane: _Lane, item: _Queued) -> bool:
-        """Start the job handed to ``lane`` (``_serve``'s start of a job); False if it was
-        cancelled while queued (the lane, still counted as holding it, takes the next)."""
+    def _begin(self, lane: _Lane, item: _Queued) -> None:
+        """Start the job handed to ``lane`` (``_serve``'s start of a job)."""
         if not item.losses and not item.future.set_running_or_notify_cancel():
-            return False
+            self._lane_next(lane, held=True)  # cancelled while queued
+            return
         slot = lane.slot
         try:
             started = slot.start(item.job, lambda outcome: self._events.put(
                 (lane, item, outcome)))
-        except BaseException as exc:  # it failed at once: taken in as if it had run
-            self._events.put((lane, item, raising(exc)))
-            return True
+        except BaseException as exc:  # it failed at once: as if it had run
+            self._ended(lane, item, raising(exc))
+            return
         if not started:  # its worker must start first: the job waits for it in a thread
             self._helper(self._run_waiting, lane, item, name=f"slot {slot.name} (starting)")
-        return True
 
     def _run_waiting(self, lane: _Lane, item: _Queued) -> None:
         try:
