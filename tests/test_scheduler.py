@@ -1,11 +1,6 @@
 """The scheduler's handling of lost workers, with scripted slots (no processes).
 
-Every test runs twice: with slots the scheduler gives threads of their own (``Slot.run``, as
-local and SSH slots), and with slots that start their jobs themselves (``AsyncSlot.start``,
-as the Ray slots: the scheduler's lanes, no thread per slot), the same rules holding.
-
-The same behaviour through real agents and real sshd is in tests/test_ssh.py, through Ray
-actors in tests/test_ray.py and tests/test_simulation_ray.py."""
+The same behaviour through real agents and real sshd is in tests/test_ssh.py."""
 from __future__ import annotations
 
 import threading
@@ -16,14 +11,8 @@ import pytest
 from dispatcher.config import SchedulerConfig
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
-from dispatcher.running.backend import (
-    AgentError,
-    PermanentLoss,
-    Slot,
-    WorkerLost,
-    raising,
-)
-from dispatcher.running.scheduler import LANE_THREADS, NoWorkers, Scheduler
+from dispatcher.running.backend import AgentError, PermanentLoss, Slot, WorkerLost
+from dispatcher.running.scheduler import NoWorkers, Scheduler
 
 JOB = RunJob("0" * 64, Path("/nonexistent"), ("x",), runs=1, timeout=1)
 FAST = SchedulerConfig(attempts=3, quarantine_after=2, backoff_s=0.01, backoff_max_s=0.02)
@@ -38,7 +27,7 @@ class ScriptedSlot:
         self.name, self.worker_class, self.cpu = name, worker_class, 0
         self.failures = list(failures)
         self.probe_failures = list(probe_failures)
-        self.ran: list[RunJob] = []
+        self.ran = []
         self.probes = 0
         self.closed = False
         self.lock = threading.Lock()
@@ -59,31 +48,6 @@ class ScriptedSlot:
 
     def close(self) -> None:
         self.closed = True
-
-
-def start_elsewhere(self, job: RunJob, done) -> bool:
-    """``AsyncSlot.start`` for a scripted slot: its ``run`` on the worker's side (here a
-    thread of the test's, as an actor's would be), its outcome handed to ``done``."""
-    if getattr(self, "down", False):  # its worker must start first: the scheduler runs it
-        return False
-
-    def work() -> None:
-        try:
-            result = self.run(job)
-        except BaseException as exc:
-            done(raising(exc))
-        else:
-            done(lambda: result)
-    threading.Thread(target=work, daemon=True).start()
-    return True
-
-
-@pytest.fixture(autouse=True, params=["threads", "lanes"])
-def dispatch(request, monkeypatch):
-    """Scripted slots run by threads of their own, or started as asynchronous slots."""
-    if request.param == "lanes":
-        monkeypatch.setattr(ScriptedSlot, "start", start_elsewhere, raising=False)
-    return request.param
 
 
 def test_a_job_lost_with_its_worker_runs_on_another_slot():
@@ -245,66 +209,3 @@ def test_a_job_put_back_after_its_only_slot_was_given_up_fails_instead_of_waitin
         for f in futures:
             with pytest.raises(NoWorkers):
                 f.result(timeout=10)
-
-
-# -- asynchronous slots only
-
-
-def scheduler_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name.startswith(("slot ", "lanes "))}
-
-
-def test_asynchronous_slots_take_no_threads_of_their_own(dispatch):
-    """However many asynchronous slots, the scheduler runs them from the same few threads
-    (threaded slots: one per job they may hold)."""
-    class DeepSlot(ScriptedSlot):
-        depth = 2
-
-    counts = []
-    for n in (4, 32):
-        before = scheduler_threads()
-        with Scheduler([DeepSlot(f"s{i}") for i in range(n)], FAST) as scheduler:
-            futures = [scheduler.submit(JOB) for _ in range(4 * n)]
-            assert all(f.result(timeout=10).records == () for f in futures)
-            counts.append(len(scheduler_threads() - before))
-        assert not scheduler_threads() - before  # all ended
-    assert counts == ([LANE_THREADS, LANE_THREADS] if dispatch == "lanes" else [8, 64])
-
-
-def test_an_asynchronous_slot_whose_worker_is_down_runs_the_job_in_a_thread(dispatch):
-    """``start`` says the worker must start first: the job runs with ``run`` instead."""
-    down = ScriptedSlot("down")
-    down.down = True  # type: ignore[attr-defined]
-    with Scheduler([down], FAST) as scheduler:
-        assert scheduler.submit(JOB).result(timeout=10).worker == "down"
-    assert len(down.ran) == 1
-
-
-def test_a_cancelled_queued_job_never_runs_and_close_abort_fails_those_in_flight(dispatch):
-    gate = threading.Event()
-
-    class Held(ScriptedSlot):
-        def run(self, job):
-            with self.lock:
-                self.ran.append(job)
-            gate.wait(10)
-            raise WorkerLost("held: closed under the job")
-
-    held = Held("held")
-    scheduler = Scheduler([held], FAST)
-    running = scheduler.submit(JOB)
-    queued = scheduler.submit(JOB)
-    for _ in range(500):
-        if held.ran:
-            break
-        threading.Event().wait(0.01)
-    assert queued.cancel()
-    closing = threading.Thread(target=scheduler.close, kwargs={"abort": True})
-    closing.start()
-    threading.Event().wait(0.1)
-    gate.set()  # the slot closed: its run in flight ends as lost
-    closing.join(10)
-    assert not closing.is_alive()
-    with pytest.raises(RuntimeError, match="scheduler stopped during the job"):
-        running.result(timeout=10)
-    assert queued.cancelled() and len(held.ran) == 1

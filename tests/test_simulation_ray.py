@@ -178,35 +178,6 @@ def test_a_killed_actor_loses_its_jobs_which_run_again_and_it_comes_back(lab, tm
 
 
 @pytest.mark.skipif(lab_unavailable_reason() is not None, reason=lab_unavailable_reason() or "")
-def test_the_masters_threads_do_not_grow_with_the_slots_in_actors(lab, tmp_path):
-    """Slots in actors start their jobs as remote calls answered in one thread of the
-    backend: the scheduler runs 4 or 32 of them (each of depth 2) from the same threads."""
-    got = in_lab(lab, tmp_path, """
-        def ours():
-            return sorted(t.name for t in threading.enumerate()
-                          if t.name.startswith(("slot ", "lanes ", "sim-hosts")))
-        out = {}
-        for slots in (4, 32):
-            with Session(config(f"threads{slots}", slots=slots, actors=2)) as s:
-                s.start_workers()
-                base = s.builds.compile(CompileJob(LU))
-                job = RunJob(sha256=base.sha256, binary=base.binary, args=("1",), runs=2,
-                             timeout=60)
-                futures = [s.scheduler.submit(job) for _ in range(3 * slots)]
-                records = {len(f.result(timeout=60).records) for f in futures}
-                out[slots] = {"ours": ours(), "all": threading.active_count(),
-                              "records": sorted(records),
-                              "workers": len(set(s.scheduler.busy_s))}
-        print(json.dumps(out))
-    """)
-    few, many = got["4"], got["32"]
-    assert few["records"] == many["records"] == [2]
-    assert few["ours"] == many["ours"] == sorted(
-        ["sim-hosts calls"] + [f"lanes {i}" for i in range(4)])
-    assert many["all"] - few["all"] <= 2, (few, many)  # Ray's own threads do not grow either
-
-
-@pytest.mark.skipif(lab_unavailable_reason() is not None, reason=lab_unavailable_reason() or "")
 def test_slots_in_actors_count_as_the_local_ones_and_lend_no_cpu(lab, tmp_path):
     """In an exact session the actors' slots say they count and answer a comparison in cycles
     with the local slots' counts (one count of each binary); none is lent (as the Ray

@@ -12,11 +12,6 @@ module is imported only when a config names its backend (paramiko and ray are sl
 Losses are told apart by type, not by attributes: ``WorkerLost`` means the job did not fail on
 its own merits (run it again elsewhere), ``PermanentLoss`` that retrying this slot cannot help
 (quarantine it at once).  Any other exception from ``Slot.run`` is the job's own failure.
-
-A slot may also start a job without waiting for it (``AsyncSlot.start``: a remote call whose
-answer its backend collects, as the Ray slots do); the scheduler then runs such slots from a
-few threads shared by all of them instead of ``depth`` threads per slot, with the same retries,
-back-off and records.
 """
 from __future__ import annotations
 
@@ -25,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from dispatcher.build.toolchain import Compiler
 from dispatcher.core.jobs import RunJob
@@ -36,9 +31,8 @@ from dispatcher.running.agent_client import AgentError, WorkerLost
 if TYPE_CHECKING:
     from dispatcher.build.service import Builder
 
-__all__ = ["AgentError", "AsyncSlot", "Backend", "BackendSpec", "BackendUnavailable", "MODULES",
-           "Outcome", "PermanentLoss", "Slot", "WorkerLost", "backend_spec", "raising",
-           "returning"]
+__all__ = ["AgentError", "Backend", "BackendSpec", "BackendUnavailable", "MODULES",
+           "PermanentLoss", "Slot", "WorkerLost", "backend_spec"]
 
 
 class PermanentLoss(WorkerLost):
@@ -66,36 +60,6 @@ class Slot(Protocol):
         """Make sure the worker answers (after a loss); WorkerLost if not."""
 
     def close(self) -> None: ...
-
-
-# A job's end, as an asynchronous slot tells it: returns its result, or raises what ``Slot.run``
-# would have raised (WorkerLost, AgentError, the job's own failure).
-Outcome = Callable[[], RunResult]
-
-
-def returning(result: RunResult) -> Outcome:
-    """The outcome of a job that gave ``result``."""
-    return lambda: result
-
-
-def raising(exc: BaseException) -> Outcome:
-    """The outcome of a job that raised ``exc``."""
-    def outcome() -> RunResult:
-        raise exc
-    return outcome
-
-
-@runtime_checkable
-class AsyncSlot(Slot, Protocol):
-    """A slot that starts a job and returns, its backend collecting the answer (one thread
-    of the backend for all its slots' jobs in flight, not one per job)."""
-
-    def start(self, job: RunJob, done: Callable[[Outcome], None]) -> bool:
-        """Start ``job`` and return True without waiting for it; ``done(outcome)`` is then
-        called exactly once, from a thread of the backend (never from within ``start``): the
-        caller must not block it long.  False: the job cannot start without waiting (its
-        worker must be started again first), and nothing was started: the caller runs it with
-        ``run``, in a thread of its own.  Raises what ``run`` would if it fails at once."""
 
 
 class Backend(Protocol):

@@ -10,16 +10,6 @@ So a slot never idles while work is queued for it, and no submit wakes more than
 every submit woke every thread, as this module did before, and take 17,800 now).  Backends
 differ only in the slots they provide; the search code sees ``submit`` and futures.
 
-A slot that starts a job without waiting for it (``AsyncSlot``: a Ray slot's remote call,
-answered by its backend's one calls thread) gets no threads: its ``depth`` places are *lanes*,
-runners the board hands jobs to as it hands them to threads, whose jobs a few threads shared by
-every such slot start (``LANE_THREADS``) and whose ends those threads take in (the result
-stored, the next job taken), so the master's threads do not grow with the slots.  A lane that
-loses its worker backs off and probes in a thread of its own while it is down, and a job that
-finds its slot's worker down (``start`` says it cannot start without waiting) runs with
-``Slot.run`` in a thread of its own: both only while a worker is lost.  The rules (retries,
-back-off, quarantine, cancellation, ``busy_s``) are the runners'.
-
 When a slot loses its worker (``WorkerLost``: a broken connection, a dead agent, a host gone
 quiet) the job goes back to the front of the queue for another slot, up to
 ``attempts`` times; the slot pauses with exponential back-off and probes its worker before it
@@ -31,7 +21,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import queue
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -41,15 +30,7 @@ from typing import Generic, TypeVar
 
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
-from dispatcher.running.backend import (
-    AsyncSlot,
-    Outcome,
-    PermanentLoss,
-    Slot,
-    WorkerLost,
-    raising,
-    returning,
-)
+from dispatcher.running.backend import PermanentLoss, Slot, WorkerLost
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +43,6 @@ log = logging.getLogger(__name__)
 # meanwhile without being woken at all (100 slots: 24,000 jobs/s without, 13,000 with).
 _LET_GO_EVERY = 32  # hand-offs
 _LET_GO_ABOVE = 256  # runners waiting
-# Threads that start the jobs of asynchronous slots and take in their ends, however many such
-# slots there are (a job's end stores its result: a few, so one fsync does not hold up all).
-LANE_THREADS = 4
 
 
 @dataclass(frozen=True)
@@ -299,20 +277,6 @@ class _Runner:
         self.gate.release()
 
 
-@dataclass(eq=False)
-class _Lane:
-    """One of the ``depth`` places of an asynchronous slot: a runner without a thread.
-    Handing it a job (or waking it to look again, or to stop) queues that for the lane
-    threads."""
-
-    slot: AsyncSlot
-    events: queue.SimpleQueue
-    losses: int = 0  # in a row, on this lane
-
-    def wake(self, item: _Queued | None = None) -> None:
-        self.events.put((self, item, None))
-
-
 class Scheduler:
     def __init__(self, slots: Sequence[Slot], policy: SchedulerConfig | None = None):
         if not slots:
@@ -320,7 +284,7 @@ class Scheduler:
         self.slots = list(slots)
         self.policy = policy or SchedulerConfig()
         self._lock = threading.Lock()  # the board and the state below
-        self._board: JobBoard[_Runner | _Lane] = JobBoard(
+        self._board: JobBoard[_Runner] = JobBoard(
             (slot.name, slot.worker_class, slot.depth) for slot in self.slots)
         self._class_of = {slot.name: slot.worker_class for slot in self.slots}
         self._in_service = collections.Counter(slot.worker_class for slot in self.slots)
@@ -333,31 +297,15 @@ class Scheduler:
         self.quarantined: dict[str, str] = {}  # slot name -> the last loss
         self.down: dict[str, str] = {}  # slots backing off after a loss -> why (until a probe
         # succeeds; then they serve again)
-        # A slot with ``depth`` > 1 takes that many jobs at once (it queues them on its worker):
-        # a thread each, or, for a slot that starts its jobs itself, a lane each.
-        self._events: queue.SimpleQueue = queue.SimpleQueue()  # (lane, item, outcome) | None
-        self._runners: dict[str, list[_Runner | _Lane]] = {
-            slot.name: [_Lane(slot, self._events) if isinstance(slot, AsyncSlot)
-                        else _Runner(slot) for _ in range(slot.depth)]
-            for slot in self.slots}
+        # A slot with ``depth`` > 1 takes that many jobs at once (it queues them on its worker).
+        self._runners = {slot.name: [_Runner(slot) for _ in range(slot.depth)]
+                         for slot in self.slots}
         self._in_flight = {slot.name: [0, 0.0] for slot in self.slots}  # [jobs, since]
         self._threads = [threading.Thread(target=self._serve, args=(runner,), daemon=True,
                                           name=f"slot {runner.slot.name}")
-                         for runners in self._runners.values() for runner in runners
-                         if isinstance(runner, _Runner)]
-        lanes = sum(isinstance(r, _Lane) for runners in self._runners.values() for r in runners)
-        self._lanes_alive = lanes  # lanes not stopped for good (lock held)
-        self._lanes_stopped = threading.Condition(self._lock)
-        self._lanes_ended = False
-        self._lane_threads = [threading.Thread(target=self._serve_lanes, daemon=True,
-                                               name=f"lanes {i}")
-                              for i in range(min(LANE_THREADS, lanes))]
-        for t in [*self._threads, *self._lane_threads]:
+                         for runners in self._runners.values() for runner in runners]
+        for t in self._threads:
             t.start()
-        for runners in self._runners.values():  # each lane waits for a job, as a thread does
-            for runner in runners:
-                if isinstance(runner, _Lane):
-                    self._lane_next(runner, held=False)
 
     @property
     def worker_classes(self) -> list[str]:
@@ -405,7 +353,7 @@ class Scheduler:
         if runner is not None:
             self._hand([(runner, item)])
 
-    def _hand(self, handed: Iterable[tuple[_Runner | _Lane, _Queued]]) -> None:
+    def _hand(self, handed: Iterable[tuple[_Runner, _Queued]]) -> None:
         """Wake runners the board handed jobs to; they hold them from now (lock held)."""
         for runner, item in handed:
             self._count(runner.slot.name, +1)
@@ -489,149 +437,6 @@ class Scheduler:
                 if item.losses:
                     result = result.model_copy(update={"lost_on": tuple(item.losses)})
                 item.future.set_result(result)
-
-    # ------------------------------------------------------------------ lanes
-
-    def _serve_lanes(self) -> None:
-        """One of the lane threads: starts the jobs handed to lanes and takes in their
-        ends, for every asynchronous slot."""
-        while True:
-            event = self._events.get()
-            if event is None:
-                return
-            lane, item, outcome = event
-            try:
-                if outcome is not None:
-                    self._ended(lane, item, outcome)
-                elif item is not None:
-                    self._begin(lane, item)
-                else:  # woken to look again (or to stop)
-                    self._lane_next(lane, held=False)
-            except BaseException:  # a bug here must not take every lane with it
-                log.exception("%s: the scheduler's lane failed", lane.slot.name)
-
-    def _lane_next(self, lane: _Lane, held: bool) -> None:
-        """``_next`` for a lane: hands it its next job (queued for the lane threads), or
-        lists it as waiting, or stops it (its slot out of service, or the scheduler closes
-        with nothing left for it)."""
-        name = lane.slot.name
-        with self._lock:
-            if held:
-                self._count(name, -1)
-            if name in self.quarantined:
-                self._board.withdraw(name, lane)
-                self._lane_stopped()
-                return
-            item = self._board.take(name, lane)
-            if item is not None:
-                self._count(name, +1)
-            elif self._closing:
-                self._board.withdraw(name, lane)
-                self._lane_stopped()
-                return
-        if item is not None:
-            lane.wake(item)
-
-    def _begin(self, lane: _Lane, item: _Queued) -> None:
-        """Start the job handed to ``lane`` (``_serve``'s start of a job)."""
-        if not item.losses and not item.future.set_running_or_notify_cancel():
-            self._lane_next(lane, held=True)  # cancelled while queued
-            return
-        slot = lane.slot
-        try:
-            started = slot.start(item.job, lambda outcome: self._events.put(
-                (lane, item, outcome)))
-        except BaseException as exc:  # it failed at once: as if it had run
-            self._ended(lane, item, raising(exc))
-            return
-        if not started:  # its worker must start first: the job waits for it in a thread
-            self._helper(self._run_waiting, lane, item, name=f"slot {slot.name} (starting)")
-
-    def _run_waiting(self, lane: _Lane, item: _Queued) -> None:
-        try:
-            outcome = returning(lane.slot.run(item.job))
-        except BaseException as exc:
-            outcome = raising(exc)
-        self._events.put((lane, item, outcome))
-
-    def _ended(self, lane: _Lane, item: _Queued, outcome: Outcome) -> None:
-        """A lane's job ended (``_serve``'s end of a job)."""
-        slot = lane.slot
-        try:
-            result = outcome()
-        except WorkerLost as exc:
-            with self._lock:
-                self._count(slot.name, -1)  # not while it backs off
-            if self._aborting:  # closed under the job on purpose: not a lost worker
-                self._fail(item, RuntimeError(f"scheduler stopped during the job ({exc})"))
-                with self._lock:
-                    self._lane_stopped()
-                return
-            lane.losses += 1
-            self._mark_down(slot, exc)
-            self._retry(item, slot, exc)
-            if self._give_up(slot, exc, lane.losses):
-                with self._lock:
-                    self._lane_stopped()
-                return
-            self._helper(self._recover, lane, name=f"slot {slot.name} (backing off)")
-            return
-        except BaseException as exc:  # the job's own failure: reported through the future
-            lane.losses = 0
-            item.future.set_exception(exc)
-        else:
-            lane.losses = 0
-            if item.losses:
-                result = result.model_copy(update={"lost_on": tuple(item.losses)})
-            item.future.set_result(result)
-        self._lane_next(lane, held=True)
-
-    def _recover(self, lane: _Lane) -> None:
-        """A lane whose worker was lost: back off and probe (``_serve``'s way) until the slot
-        serves again, then look for the next job."""
-        slot = lane.slot
-        while True:
-            if self._stopping.wait(self._backoff(lane.losses)):
-                with self._lock:
-                    self._lane_stopped()
-                return
-            try:
-                slot.probe()
-            except WorkerLost as exc:
-                lane.losses += 1
-                if self._give_up(slot, exc, lane.losses):
-                    with self._lock:
-                        self._lane_stopped()
-                    return
-                log.warning("%s: still unavailable (%s)", slot.name, exc)
-                self._mark_down(slot, exc)  # again, if a sibling's probe set it in
-                continue
-            break
-        with self._lock:
-            if (self.down.pop(slot.name, None) is not None
-                    and slot.name not in self.quarantined):
-                self._hand(self._board.set_in(slot.name))
-        self._lane_next(lane, held=False)
-
-    def _helper(self, target, *args, name: str) -> None:
-        """Run ``target(*args)`` in a thread of its own (a lane's, while its worker is
-        lost)."""
-        threading.Thread(target=target, args=args, daemon=True, name=name).start()
-
-    def _lane_stopped(self) -> None:
-        """A lane stops for good (lock held); the last one, once closing, ends the lane
-        threads."""
-        self._lanes_alive -= 1
-        if self._lanes_alive == 0:
-            self._lanes_stopped.notify_all()
-            self._end_lane_threads()
-
-    def _end_lane_threads(self) -> None:
-        """Once closing with every lane stopped, end the lane threads, once (lock held)."""
-        if self._closing and self._lanes_alive == 0 and not self._lanes_ended:
-            self._lanes_ended = True
-            for _ in self._lane_threads:
-                self._events.put(None)
 
     def _count(self, name: str, delta: int) -> None:
         """busy_s counts the time a slot holds at least one job, however many (lock held)."""
@@ -745,12 +550,6 @@ class Scheduler:
                     except Exception:  # a broken slot must not keep the others running
                         pass
         for t in self._threads:
-            t.join(timeout=5 if abort else None)
-        with self._lock:  # the lanes' jobs in flight end (or, aborting, 5 s pass)
-            self._lanes_stopped.wait_for(lambda: self._lanes_alive == 0,
-                                         timeout=5 if abort else None)
-            self._end_lane_threads()  # (else the last lane to stop ends them)
-        for t in self._lane_threads:
             t.join(timeout=5 if abort else None)
         with self._lock:  # left by slots that stopped while backing off
             leftovers = self._board.drain()

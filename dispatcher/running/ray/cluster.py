@@ -19,10 +19,6 @@ join later serve the next command.  Each slot keeps two jobs in flight (``depth`
 slots do: a bare actor call costs milliseconds, and the agent starts the queued job as the
 running one ends.
 
-A job is one remote call, started without waiting (``RaySlot.start``, the scheduler's lane
-threads) and answered in the backend's one calls thread (``dispatcher.running.ray.calls``): the
-master holds no thread per slot or per job in flight.
-
 Faults: a dead actor, a dead agent or a node that left -> ``WorkerLost`` for the jobs in flight
 (the scheduler runs them again elsewhere); the slot's next probe starts a new actor, and a
 node that has left the cluster (a Ray node id never comes back) is ``PermanentLoss``.
@@ -39,7 +35,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from dispatcher.build.driver import BuildError, BuildResult, build_commands, build_error
 from dispatcher.build.manifest import Benchmark
@@ -57,16 +53,7 @@ from dispatcher.running.backend import (
     BackendContext,
     BackendSpec,
     BackendUnavailable,
-    Outcome,
     PermanentLoss,
-    raising,
-    returning,
-)
-from dispatcher.running.ray.calls import (
-    CallsClosed,
-    CallTimedOut,
-    RayCalls,
-    Waiter,
 )
 from dispatcher.running.ray.connection import parse_connection
 from dispatcher.running.ray.local_session import auto_address
@@ -241,91 +228,47 @@ class RaySlot:
         return hello.get("exact") or {}, self.node.name
 
     def run(self, job: RunJob) -> RunResult:
-        """The job's result, waiting for it (starting the actor if there is none)."""
-        waiter = Waiter()
-        self._send(self._ensure(), job, job.request(self.cpu), 1, waiter)
-        result: RunResult = waiter.result()
-        return result
-
-    def start(self, job: RunJob, done: Callable[[Outcome], None]) -> bool:
-        """Send the job to the actor and return; ``done`` gets its outcome from the
-        backend's calls thread.  False if there is no actor (``run`` starts one)."""
-        with self._lock:
-            actor = self._actor
-        if actor is None:
-            return False
-        self._send(actor, job, job.request(self.cpu), 1, done)
-        return True
-
-    def _send(self, actor: Any, job: RunJob, request: dict, attempt: int,
-              done: Callable[[Outcome], None]) -> None:
-        with self.node.lock:
-            ship = job.sha256 not in self.node.cached
-        binary = [self.backend.binary_ref(job.sha256, job.binary)] if ship else None
-        own = job.runs * job.timeout * 1.5
-        with self._lock:  # a queued job also waits for the one ahead of it
-            self._budget += own
-            deadline = self._budget + JOB_SLACK_S
-        try:
-            try:
-                ref = actor.run.remote(request, binary)
-                self.backend.calls.call(
-                    ref, deadline, lambda response, error: self._answered(
-                        actor, job, request, attempt, ship, own, done, response, error))
-            except (self.backend.ray.exceptions.RayError, CallsClosed) as exc:
-                self._result(actor, job, attempt, ship, None, exc)  # raises WorkerLost
-        except BaseException:
-            with self._lock:
-                self._budget -= own
-            raise
-
-    def _answered(self, actor: Any, job: RunJob, request: dict, attempt: int, ship: bool,
-                  own: float, done: Callable[[Outcome], None], response: Any,
-                  error: BaseException | None) -> None:
-        """The agent's reply (or the call's error) -> ``done``'s outcome; the job sent again
-        once if the node lacked its binary or it arrived damaged."""
-        with self._lock:
-            self._budget -= own
-        try:
-            result = self._result(actor, job, attempt, ship, response, error)
-            if result is None:  # removed or damaged on the node: sent again with the binary
-                self._send(actor, job, request, attempt + 1, done)
-                return
-        except BaseException as exc:
-            done(raising(exc))
-            return
-        done(returning(result))
-
-    def _result(self, actor: Any, job: RunJob, attempt: int, ship: bool, response: Any,
-                error: BaseException | None) -> RunResult | None:
-        """The job's result, None to send it again, or raises what ``run`` raises."""
         ray = self.backend.ray
-        if isinstance(error, CallTimedOut):
-            self._drop(actor)
-            raise WorkerLost(f"{self.name}: no answer within {error.timeout:.0f} s; the actor "
-                             "is presumed hung")
-        if isinstance(error, ray.exceptions.RayTaskError):  # the actor's own code failed
-            raise WorkerLost(f"{self.name}: {_one_line(error)}")
-        if isinstance(error, (ray.exceptions.RayError, CallsClosed)):
-            self._drop(actor)  # the actor, its node or an object is gone
-            raise WorkerLost(f"{self.name}: actor lost: {_one_line(error)}")
-        if error is not None:
-            raise error
-        if "lost" in response:
-            self._drop(actor)
-            raise WorkerLost(f"{self.name}: {response['lost']}")
-        if not response.get("ok"):
-            code = response.get("code")
-            if attempt == 1 and code in (NOT_IN_CACHE, CHECKSUM_MISMATCH):
-                with self.node.lock:  # removed or damaged on the node: send it again
-                    self.node.cached.discard(job.sha256)
-                return None
-            raise AgentError(f"{self.name}: {response.get('error', 'request refused')}",
-                             code=code)
-        if ship:
+        actor = self._ensure()
+        request = job.request(self.cpu)
+        for attempt in (1, 2):
             with self.node.lock:
-                self.node.cached.add(job.sha256)
-        return result_from_response(job, self, response)
+                ship = job.sha256 not in self.node.cached
+            binary = [self.backend.binary_ref(job.sha256, job.binary)] if ship else None
+            own = job.runs * job.timeout * 1.5
+            with self._lock:  # a queued job also waits for the one ahead of it
+                self._budget += own
+                deadline = self._budget + JOB_SLACK_S
+            try:
+                response = ray.get(actor.run.remote(request, binary), timeout=deadline)
+            except ray.exceptions.GetTimeoutError:
+                self._drop(actor)
+                raise WorkerLost(f"{self.name}: no answer within {deadline:.0f} s; the actor "
+                                 "is presumed hung") from None
+            except ray.exceptions.RayTaskError as exc:  # the actor's own code failed
+                raise WorkerLost(f"{self.name}: {_one_line(exc)}") from None
+            except ray.exceptions.RayError as exc:  # the actor, its node or an object is gone
+                self._drop(actor)
+                raise WorkerLost(f"{self.name}: actor lost: {_one_line(exc)}") from None
+            finally:
+                with self._lock:
+                    self._budget -= own
+            if "lost" in response:
+                self._drop(actor)
+                raise WorkerLost(f"{self.name}: {response['lost']}")
+            if not response.get("ok"):
+                code = response.get("code")
+                if attempt == 1 and code in (NOT_IN_CACHE, CHECKSUM_MISMATCH):
+                    with self.node.lock:  # removed or damaged on the node: send it again
+                        self.node.cached.discard(job.sha256)
+                    continue
+                raise AgentError(f"{self.name}: {response.get('error', 'request refused')}",
+                                 code=code)
+            if ship:
+                with self.node.lock:
+                    self.node.cached.add(job.sha256)
+            return result_from_response(job, self, response)
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         with self._lock:
@@ -429,7 +372,6 @@ class RayBackend:
         self._closed = False
         self.ray = connect(config)
         self._binaries = BinaryRefs(self.ray)
-        self.calls = RayCalls()  # every job in flight, answered in one thread
         try:
             from dispatcher.running.ray import actor as ray_actor
             from dispatcher.running.ray import build as ray_build
@@ -448,7 +390,6 @@ class RayBackend:
             self.slots = slots[:config.slots] if config.slots else slots
             self.ray.cloudpickle.register_pickle_by_value(ray_build)
         except BaseException:
-            self.calls.close()
             self.ray.shutdown()
             raise
 
@@ -496,7 +437,6 @@ class RayBackend:
             for slot in self.slots:
                 slot.close()
         finally:
-            self.calls.close()
             self._binaries.clear()
             self.ray.shutdown()
 

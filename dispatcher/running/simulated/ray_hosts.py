@@ -20,10 +20,6 @@ Unlike the Ray backend's actor (``dispatcher.running.ray.actor``), whose code tr
 and needs nothing of ours on the nodes, this actor imports the simulation: the nodes need this
 project installed (the master checks at start that their model is the master's).
 
-Jobs: each is one remote call, started by the scheduler's lane threads (``HostedSlot.start``)
-and answered in the backend's one calls thread (``dispatcher.running.ray.calls``): the master
-holds no thread per slot or per job in flight.
-
 Faults: an actor that dies or stops answering -> ``WorkerLost`` for every job in flight on its
 slots (the scheduler runs them again elsewhere); the next probe of one of its slots starts a
 new actor for all of them.  A simulated loss (``noise.lost``) is the slot's ``WorkerLost``, as
@@ -40,18 +36,12 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.running.agent_client import AgentError, WorkerLost
-from dispatcher.running.backend import BackendUnavailable, Outcome, raising, returning
-from dispatcher.running.ray.calls import (
-    CallsClosed,
-    CallTimedOut,
-    RayCalls,
-    Waiter,
-)
+from dispatcher.running.backend import BackendUnavailable
 from dispatcher.running.simulated.backend import (
     BINARY_FORMAT,
     EXACT_INFO,
@@ -213,11 +203,6 @@ class Host:
             actor, ref = self.launch()
             return self.adopt(actor, ref, self.backend.hosts.start_timeout)
 
-    def current(self) -> Incarnation | None:
-        """Its actor's life now, None while it is down (not started again here)."""
-        with self._lock:
-            return self._life
-
     def drop(self, life: Incarnation) -> None:
         """Forget a broken actor (once, whichever of its slots' jobs notices first)."""
         with self._lock:
@@ -267,84 +252,41 @@ class HostedSlot:
         self._closed = False
 
     def run(self, job: RunJob) -> RunResult:
-        """The job's result, waiting for it (starting the host's actor again if it was
-        lost)."""
         if self._closed:
             raise WorkerLost(f"{self.name}: closed")
-        waiter = Waiter()
-        self._send(self.host.ensure(), job, 1, waiter)
-        result: RunResult = waiter.result()
-        return result
-
-    def start(self, job: RunJob, done: Callable[[Outcome], None]) -> bool:
-        """Send the job to the host's actor and return; ``done`` gets its outcome from the
-        backend's calls thread.  False if the actor is down (``run`` starts it again)."""
-        if self._closed:
-            raise WorkerLost(f"{self.name}: closed")
-        life = self.host.current()
-        if life is None:
-            return False
-        self._send(life, job, 1, done)
-        return True
-
-    def _send(self, life: Incarnation, job: RunJob, attempt: int,
-              done: Callable[[Outcome], None]) -> None:
-        timeout = self.depth * job.runs * job.timeout * 1.5 + JOB_SLACK_S
-        with life.lock:
-            ship = job.sha256 not in life.cached
-        binary = [self.host.backend.binary_ref(job.sha256, job.binary)] if ship else None
-        try:
-            ref = life.actor.run.remote(self.cpu, job, binary)
-            self.host.backend.calls.call(
-                ref, timeout, lambda reply, error: self._answered(life, job, attempt, ship,
-                                                                  done, reply, error))
-        except (self.host.backend.ray.exceptions.RayError, CallsClosed) as exc:
-            self._result(life, job, attempt, ship, None, exc)  # raises WorkerLost
-
-    def _answered(self, life: Incarnation, job: RunJob, attempt: int, ship: bool,
-                  done: Callable[[Outcome], None], reply: Any,
-                  error: BaseException | None) -> None:
-        """The actor's reply (or the call's error) -> ``done``'s outcome; the job sent again
-        once if the actor lacked its binary."""
-        try:
-            result = self._result(life, job, attempt, ship, reply, error)
-            if result is None:  # not in the actor's cache: sent again with its binary
-                self._send(life, job, attempt + 1, done)
-                return
-        except BaseException as exc:
-            done(raising(exc))
-            return
-        done(returning(result))
-
-    def _result(self, life: Incarnation, job: RunJob, attempt: int, ship: bool, reply: Any,
-                error: BaseException | None) -> RunResult | None:
-        """The job's result, None to send it again, or raises what ``run`` raises."""
         ray = self.host.backend.ray
-        if isinstance(error, CallTimedOut):
-            self.host.drop(life)
-            raise WorkerLost(f"{self.name}: no answer within {error.timeout:.0f} s from "
-                             f"{self.host.name}; it is presumed hung")
-        if isinstance(error, ray.exceptions.RayTaskError):  # the actor's own code failed
-            raise WorkerLost(f"{self.name}: {_one_line(error)}")
-        if isinstance(error, (ray.exceptions.RayError, CallsClosed)):  # the actor is gone
-            self.host.drop(life)
-            raise WorkerLost(f"{self.name}: actor {self.host.name} lost: {_one_line(error)}")
-        if error is not None:
-            raise error
-        if reply[0] == "ok":
-            if ship:
-                with life.lock:
-                    life.cached.add(job.sha256)
-            result: RunResult = reply[1]
-            return result
-        if reply[0] == "lost":
-            raise WorkerLost(reply[1])
-        _, why, code = reply
-        if attempt == 1 and code == NOT_IN_CACHE:
+        timeout = self.depth * job.runs * job.timeout * 1.5 + JOB_SLACK_S
+        for attempt in (1, 2):
+            life = self.host.ensure()
             with life.lock:
-                life.cached.discard(job.sha256)
-            return None
-        raise AgentError(why, code=code)
+                ship = job.sha256 not in life.cached
+            binary = [self.host.backend.binary_ref(job.sha256, job.binary)] if ship else None
+            try:
+                reply = ray.get(life.actor.run.remote(self.cpu, job, binary), timeout=timeout)
+            except ray.exceptions.GetTimeoutError:
+                self.host.drop(life)
+                raise WorkerLost(f"{self.name}: no answer within {timeout:.0f} s from "
+                                 f"{self.host.name}; it is presumed hung") from None
+            except ray.exceptions.RayTaskError as exc:  # the actor's own code failed
+                raise WorkerLost(f"{self.name}: {_one_line(exc)}") from None
+            except ray.exceptions.RayError as exc:  # the actor or its node is gone
+                self.host.drop(life)
+                raise WorkerLost(f"{self.name}: actor {self.host.name} lost: "
+                                 f"{_one_line(exc)}") from None
+            if reply[0] == "ok":
+                if ship:
+                    with life.lock:
+                        life.cached.add(job.sha256)
+                return reply[1]
+            if reply[0] == "lost":
+                raise WorkerLost(reply[1])
+            _, why, code = reply
+            if attempt == 1 and code == NOT_IN_CACHE:
+                with life.lock:
+                    life.cached.discard(job.sha256)
+                continue
+            raise AgentError(why, code=code)
+        raise AssertionError("unreachable")
 
     def exact_info(self) -> tuple[dict, str]:
         """Its actor's slot counts as the local simulated slot does (the same model, checked
@@ -380,7 +322,6 @@ class RayHostedBackend:
         self.ray = connect(RayConfig(address=self.hosts.address, auth=self.hosts.auth,
                                      token_file=self.hosts.token_file))
         self._binaries = BinaryRefs(self.ray)
-        self.calls = RayCalls("sim-hosts calls")  # every job in flight, answered in one thread
         try:
             self.actor_class = self.ray.remote(SlotHost)
             n = self.hosts.actors
@@ -421,7 +362,6 @@ class RayHostedBackend:
             for host in getattr(self, "host_list", ()):
                 host.close()
         finally:
-            self.calls.close()
             self._binaries.clear()
             self.ray.shutdown()
 
