@@ -284,6 +284,11 @@ def test_a_search_runs_through_the_real_chain(tmp_path):
     ({"model": 3}, "simulated.model"),
 ])
 def test_config_errors_are_one_line(section, key):
+    check_config_error(section, key)
+
+
+def check_config_error(section: dict, key: str) -> None:
+    """The ``simulated:`` section ``section`` is refused in one line naming ``key``."""
     with pytest.raises(ConfigError) as err:
         parse_config({"backend": "simulated", "simulated": section}, Path("c.yaml"))
     message = str(err.value)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.build.service import CompileJob
-from dispatcher.config import Config, ConfigError, parse_config
+from dispatcher.config import Config, parse_config
 from dispatcher.core.cycles import EVENTS, metric_value
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import StepEvent
@@ -33,6 +33,7 @@ from dispatcher.search.chain import Chain
 from dispatcher.session import Session
 from tests.test_simulation import (
     LU,
+    check_config_error,
     compile_with,
     config,
     flippable_leaves,
@@ -173,10 +174,7 @@ def test_the_model_reads_a_compile_time_distribution():
     ({"lend": "yes"}, "simulated.lend"),
 ])
 def test_a_bad_exact_or_compile_key_is_one_line_naming_it(section, key):
-    with pytest.raises(ConfigError) as err:
-        parse_config({"backend": "simulated", "simulated": section}, Path("c.yaml"))
-    message = str(err.value)
-    assert "\n" not in message and message.startswith(f"c.yaml: {key}:"), message
+    check_config_error(section, key)
 
 
 def test_without_lending_an_exact_session_has_only_its_slots(tmp_path):
