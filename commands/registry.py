@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "measure-sites": "commands.measure_sites:measure_sites",
     "export-dataset": "commands.export_dataset:export_dataset",
     "run-campaign": "commands.run_campaign:run_campaign",
+    "search-policy": "commands.search_policy:search_policy",
 }
 
 

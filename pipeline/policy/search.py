@@ -1,0 +1,473 @@
+"""``search-policy``: a policy's parameters searched for the training split's speedup.
+
+Each trial is one point of ``pipeline.policy.searched.Space``: its policy file, compiled into
+every training program (the compiler evaluates it, ``-inlining-policy``) and compared with
+each program's heuristic build in the session's metric (cycles, to screen), then scored
+(``searched.score``: the geometric mean speedup less the penalties for binary size and
+compile time).  Every build of a trial is asked for at once and each comparison starts as
+its build lands (``dispatcher.compare``), so one trial's programs are spread over every
+compile job and every slot of the session's backend, Ray's included.
+
+The study is Optuna's, with its TPE sampler, journaled in SQLite under the output directory:
+every trial is written when it is asked for and when it ends, so the same command again
+continues it.  A trial cut short (Ctrl-C, a kill, a lost worker) is marked failed and its
+point is tried again first, and what it had compiled and measured comes from the store.  The
+best trial's policy is ``OUT/searched.policy`` (with ``searched.json``, its provenance), every
+trial is a row of ``OUT/trials.csv``; ``confirm`` measures the best again in paired wall time.
+
+Nothing here prints: progress goes through ``say``; bad input is a ``SearchError`` of one line.
+"""
+from __future__ import annotations
+
+import csv
+import fcntl
+import io
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dispatcher import baselines as base
+from dispatcher.build.manifest import Benchmark, Size
+from dispatcher.build.policies import PolicySpec, learned_spec
+from dispatcher.build.policy_file import policy_bytes, write_policy_bytes
+from dispatcher.build.service import CompileError, CompileJob
+from dispatcher.compare import Compared, Contender, Failure, compare_with_heuristic
+from dispatcher.core.figures import Figure, geomean_figure
+from dispatcher.core.files import write_text_atomic
+from dispatcher.running.measurement import PairingPolicy
+from dispatcher.session import Session
+from pipeline.policy.searched import (
+    Penalties,
+    ProgramFigure,
+    Score,
+    SearchSpaceError,
+    Space,
+    policy_of,
+    score,
+    seeds,
+)
+
+STUDY = "search-policy"
+DB = "study.db"
+IDENTITY = "search.json"
+POLICY = "searched.policy"
+SIDECAR = "searched.json"
+TRIALS = "trials.csv"
+CONFIRMATION = "confirm.csv"
+LOCK = ".lock"
+IDENTITY_VERSION = 1
+SAMPLER = "tpe"
+#: Trials drawn at random (after the seeds) before TPE models the objective.
+STARTUP_TRIALS = 8
+
+
+class SearchError(RuntimeError):
+    """Input that cannot be searched, a study that cannot be continued, or a trial that
+    could not be measured: one line."""
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """What a study is: its programs, size, metric, space, penalties and seed (its identity:
+    a rerun must give the same) and how many complete trials it should have (``trials``:
+    raising it continues the study)."""
+
+    benchmarks: tuple[Benchmark, ...]
+    sizes: Mapping[str, Size]
+    size: str
+    metric: str
+    trials: int
+    seed: int = 0
+    space: Space = Space()
+    penalties: Penalties = Penalties()
+    startup: int = STARTUP_TRIALS
+
+    def identity(self) -> dict[str, Any]:
+        return {"version": IDENTITY_VERSION, "sampler": SAMPLER,
+                "benchmarks": [b.name for b in self.benchmarks], "size": self.size,
+                "metric": self.metric, "seed": self.seed, "startup": self.startup,
+                "space": self.space.identity(), "penalties": self.penalties.identity()}
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial as the study holds it (``objective`` None: not complete)."""
+
+    number: int
+    state: str
+    params: dict[str, float]
+    objective: float | None = None
+    speedup: float | None = None
+    size: float | None = None
+    compile: float | None = None
+    failed: tuple[str, ...] = ()
+    seed: str = ""
+    programs: dict[str, list[Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """The study after this run: every trial, the best complete one, what this run added."""
+
+    trials: list[TrialRecord]
+    best: TrialRecord | None
+    added: int
+    retried: int
+    policy: Path | None
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """The best policy measured again against the heuristic, per program, and the geometric
+    mean (None: a program has no figure)."""
+
+    size: str
+    metric: str
+    figures: dict[str, Figure]
+    mean: Figure | None
+
+
+# --------------------------------------------------------------------------- the directory
+
+@contextmanager
+def locked(out: Path) -> Iterator[None]:
+    """``out`` made and held by this process: a second search in it is refused (a trial left
+    running in the study is then known to be dead)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        handle = open(out / LOCK, "a")
+    except OSError as exc:
+        raise SearchError(f"{out}: cannot use the directory: {exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise SearchError(f"{out}: another search-policy is running in it") from None
+        yield
+    finally:
+        handle.close()
+
+
+def _check_identity(out: Path, settings: SearchSettings) -> bool:
+    """True when the study exists (and is this one); SearchError naming the first key that
+    differs, or a study without its identity."""
+    path, wanted = out / IDENTITY, settings.identity()
+    if not path.exists():
+        if (out / DB).exists():
+            raise SearchError(f"{out / DB}: a study without {IDENTITY}: use another --out")
+        return False
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise SearchError(f"{path}: not a search record ({exc})") from None
+    if not isinstance(recorded, dict):
+        raise SearchError(f"{path}: not a search record")
+    for key, value in wanted.items():
+        if recorded.get(key) != value:
+            raise SearchError(f"{path}: the study was started with {key} "
+                              f"{json.dumps(recorded.get(key))}, not {json.dumps(value)}: "
+                              "use another --out")
+    return True
+
+
+def _study(out: Path, settings: SearchSettings, exists: bool) -> Any:
+    import optuna
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = f"sqlite:///{(out / DB).resolve()}"
+    probe = optuna.create_study(study_name=STUDY, storage=storage, direction="maximize",
+                                load_if_exists=True)
+    # seeded by the trials so far: a resumed study does not draw its first points again
+    sampler = optuna.samplers.TPESampler(
+        seed=settings.seed + len(probe.trials), n_startup_trials=settings.startup,
+        multivariate=True)
+    study = optuna.load_study(study_name=STUDY, storage=storage, sampler=sampler)
+    if not exists:
+        for name, params in seeds(settings.space):
+            study.enqueue_trial(params, user_attrs={"seed": name})
+        write_text_atomic(out / IDENTITY, json.dumps(settings.identity(), indent=1) + "\n")
+    return study
+
+
+def _retry_cut_short(study: Any) -> int:
+    """Trials left running (their process is gone: the directory is locked) are marked failed;
+    each failed trial's point is asked for again, once.  How many were queued."""
+    from optuna.trial import TrialState
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+    retried = set(study.user_attrs.get("retried", []))
+    queued = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+        if t.number in retried or len(t.params) == 0:
+            continue
+        attrs = {"retry_of": t.number, **({"seed": t.user_attrs["seed"]}
+                                          if "seed" in t.user_attrs else {})}
+        study.enqueue_trial(dict(t.params), user_attrs=attrs)
+        retried.add(t.number)
+        queued += 1
+    study.set_user_attr("retried", sorted(retried))
+    return queued
+
+
+# --------------------------------------------------------------------------- one trial
+
+def reference_seconds(session: Session, benches: Sequence[Benchmark], study: Any
+                      ) -> dict[str, float]:
+    """Each program's heuristic build (SearchError naming one that fails), and the seconds of
+    those compiled now, kept in the study as the compile-time reference."""
+    known = dict(study.user_attrs.get("reference_seconds", {}))
+    futures = [(b, session.builds.submit(CompileJob(b))) for b in benches]
+    for b, f in futures:
+        try:
+            got = f.result()
+        except CompileError as exc:
+            raise SearchError(f"{b.name}: the heuristic build failed: {_line(exc)}") from None
+        if not got.cached and b.name not in known:
+            known[b.name] = got.seconds
+    study.set_user_attr("reference_seconds", known)
+    return known
+
+
+def _line(error: object) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _figure(session: Session, got: Compared[Any]) -> ProgramFigure:
+    name = got.contender.bench.name
+    m = base.measured_of(session, got)
+    if got.failure is Failure.COMPILE:
+        return ProgramFigure(name, failed=base.failed_build(m) or "does not compile")
+    if got.failure is not None or m.error and not (got.comparison and got.comparison.failed):
+        raise SearchError(f"{name}: {m.error}")
+    built = got.compiled
+    seconds = built.seconds if built is not None and not built.cached else None
+    if m.speedup is None:
+        return ProgramFigure(name, seconds=seconds, failed="a run of its build failed")
+    return ProgramFigure(name, m.speedup, m.size_ratio, seconds)
+
+
+def measure_policy(session: Session, spec: PolicySpec, benches: Sequence[Benchmark],
+                   sizes: Mapping[str, Size]) -> list[ProgramFigure]:
+    """The policy built into every program and compared with each heuristic build in the
+    session's metric, every build asked for at once."""
+    config = session.config
+    contenders = [Contender(b.name, b, CompileJob(b, policy=spec), sizes[b.name])
+                  for b in benches]
+    pairing = PairingPolicy.between(config.run.runs, max(config.run.runs,
+                                                         config.measure.max_pairs),
+                                    config.measure.half_width)
+    with closing(compare_with_heuristic(session, contenders, config.run.runs, pairing)) as it:
+        return [_figure(session, got) for got in it]
+
+
+def _params(trial: Any, space: Space) -> dict[str, float]:
+    return {p.name: (trial.suggest_int(p.name, int(p.low), int(p.high), log=True)
+                     if p.integer else trial.suggest_float(p.name, p.low, p.high))
+            for p in space.params()}
+
+
+def _run_trial(session: Session, study: Any, settings: SearchSettings,
+               reference: dict[str, float]) -> TrialRecord:
+    """Ask, measure, tell; a trial that raises (Ctrl-C included) is told failed first."""
+    from optuna.trial import TrialState
+    trial = study.ask()
+    try:
+        params = _params(trial, settings.space)
+        names = [b.name for b in settings.benchmarks]
+        spec = learned_spec(policy_of(settings.space, params, names),
+                            f"search-policy trial {trial.number}")
+        figures = measure_policy(session, spec, settings.benchmarks, settings.sizes)
+        got = score(figures, settings.penalties, reference)
+    except SearchSpaceError as exc:
+        study.tell(trial, state=TrialState.FAIL)
+        raise SearchError(f"trial {trial.number}: {exc}") from None
+    except BaseException:
+        study.tell(trial, state=TrialState.FAIL)
+        raise
+    _record(trial, got, figures)
+    if trial.user_attrs.get("seed") == "heuristic":
+        _learn_reference(study, figures, reference)
+    study.tell(trial, got.objective)
+    return _trial_record(study.trials[trial.number])
+
+
+def _learn_reference(study: Any, figures: Sequence[ProgramFigure],
+                     reference: dict[str, float]) -> None:
+    """The heuristic seed's builds (the heuristic's decisions, asked of a policy) as the
+    compile-time reference of programs whose heuristic build came from the store."""
+    for f in figures:
+        if f.name not in reference and f.seconds:
+            reference[f.name] = f.seconds
+    study.set_user_attr("reference_seconds", reference)
+
+
+def _record(trial: Any, got: Score, figures: Sequence[ProgramFigure]) -> None:
+    trial.set_user_attr("speedup", got.speedup)
+    trial.set_user_attr("size", got.size)
+    trial.set_user_attr("compile", got.compile)
+    trial.set_user_attr("failed", list(got.failed))
+    trial.set_user_attr("programs", {f.name: [f.speedup, f.size_ratio, f.seconds, f.failed]
+                                     for f in figures})
+
+
+def _trial_record(t: Any) -> TrialRecord:
+    u = t.user_attrs
+    return TrialRecord(t.number, t.state.name.lower(), dict(t.params), t.value,
+                       u.get("speedup"), u.get("size"), u.get("compile"),
+                       tuple(u.get("failed", ())), u.get("seed", ""), u.get("programs", {}))
+
+
+# --------------------------------------------------------------------------- the study
+
+def records(study: Any) -> list[TrialRecord]:
+    return [_trial_record(t) for t in study.get_trials(deepcopy=False)]
+
+
+def best_of(trials: Sequence[TrialRecord]) -> TrialRecord | None:
+    """The complete trial of the highest objective (ties: the first)."""
+    done = [t for t in trials if t.state == "complete" and t.objective is not None]
+    return max(done, key=lambda t: (t.objective, -t.number)) if done else None
+
+
+def trials_csv(trials: Sequence[TrialRecord], space: Space) -> str:
+    names = [p.name for p in space.params()]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["trial", "state", "seed", "objective", "speedup", "size", "compile",
+                "failed", *names])
+
+    def num(v: float | None) -> str:
+        return "" if v is None else f"{v:.6g}"
+    for t in trials:
+        w.writerow([t.number, t.state, t.seed, num(t.objective), num(t.speedup),
+                    num(t.size), num(t.compile), " ".join(t.failed),
+                    *[num(t.params.get(n)) for n in names]])
+    return buf.getvalue()
+
+
+def write_results(out: Path, settings: SearchSettings, trials: Sequence[TrialRecord]
+                  ) -> Path | None:
+    """``trials.csv``, and the best trial's policy file with its provenance."""
+    write_text_atomic(out / TRIALS, trials_csv(trials, settings.space))
+    best = best_of(trials)
+    if best is None:
+        return None
+    names = [b.name for b in settings.benchmarks]
+    data = policy_bytes(policy_of(settings.space, best.params, names))
+    write_policy_bytes(data, out / POLICY)
+    previous = _sidecar(out)
+    sidecar = {"searched_by": "search-policy", "study": str(out / DB), "trial": best.number,
+               "objective": best.objective, "speedup": best.speedup, "size": best.size,
+               "compile": best.compile, "failed": list(best.failed), "params": best.params,
+               "programs": best.programs, **settings.identity(),
+               "policy_sha256": learned_spec(policy_of(settings.space, best.params,
+                                                       names)).digest}
+    if previous.get("policy_sha256") == sidecar["policy_sha256"] and "confirmation" in previous:
+        sidecar["confirmation"] = previous["confirmation"]
+    write_text_atomic(out / SIDECAR, json.dumps(sidecar, indent=1) + "\n")
+    return out / POLICY
+
+
+def _sidecar(out: Path) -> dict[str, Any]:
+    try:
+        got = json.loads((out / SIDECAR).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
+def run_search(session: Session, settings: SearchSettings, out: Path,
+               say: Callable[[str], None] = lambda _: None) -> SearchOutcome:
+    """The study in ``out`` continued (or started) until it has ``settings.trials`` complete
+    trials; ``out`` must be ``locked`` by the caller.  A Ctrl-C ends the trial in flight
+    (failed, tried again by the next run) and is raised on."""
+    if not settings.benchmarks:
+        raise SearchError("no benchmark to search on")
+    exists = _check_identity(out, settings)
+    study = _study(out, settings, exists)
+    retried = _retry_cut_short(study)
+    if retried:
+        say(f"{retried} trial(s) cut short before: their points are tried again first")
+    reference = reference_seconds(session, settings.benchmarks, study)
+    added = 0
+    try:
+        while sum(1 for t in records(study) if t.state == "complete") < settings.trials:
+            t = _run_trial(session, study, settings, reference)
+            added += 1
+            best = best_of(records(study))
+            say(f"trial {t.number}{f' ({t.seed})' if t.seed else ''}: objective "
+                f"{t.objective:.4f}, speedup {t.speedup:.4f}, size {t.size:.3f}x"
+                + (f", compile {t.compile:.2f}x" if t.compile is not None else "")
+                + (f", counted at the heuristic's figure: {', '.join(t.failed)}"
+                   if t.failed else "")
+                + (f"; best: trial {best.number}, {best.objective:.4f}" if best else ""))
+            write_results(out, settings, records(study))
+    finally:
+        trials = records(study)
+        try:
+            policy = write_results(out, settings, trials)
+        except OSError:
+            policy = None
+    return SearchOutcome(trials, best_of(trials), added, retried, policy)
+
+
+# --------------------------------------------------------------------------- confirmation
+
+def confirm(session: Session, out: Path, settings: SearchSettings,
+            benches: Sequence[Benchmark], sizes: Mapping[str, Size], size: str,
+            pairing: PairingPolicy) -> Confirmation:
+    """The best trial's policy (``out/searched.policy``'s point) against the heuristic on
+    ``benches`` at ``size`` in the session's metric (paired wall time), written to
+    ``confirm.csv`` and to ``searched.json``."""
+    best = best_of(_stored_records(out))
+    if best is None:
+        raise SearchError(f"{out / DB}: no complete trial to confirm")
+    names = [b.name for b in settings.benchmarks]
+    spec = learned_spec(policy_of(settings.space, best.params, names), str(out / POLICY))
+    contenders = [Contender(b.name, b, CompileJob(b, policy=spec), sizes[b.name])
+                  for b in benches]
+    figures: dict[str, Figure] = {}
+    runs = pairing.min_pairs
+    with closing(compare_with_heuristic(session, contenders, runs, pairing)) as it:
+        for got in it:
+            figures[got.contender.bench.name] = base.measured_of(session, got)
+    metric = session.config.measure.metric
+    mean = geomean_figure(figures[b.name] for b in benches)
+    result = Confirmation(size, metric, {b.name: figures[b.name] for b in benches}, mean)
+    _write_confirmation(out, best.number, result)
+    return result
+
+
+def _stored_records(out: Path) -> list[TrialRecord]:
+    import optuna
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=STUDY,
+                                  storage=f"sqlite:///{(out / DB).resolve()}")
+    except KeyError:
+        raise SearchError(f"{out / DB}: no study") from None
+    return records(study)
+
+
+def _write_confirmation(out: Path, trial: int, c: Confirmation) -> None:
+    def num(v: float | None) -> str:
+        return "" if v is None else f"{v:.6g}"
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["benchmark", "metric", "size", "speedup", "low", "high", "pairs",
+                "size_ratio", "error"])
+    for name, f in c.figures.items():
+        w.writerow([name, c.metric, c.size, num(f.speedup), num(f.low), num(f.high), f.pairs,
+                    num(f.size_ratio), f.error or ""])
+    write_text_atomic(out / CONFIRMATION, buf.getvalue())
+    sidecar = _sidecar(out)
+    sidecar["confirmation"] = {
+        "trial": trial, "metric": c.metric, "size": c.size,
+        "programs": {n: [f.speedup, f.low, f.high, f.pairs, f.error]
+                     for n, f in c.figures.items()},
+        "mean": None if c.mean is None else [c.mean.speedup, c.mean.low, c.mean.high]}
+    write_text_atomic(out / SIDECAR, json.dumps(sidecar, indent=1) + "\n")
+

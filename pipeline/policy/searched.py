@@ -1,0 +1,211 @@
+"""A searched policy's parametrisation and objective: pure functions, no I/O.
+
+``search-policy`` (``pipeline.policy.search``) looks for the policy file that makes the
+training split fastest.  What it searches is a vector of numbers; ``policy_of`` turns one into
+a policy file both readers accept as it is (``(linear ...)``, format version 1: no format
+change), and ``score`` turns what was measured with it into the one number the sampler
+maximises (docs/policies.md, "Searched policies").
+
+The policy: two classes, ``default`` and ``inline``, one linear score over a few raw features
+of the dump, ``s = b + sum_j w_j * x_j / scale_j``; ``inline`` where ``s > 0``, else
+``default`` (the heuristic decides).  It only ever inlines more than the heuristic (the
+aggressive end is where the baselines found the gains; never-inline's 0.775 says where
+``dont_inline`` leads), at sites the heuristic decided freely, within a searched growth
+budget (per function and round: the guard rail of the file).  Margin 0 (every answer is the
+model's), no training ranges (there are no training rows).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from dispatcher.build.policy_file import Column, Linear, TrainedPolicy
+
+#: The features the score reads, each with the scale it is divided by (so every coefficient
+#: moves the score by about its own value over the feature's usual range; absent numbers are
+#: -1, booleans 0/1).  Features every decision has, and the heuristic's benefit terms.
+COLUMNS: tuple[tuple[str, float], ...] = (
+    ("callee_size", 50.0),
+    ("known_args", 2.0),
+    ("in_loop", 1.0),
+    ("in_recursive_function", 1.0),
+    ("recursive", 1.0),
+    ("depth", 2.0),
+    ("remove_alloc", 2.0),
+    ("remove_prim", 5.0),
+)
+WEIGHT = 4.0  # coefficients and the intercept are searched in [-WEIGHT, WEIGHT]
+BUDGET_LOW, BUDGET_HIGH = 8, 400  # the growth budget, searched on a log scale
+INTERCEPT = "intercept"
+BUDGET = "growth_budget"
+#: A column's range in the file: the guard rail is off (ranges false), so only its form
+#: matters; the widest range both readers take.
+_RANGE = (-1.0, 1e9)
+
+
+class SearchSpaceError(ValueError):
+    """Parameters that are not a point of the space: one line."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One searched parameter: a float in [low, high], or an integer on a log scale."""
+
+    name: str
+    low: float
+    high: float
+    integer: bool = False
+
+
+@dataclass(frozen=True)
+class Space:
+    """What is searched: the score's columns (name, scale) and the parameters' bounds."""
+
+    columns: tuple[tuple[str, float], ...] = COLUMNS
+    weight: float = WEIGHT
+    budget: tuple[int, int] = (BUDGET_LOW, BUDGET_HIGH)
+
+    def params(self) -> list[Param]:
+        """The parameters in a fixed order: the intercept, a weight per column, the budget."""
+        return [Param(INTERCEPT, -self.weight, self.weight),
+                *[Param(weight_name(c), -self.weight, self.weight) for c, _ in self.columns],
+                Param(BUDGET, self.budget[0], self.budget[1], integer=True)]
+
+    def identity(self) -> dict[str, object]:
+        """What a study's resume checks: the same space, or another study."""
+        return {"columns": [list(c) for c in self.columns], "weight": self.weight,
+                "budget": list(self.budget)}
+
+
+def weight_name(column: str) -> str:
+    return f"w_{column}"
+
+
+def policy_of(space: Space, params: Mapping[str, float], benchmarks: Sequence[str] = ()
+              ) -> TrainedPolicy:
+    """The policy file of one point of ``space`` (``benchmarks``: the training programs it
+    was searched on, recorded in its ``training`` section); SearchSpaceError for a point
+    outside the space."""
+    for p in space.params():
+        v = params.get(p.name)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) \
+                or not p.low <= v <= p.high:
+            raise SearchSpaceError(f"parameter {p.name}: expected a number from {p.low:g} to "
+                                   f"{p.high:g}, got {v!r}")
+    extra = set(params) - {p.name for p in space.params()}
+    if extra:
+        raise SearchSpaceError(f"unknown parameter(s) {', '.join(sorted(extra))}")
+    names = [c for c, _ in space.columns]
+    model = Linear(mean=[0.0] * len(names), scale=[s for _, s in space.columns],
+                   coefficients=[[float(params[weight_name(c)]) for c in names]],
+                   intercepts=[float(params[INTERCEPT])])
+    return TrainedPolicy(
+        classifier="logistic", classes=["default", "inline"], model=model,
+        columns=[Column(c, *_RANGE) for c in names], threshold=0.0,
+        benchmarks=list(benchmarks), table_sha256="", sites=0, margin=0.0, ranges=False,
+        growth_budget=int(round(params[BUDGET])))
+
+
+def seeds(space: Space) -> list[tuple[str, dict[str, float]]]:
+    """Known points the study starts from, before the sampler proposes: ``heuristic`` (the
+    score below 0 everywhere: the heuristic's build, the study's reference for compile time)
+    and ``inline-within-budget`` (above 0 everywhere: always-inline, held to the largest
+    growth budget)."""
+    zero = {weight_name(c): 0.0 for c, _ in space.columns}
+    return [("heuristic", {INTERCEPT: -space.weight, **zero, BUDGET: space.budget[0]}),
+            ("inline-within-budget", {INTERCEPT: space.weight, **zero,
+                                      BUDGET: space.budget[1]})]
+
+
+# --------------------------------------------------------------------------- the objective
+
+@dataclass(frozen=True)
+class ProgramFigure:
+    """One training program built with a trial's policy, measured against its heuristic
+    build: ``speedup`` (heuristic / policy, in the study's metric) and ``size_ratio`` (binary
+    size / the heuristic's), or ``failed`` (one line: the policy's build failed or ran past
+    the build budget, or its run failed); ``seconds``: its build's (None: not known, a build
+    taken from the store)."""
+
+    name: str
+    speedup: float | None = None
+    size_ratio: float | None = None
+    seconds: float | None = None
+    failed: str | None = None
+
+
+@dataclass(frozen=True)
+class Penalties:
+    """What the objective charges beyond the speedup, each as a factor ``exp(-weight *
+    excess)`` with ``excess`` the log of the geometric mean ratio beyond ``1 + allowance``
+    (0 within it): binary size and compile time.  A program whose policy build fails counts
+    at ``failed_speedup`` (1: the heuristic's figure, as the baselines count a failed build)."""
+
+    size_allowance: float = 0.05
+    size_weight: float = 1.0
+    time_allowance: float = 1.0
+    time_weight: float = 0.1
+    failed_speedup: float = 1.0
+
+    def identity(self) -> dict[str, float]:
+        return {"size_allowance": self.size_allowance, "size_weight": self.size_weight,
+                "time_allowance": self.time_allowance, "time_weight": self.time_weight,
+                "failed_speedup": self.failed_speedup}
+
+
+@dataclass(frozen=True)
+class Score:
+    """A trial's figures: ``objective`` = ``speedup`` x the penalties' factors (what the
+    sampler maximises); ``speedup``, ``size``, ``compile``: geometric means over the programs
+    (``compile`` over those whose ratio is known; None: none is); ``failed``: the programs
+    counted at ``failed_speedup``."""
+
+    objective: float
+    speedup: float
+    size: float
+    compile: float | None
+    size_penalty: float
+    time_penalty: float
+    failed: tuple[str, ...] = field(default=())
+
+
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _factor(ratio: float | None, allowance: float, weight: float) -> float:
+    if ratio is None:
+        return 1.0
+    excess = max(0.0, math.log(ratio) - math.log1p(allowance))
+    return math.exp(-weight * excess)
+
+
+def score(figures: Sequence[ProgramFigure], penalties: Penalties,
+          reference: Mapping[str, float] | None = None) -> Score:
+    """The objective of one trial (ValueError without figures, or a figure that is neither
+    measured nor failed).  ``reference``: each program's compile seconds with the
+    heuristic's decisions; the compile time is a geometric mean over the programs where both
+    are known (none: no compile-time penalty)."""
+    if not figures:
+        raise ValueError("no program measured")
+    speedups, sizes, compiles, failed = [], [], [], []
+    for f in figures:
+        if f.failed is not None:
+            failed.append(f.name)
+            speedups.append(penalties.failed_speedup)
+            sizes.append(1.0)
+        elif f.speedup is None or f.speedup <= 0:
+            raise ValueError(f"{f.name}: no speedup")
+        else:
+            speedups.append(f.speedup)
+            sizes.append(f.size_ratio if f.size_ratio and f.size_ratio > 0 else 1.0)
+        known = (reference or {}).get(f.name)
+        if f.seconds is not None and f.seconds > 0 and known is not None and known > 0:
+            compiles.append(f.seconds / known)
+    speedup, size = _geomean(speedups), _geomean(sizes)
+    compile_ = _geomean(compiles) if compiles else None
+    size_factor = _factor(size, penalties.size_allowance, penalties.size_weight)
+    time_factor = _factor(compile_, penalties.time_allowance, penalties.time_weight)
+    return Score(speedup * size_factor * time_factor, speedup, size, compile_,
+                 1.0 - size_factor, 1.0 - time_factor, tuple(failed))
