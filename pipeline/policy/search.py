@@ -191,12 +191,19 @@ def _study(out: Path, settings: SearchSettings, exists: bool) -> Any:
     return study
 
 
+def _fail_running(study: Any) -> None:
+    """Trials left running are failed: their process is gone or is this one, stopping (the
+    directory is locked), and a Ctrl-C may come between a trial's creation and its ``try``."""
+    from optuna.trial import TrialState
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+
+
 def _retry_cut_short(study: Any) -> int:
     """Trials left running (their process is gone: the directory is locked) are marked failed;
     each failed trial's point is asked for again, once.  How many were queued."""
     from optuna.trial import TrialState
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+    _fail_running(study)
     retried = set(study.user_attrs.get("retried", []))
     queued = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
@@ -405,6 +412,9 @@ def run_search(session: Session, settings: SearchSettings, out: Path,
                    if t.failed else "")
                 + (f"; best: trial {best.number}, {best.objective:.4f}" if best else ""))
             write_results(out, settings, records(study))
+    except BaseException:
+        _fail_running(study)
+        raise
     finally:
         trials = records(study)
         try:
