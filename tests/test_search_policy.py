@@ -224,3 +224,40 @@ def test_bad_input_is_one_line(tmp_path):
     assert "no-such-benchmark" in one_line_error(r)
     r = cli("search-policy", "kahan", "--size", "huge", "--out", str(tmp_path / "o"))
     assert "huge" in one_line_error(r)
+
+
+# --------------------------------------------------------------------------- the campaign stage
+
+
+def test_the_campaign_stage_is_off_unless_the_file_turns_it_on(tmp_path):
+    from pipeline.campaign import plan, stages
+    from pipeline.campaign import state as cstate
+    cfg = write_yaml(tmp_path / "local.yaml", {"backend": "local",
+                                               "store": str(tmp_path / "store")})
+    data = {"config": str(cfg), "dir": "camp", "results": "out", "size": "quick"}
+    source = tmp_path / "campaign.yaml"
+    off = plan.parse_campaign(data, source)
+    assert stages.stage_command(off, "searched") is None  # skipped: nothing to do
+    # the section, off, is the same campaign as no section (earlier identities hold)
+    assert plan.parse_campaign({**data, "searched": {"enabled": False, "trials": 3}},
+                               source).identity == off.identity
+    on = plan.parse_campaign({**data, "searched": {"enabled": True, "benchmarks": ["kahan"],
+                                                   "trials": 3}}, source)
+    assert on.identity != off.identity
+    argv = stages.stage_command(on, "searched")
+    assert argv is not None and argv[0] == "search-policy"
+    assert argv[argv.index("--trials") + 1] == "3" and "kahan" in argv
+    assert argv[argv.index("--confirm-size") + 1] == "quick"  # the campaign's size
+    assert argv[argv.index("--out") + 1] == str(on.dir / "searched")
+    assert argv[argv.index("--metric") + 1] == "cycles"
+    with pytest.raises(plan.CampaignError, match="searched.max_pairs"):
+        plan.parse_campaign({**data, "searched": {"runs": 4, "max_pairs": 2}}, source)
+    with pytest.raises(plan.CampaignError, match="searched.metric"):
+        plan.parse_campaign({**data, "searched": {"metric": "joules"}}, source)
+    # a campaign.json written before the stage existed is read: the stage pending
+    on_disk = {"version": 1, "identity": off.identity,
+               "stages": {s: {"state": "done"} for s in cstate.STAGES if s != "searched"}}
+    off.dir.mkdir(parents=True)
+    (off.dir / cstate.STATE_FILE).write_text(json.dumps(on_disk))
+    st = cstate.read_state(off)
+    assert st.stages["searched"].state == "pending" and st.next_stage() == "searched"

@@ -94,6 +94,23 @@ class EvaluateStage:
 
 
 @dataclass(frozen=True)
+class SearchedStage:
+    """search-policy after the other stages (off unless the file turns it on): a policy
+    file's parameters searched for the training split's speedup, screened in ``metric`` at
+    ``size``, the best confirmed in wall time at ``confirm_size`` ("": the campaign's)."""
+
+    enabled: bool = False
+    benchmarks: tuple[str, ...] = ("training",)
+    trials: int = 40
+    metric: str = "cycles"
+    size: str = "tiny"
+    confirm_size: str = ""
+    seed: int = 0
+    runs: int = 4
+    max_pairs: int = 8
+
+
+@dataclass(frozen=True)
 class Campaign:
     """One campaign file, validated (``--quick``: with its ``quick`` section applied)."""
 
@@ -112,6 +129,7 @@ class Campaign:
     labels: LabelsStage = field(default_factory=LabelsStage)
     policy: PolicyStage = field(default_factory=PolicyStage)
     evaluate: EvaluateStage = field(default_factory=EvaluateStage)
+    searched: SearchedStage = field(default_factory=SearchedStage)
     quick: bool = False
     identity: str = ""  # sha256 of the settings that decide what the stages compute
     # the identity before it covered the files' content (a campaign directory it started
@@ -139,7 +157,7 @@ class Campaign:
 
 
 _TOP = {"config", "dir", "results", "size", "budget", "search", "labels", "rewards", "policy",
-        "evaluate", "quick"}
+        "evaluate", "searched", "quick"}
 
 
 def _benchmarks(r: Reader, value: Any, key: str) -> tuple[str, ...]:
@@ -266,6 +284,30 @@ def _evaluate(r: Reader, data: dict) -> EvaluateStage:
     return evaluate
 
 
+def _searched(r: Reader, data: dict, size: str) -> SearchedStage:
+    d = SearchedStage()
+    sp = r.section(data, "searched", {"enabled", "benchmarks", "trials", "metric", "size",
+                                      "confirm_size", "seed", "runs", "max_pairs"})
+    seed = sp.get("seed", d.seed)
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 31:
+        raise r.fail("searched.seed", "an integer from 0 to 2147483647", seed)
+    searched = SearchedStage(
+        enabled=r.boolean(sp, "enabled", "searched.enabled", d.enabled),
+        benchmarks=_benchmarks(r, sp.get("benchmarks", "training"), "searched.benchmarks"),
+        trials=r.positive_int(sp, "trials", "searched.trials", d.trials, most=100_000),
+        metric=_choice(r, sp, "metric", "searched.metric", d.metric, METRICS,
+                       " | ".join(METRICS)),
+        size=_choice(r, sp, "size", "searched.size", d.size, SIZES, _SIZES_SAID),
+        confirm_size=_choice(r, sp, "confirm_size", "searched.confirm_size", size, SIZES,
+                             _SIZES_SAID),
+        seed=seed,
+        runs=r.positive_int(sp, "runs", "searched.runs", d.runs, most=MAX_RUNS),
+        max_pairs=r.positive_int(sp, "max_pairs", "searched.max_pairs", d.max_pairs,
+                                 most=MAX_RUNS))
+    _pairs(r, "searched", searched.runs, searched.max_pairs)
+    return searched
+
+
 def _top_level(r: Reader, data: Any, quick: bool) -> dict:
     """The file's mapping, its keys checked; ``quick``: with the quick section applied."""
     if data is None:
@@ -365,10 +407,13 @@ def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
                                   Campaign.rewards_bootstrap, most=MAX_BOOTSTRAP,
                                   what="bootstrap refits"),
         rewards_plots=r.boolean(rewards, "plots", "rewards.plots", Campaign.rewards_plots),
-        policy=_policy(r, data), evaluate=_evaluate(r, data), quick=quick,
+        policy=_policy(r, data), evaluate=_evaluate(r, data),
+        searched=_searched(r, data, size), quick=quick,
         batch_log_setting=batch_log)
     inputs += _benchmark_inputs(r, (("search.benchmarks", campaign.search.benchmarks),
-                                    ("evaluate.benchmarks", campaign.evaluate.benchmarks)))
+                                    ("evaluate.benchmarks", campaign.evaluate.benchmarks),
+                                    ("searched.benchmarks", campaign.searched.benchmarks
+                                     if campaign.searched.enabled else ())))
     campaign = replace(campaign, inputs=tuple(inputs))
     return replace(campaign, identity=_identity(campaign),
                    legacy_identity=_identity(campaign, legacy=True))
@@ -389,6 +434,8 @@ def _identity(c: Campaign, *, legacy: bool = False) -> str:
         "rewards": c.rewards_model if c.rewards_bootstrap == BOOTSTRAP_ROUNDS
         else [c.rewards_model, c.rewards_bootstrap],
         "policy": c.policy.__dict__, "evaluate": c.evaluate.__dict__}
+    if c.searched.enabled:  # absent when off: earlier identities hold
+        what["searched"] = c.searched.__dict__
     if not legacy:
         what["inputs"] = [list(x) for x in c.inputs]
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=list).encode()).hexdigest()

@@ -158,6 +158,10 @@ def _published(campaign: Campaign) -> list[tuple[Path, Path]]:
     for src in sorted(dataset.rglob("*")) if dataset.is_dir() else []:
         if src.is_file():
             pairs.append((src, out / "dataset" / src.relative_to(dataset)))
+    searched = d / "searched"  # the searched stage's study: its policy and tables
+    for name in ("searched.policy", "searched.json", "trials.csv", "confirm.csv"):
+        if (searched / name).is_file():
+            pairs.append((searched / name, out / "searched" / name))
     for rundir in experiments(campaign.batch_log, SEARCHES):
         if (rundir / "plot.png").is_file():
             pairs.append((rundir / "plot.png", out / "search" / f"{rundir.name}.png"))

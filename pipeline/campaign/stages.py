@@ -113,6 +113,16 @@ def _dataset(c: Campaign, conf: list[str], searches: list[Path]) -> list[str] | 
     return ["export-dataset", *conf, *inputs, "--out", str(d / "dataset")]
 
 
+def _searched(c: Campaign, conf: list[str]) -> list[str] | None:
+    s = c.searched
+    if not s.enabled:
+        return None
+    return ["search-policy", *conf, *_tasks(s.benchmarks), "--trials", str(s.trials),
+            "--metric", s.metric, "--size", s.size, "--confirm-size",
+            s.confirm_size or c.size, "--runs", str(s.runs), "--max-pairs", str(s.max_pairs),
+            "--seed", str(s.seed), "--out", str(c.dir / "searched")]
+
+
 def stage_command(campaign: Campaign, stage: str) -> list[str] | None:
     """The command line of ``stage`` (None: nothing to run: publish, or a stage with nothing
     to do), continuing through the command's own resume where the stage was started before.
@@ -138,4 +148,6 @@ def stage_command(campaign: Campaign, stage: str) -> list[str] | None:
         return _optimal(c, conf)
     if stage == "dataset":
         return _dataset(c, conf, searches)
+    if stage == "searched":
+        return _searched(c, conf)
     raise ValueError(f"unknown stage {stage!r}")

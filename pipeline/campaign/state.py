@@ -17,7 +17,7 @@ from pipeline.campaign.plan import Campaign, CampaignError
 STATE_VERSION = 1
 STATE_FILE = "campaign.json"
 STAGES = ("search", "labels", "rewards", "policy", "evaluate", "optimal", "dataset",
-          "publish")
+          "searched", "publish")
 DESCRIPTIONS = {
     "search": "search the training split (run_training_experiments)",
     "labels": "measure sites: attribute the winners, sweep hot sites (measure-sites)",
@@ -26,6 +26,8 @@ DESCRIPTIONS = {
     "evaluate": "the policy and the baselines on the evaluation split (run-plugin-benchmark)",
     "optimal": "the optimal trees of the rewards (run-all-benchmarks)",
     "dataset": "the labels, rewards and measured trees as a dataset (export-dataset)",
+    "searched": "a policy file's parameters searched for the training split's speedup "
+                "(search-policy)",
     "publish": "write the results (summary.csv, per-program CSVs, policy, README.md)",
 }
 DONE = ("done", "budget", "gate-failed", "skipped")
@@ -100,6 +102,9 @@ class _Stages(BaseModel):
     evaluate: _StageRecord
     optimal: _StageRecord
     dataset: _StageRecord
+    # absent in a campaign.json written before the stage existed: pending (it then runs, or
+    # is skipped when the campaign file does not turn it on)
+    searched: _StageRecord = Field(default_factory=lambda: _StageRecord(state="pending"))
     publish: _StageRecord
 
 
