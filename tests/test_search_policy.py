@@ -99,9 +99,13 @@ def test_the_objective_is_the_geometric_mean_less_its_penalties():
     assert big.objective == pytest.approx(1.1 * 1.05 / 1.1)
     # compile time: three times the reference where twice is free, at half weight
     slow = score([ProgramFigure("a", 1.21, 1.0, seconds=3.0), ProgramFigure("b", 1.0, 1.0)],
-                 p, {"a": 1.0})
+                 p, {"wall:a": 1.0, "cpu:b": 1.0})
     assert slow.compile == pytest.approx(3.0)
     assert slow.objective == pytest.approx(1.1 * math.exp(-0.5 * math.log(1.5)))
+    # a ratio only between times of the same clock
+    other = score([ProgramFigure("a", 1.21, 1.0, seconds=3.0, clock="cpu"),
+                   ProgramFigure("b", 1.0, 1.0)], p, {"wall:a": 1.0})
+    assert other.compile is None and other.objective == pytest.approx(1.1)
     # a failed build counts at failed_speedup and the heuristic's size, and is named
     failed = score([ProgramFigure("a", 1.21, 1.0), ProgramFigure("b", failed="x")],
                    Penalties(failed_speedup=0.81))

@@ -33,7 +33,7 @@ from dispatcher import baselines as base
 from dispatcher.build.manifest import Benchmark, Size
 from dispatcher.build.policies import PolicySpec, learned_spec
 from dispatcher.build.policy_file import policy_bytes, write_policy_bytes
-from dispatcher.build.service import CompileError, CompileJob
+from dispatcher.build.service import CompileError, CompileJob, CompileResult
 from dispatcher.compare import Compared, Contender, Failure, compare_with_heuristic
 from dispatcher.core.figures import Figure, geomean_figure
 from dispatcher.core.files import write_text_atomic
@@ -220,10 +220,23 @@ def _retry_cut_short(study: Any) -> int:
 
 # --------------------------------------------------------------------------- one trial
 
+def compile_time(built: CompileResult | None) -> tuple[str, float] | None:
+    """A build's compile time and its clock: the CPU time of its compiler processes where the
+    build records it (``cpu_s``: kept with the build, so a build from the store has it too),
+    else the wall time of a build compiled now; None when neither is known."""
+    if built is None:
+        return None
+    cpu = getattr(built, "cpu_s", None)
+    if isinstance(cpu, (int, float)) and cpu > 0:
+        return "cpu", float(cpu)
+    return ("wall", built.seconds) if not built.cached and built.seconds > 0 else None
+
+
 def reference_seconds(session: Session, benches: Sequence[Benchmark], study: Any
                       ) -> dict[str, float]:
-    """Each program's heuristic build (SearchError naming one that fails), and the seconds of
-    those compiled now, kept in the study as the compile-time reference."""
+    """Each program's heuristic build (SearchError naming one that fails), and its compile
+    time where known, kept in the study as the compile-time reference (keyed
+    ``CLOCK:PROGRAM``: a ratio is taken between times of the same clock only)."""
     known = dict(study.user_attrs.get("reference_seconds", {}))
     futures = [(b, session.builds.submit(CompileJob(b))) for b in benches]
     for b, f in futures:
@@ -231,8 +244,9 @@ def reference_seconds(session: Session, benches: Sequence[Benchmark], study: Any
             got = f.result()
         except CompileError as exc:
             raise SearchError(f"{b.name}: the heuristic build failed: {_line(exc)}") from None
-        if not got.cached and b.name not in known:
-            known[b.name] = got.seconds
+        timed = compile_time(got)
+        if timed is not None and (timed[0] == "cpu" or f"wall:{b.name}" not in known):
+            known[f"{timed[0]}:{b.name}"] = timed[1]
     study.set_user_attr("reference_seconds", known)
     return known
 
@@ -249,11 +263,12 @@ def _figure(session: Session, got: Compared[Any]) -> ProgramFigure:
         return ProgramFigure(name, failed=base.failed_build(m) or "does not compile")
     if got.failure is not None or m.error and not (got.comparison and got.comparison.failed):
         raise SearchError(f"{name}: {m.error}")
-    built = got.compiled
-    seconds = built.seconds if built is not None and not built.cached else None
+    timed = compile_time(got.compiled)
+    clock, seconds = timed if timed is not None else ("wall", None)
     if m.speedup is None:
-        return ProgramFigure(name, seconds=seconds, failed="a run of its build failed")
-    return ProgramFigure(name, m.speedup, m.size_ratio, seconds)
+        return ProgramFigure(name, seconds=seconds, clock=clock,
+                             failed="a run of its build failed")
+    return ProgramFigure(name, m.speedup, m.size_ratio, seconds, clock=clock)
 
 
 def measure_policy(session: Session, spec: PolicySpec, benches: Sequence[Benchmark],
@@ -306,8 +321,8 @@ def _learn_reference(study: Any, figures: Sequence[ProgramFigure],
     """The heuristic seed's builds (the heuristic's decisions, asked of a policy) as the
     compile-time reference of programs whose heuristic build came from the store."""
     for f in figures:
-        if f.name not in reference and f.seconds:
-            reference[f.name] = f.seconds
+        if f.seconds and f"{f.clock}:{f.name}" not in reference:
+            reference[f"{f.clock}:{f.name}"] = f.seconds
     study.set_user_attr("reference_seconds", reference)
 
 

@@ -125,14 +125,15 @@ class ProgramFigure:
     """One training program built with a trial's policy, measured against its heuristic
     build: ``speedup`` (heuristic / policy, in the study's metric) and ``size_ratio`` (binary
     size / the heuristic's), or ``failed`` (one line: the policy's build failed or ran past
-    the build budget, or its run failed); ``seconds``: its build's (None: not known, a build
-    taken from the store)."""
+    the build budget, or its run failed); ``seconds``: its build's compile time on ``clock``
+    (``cpu``: its compiler processes' CPU time; ``wall``), None where not known."""
 
     name: str
     speedup: float | None = None
     size_ratio: float | None = None
     seconds: float | None = None
     failed: str | None = None
+    clock: str = "wall"
 
 
 @dataclass(frozen=True)
@@ -184,9 +185,9 @@ def _factor(ratio: float | None, allowance: float, weight: float) -> float:
 def score(figures: Sequence[ProgramFigure], penalties: Penalties,
           reference: Mapping[str, float] | None = None) -> Score:
     """The objective of one trial (ValueError without figures, or a figure that is neither
-    measured nor failed).  ``reference``: each program's compile seconds with the
-    heuristic's decisions; the compile time is a geometric mean over the programs where both
-    are known (none: no compile-time penalty)."""
+    measured nor failed).  ``reference``: each program's compile time with the heuristic's
+    decisions, keyed ``CLOCK:PROGRAM``; the compile-time ratio is a geometric mean over the
+    programs where both are known on the same clock (none: no compile-time penalty)."""
     if not figures:
         raise ValueError("no program measured")
     speedups, sizes, compiles, failed = [], [], [], []
@@ -200,7 +201,7 @@ def score(figures: Sequence[ProgramFigure], penalties: Penalties,
         else:
             speedups.append(f.speedup)
             sizes.append(f.size_ratio if f.size_ratio and f.size_ratio > 0 else 1.0)
-        known = (reference or {}).get(f.name)
+        known = (reference or {}).get(f"{f.clock}:{f.name}")
         if f.seconds is not None and f.seconds > 0 and known is not None and known > 0:
             compiles.append(f.seconds / known)
     speedup, size = _geomean(speedups), _geomean(sizes)
