@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import click
@@ -45,8 +45,9 @@ from dispatcher.build.manifest import SPLITS, Benchmark
 from dispatcher.build.policies import PolicyError, PolicySpec, parse_policy
 from dispatcher.build.toolchain import CompilerNotFound
 from dispatcher.compare import pairing_policy
-from dispatcher.config import MAX_RUNS, ConfigError, load_config, with_metric
+from dispatcher.config import MAX_RUNS, Config, ConfigError, load_config, with_metric
 from dispatcher.core.figures import Figure, against, geomean_figure, metric_caption
+from dispatcher.core.guards import CostGuard
 from dispatcher.core.stats import geomean
 from dispatcher.session import Session
 from pipeline import evaluation
@@ -66,12 +67,19 @@ def policy_name(spec: PolicySpec, given: str | None) -> str:
     return name
 
 
-def summary_lines(outcomes: list[Outcome], splits: dict[str, str]) -> list[str]:
+def summary_lines(outcomes: list[Outcome], splits: dict[str, str],
+                  counted: Mapping[str, base.Cell] | None = None) -> list[str]:
     """Per split: the geometric mean speedup with its interval, and how many benchmarks are
-    significantly faster or slower than the heuristic."""
+    significantly faster or slower than the heuristic; a program ``counted`` at the
+    heuristic's figure (past the cost guards) counted so, and named."""
     lines = []
+    counted = counted or {}
+
+    def figure(o: Outcome) -> Figure:
+        cell = counted.get(o.benchmark)
+        return cell.counted if cell is not None and cell.fallback else o.figure
     for split in SPLITS:
-        mine = [o.figure for o in outcomes if splits.get(o.benchmark) == split
+        mine = [figure(o) for o in outcomes if splits.get(o.benchmark) == split
                 and o.figure.speedup is not None]
         if not mine:
             continue
@@ -79,10 +87,16 @@ def summary_lines(outcomes: list[Outcome], splits: dict[str, str]) -> list[str]:
         slower = sum(1 for f in mine if f.high is not None and f.high < 1)
         g = geomean_figure(mine)
         mean = g.text() if g is not None else "- (a benchmark has no interval)"
+        fell = base.counted_line(
+            {(_POLICY_ROW, n): c for n, c in counted.items()}, _POLICY_ROW,
+            [o.benchmark for o in outcomes if splits.get(o.benchmark) == split])
         lines.append(f"{split}: geometric mean speedup {mean} over {len(mine)} benchmark"
                      f"{'s' if len(mine) != 1 else ''}; significantly faster {faster}, "
-                     f"slower {slower}")
+                     f"slower {slower}" + (f"; {fell}" if fell else ""))
     return lines
+
+
+_POLICY_ROW = "policy"  # summary_lines' key for the policy's own cells
 
 
 @click.command()
@@ -144,21 +158,37 @@ def run_plugin_benchmark(policy: str, benchmarks: tuple[str, ...], name: str | N
                                                               tuning)
             steps = list(_reported(evaluation.measure_policy(
                 session, contenders, label, spec, results, runs, pairing), label))
-        splits = {b.name: b.split for b in benches}
-        click.echo(metric_caption(config.measure.metric))
-        print_table([s.outcome for s in steps if s.tag[0] == label and s.outcome is not None],
-                    splits, label)
-        if baselines:
-            figures = {(s.tag[0], s.tag[1].name): s.figure for s in steps}
-            metric_name = config.measure.metric
-            print_baselines(figures, label, others, benches, splits, metric_name)
-            path = evaluation.write_summary(results, label, others, benches, figures,
-                                            metric_name)
-            progress(f"summary -> {path}")
+        report(steps, label, others, benches, config, results, baselines)
     except (CompilerNotFound, EvaluationError) as exc:
         fail(str(exc))
     if any(s.errors for s in steps):
         sys.exit(1)
+
+
+def report(steps: list[Evaluated], label: str, others: list[str], benches: list[Benchmark],
+           config: Config, results: Path, baselines: bool) -> None:
+    """The tables, each program past the cost guards in one line on stderr, and the summary
+    CSV (``dispatcher.baselines.table_cells`` counts every cell, under ``config.policy``)."""
+    splits = {b.name: b.split for b in benches}
+    metric = config.measure.metric
+    figures = {(s.tag[0], s.tag[1].name): s.figure for s in steps}
+    cells = base.table_cells(figures, label, others, [b.name for b in benches], metric,
+                             config.policy)
+    for b in benches:
+        for build in [label, *others]:
+            why = base.past_guard(cells[(build, b.name)].measured, config.policy)
+            if why is not None:
+                click.echo(f"{PROG}: {b.name}: {build}: {why}: falls back to the "
+                           "heuristic's decisions, counted at the heuristic's figure (1.000)",
+                           err=True)
+    click.echo(metric_caption(metric))
+    print_table([s.outcome for s in steps if s.tag[0] == label and s.outcome is not None],
+                splits, label, {n: c for (build, n), c in cells.items() if build == label})
+    if baselines:
+        print_baselines(figures, label, others, benches, splits, metric, config.policy)
+    path = evaluation.write_summary(results, label, others, benches, figures, metric,
+                                    config.policy)
+    progress(f"summary -> {path}")
 
 
 def _reported(steps: Iterable[Evaluated], label: str) -> Iterator[Evaluated]:
@@ -224,21 +254,23 @@ def grid_lines(tuning: base.Tuning) -> list[str]:
 
 def print_baselines(figures: dict[tuple[str, str], Figure], label: str,
                     others: list[str], benches: list[Benchmark],
-                    splits: dict[str, str], metric: str = "time") -> None:
+                    splits: dict[str, str], metric: str = "time",
+                    guard: CostGuard | None = None) -> None:
     """Per benchmark and baseline: the baseline's speedup against the heuristic and its size,
     and the policy against it, then the oracle's row; per split, the geometric means of both
     with their intervals, and the programs counted at the heuristic's figure
     (``dispatcher.baselines.table_cells``: the rules, here only their wording)."""
     names = [b.name for b in benches]
-    cells = base.table_cells(figures, label, others, names, metric)
+    cells = base.table_cells(figures, label, others, names, metric, guard)
     picks = base.oracle_builds([label, *others])
     builds = [label, *others, *([base.ORACLE] if picks else [])]
     click.echo(f"policy {label} against each baseline (speedup: the heuristic's time / the "
                "build's, paired; policy against a baseline: the ratio of the two speedups, "
                "interval from both; size: binary size / the heuristic's)")
     click.echo("a baseline's build that failed (past the build budget, or refused by the "
-               "compiler) is counted at the heuristic's figure (1.000) in the means and against "
-               "the policy: a user would ship the default build")
+               "compiler), and any build past the cost guards (compile time, binary size), is "
+               "counted at the heuristic's figure (1.000) in the means and against the policy: "
+               "a user would ship the default build")
     if picks:
         click.echo(f"{base.ORACLE}: per program the best of {base.HEURISTIC}, "
                    f"{', '.join(picks)} (chosen after measuring: the ceiling of picking a "
@@ -284,7 +316,11 @@ def _mean(figures: Iterable[Figure]) -> str:
     return "- (a benchmark has no figure)" if g is None else g.text()
 
 
-def print_table(outcomes: list[Outcome], splits: dict[str, str], label: str) -> None:
+def print_table(outcomes: list[Outcome], splits: dict[str, str], label: str,
+                counted: Mapping[str, base.Cell] | None = None) -> None:
+    """The policy's speedup per benchmark, as measured (``fell back`` where it is past the
+    cost guards: ``counted``), then each split's means as counted."""
+    fell = {n for n, c in (counted or {}).items() if c.fallback}
     metrics = sorted({o.figure.metric for o in outcomes if o.figure.speedup is not None})
     unit = "time" if metrics in ([], ["time"]) else " or ".join(metrics)
     click.echo(f"policy {label} against the heuristic (speedup = heuristic {unit} / policy "
@@ -292,12 +328,12 @@ def print_table(outcomes: list[Outcome], splits: dict[str, str], label: str) -> 
     click.echo(f"{'benchmark':24} {'split':9} {'speedup [95% CI]':28} {'significant':12} pairs")
     for o in sorted(outcomes, key=lambda o: (splits.get(o.benchmark, ""), o.benchmark)):
         f = o.figure
-        word = "-" if f.significant is None else (
+        word = "fell back" if o.benchmark in fell else "-" if f.significant is None else (
             "faster" if f.significant and f.speedup and f.speedup > 1
             else "slower" if f.significant else "no")
         click.echo(f"{o.benchmark:24} {splits.get(o.benchmark, ''):9} "
                    f"{o.text():28} {word:12} {f.pairs}")
-    for line in summary_lines(outcomes, splits):
+    for line in summary_lines(outcomes, splits, counted):
         click.echo(line)
 
 

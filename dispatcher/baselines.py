@@ -11,7 +11,9 @@ measured when run again.
 
 Every evaluation table reads the baselines through ``table_cells``: a baseline build that fails
 (past the build budget, or refused by the compiler) is reported as failed and counted at the
-heuristic's figure (a user falls back to the default build), and the per-program oracle, the
+heuristic's figure (a user falls back to the default build), as is any build, the policy's
+included, past the cost guards (``dispatcher.core.guards``: compile time, binary size), and
+the per-program oracle, the
 best of the heuristic, the tuned global setting and always-inline, is a row of its own: the
 ceiling of what choosing among the baselines per program would give.
 """
@@ -31,6 +33,7 @@ from dispatcher.build.service import CompileJob
 from dispatcher.compare import Compared, Contender, Failure, compare_with_heuristic
 from dispatcher.core.figures import Figure, geomean_figure
 from dispatcher.core.files import TextFileError, atomic_output, read_regular_text
+from dispatcher.core.guards import CostGuard, over_guard
 from dispatcher.running.measurement import PairingPolicy
 from dispatcher.session import Session
 
@@ -99,32 +102,47 @@ def setting_flags(bench: Benchmark, flags: Sequence[str]) -> tuple[str, ...]:
 
 
 def measured_of(session: Session, got: Compared[Any]) -> Figure:
-    """What ``compare_with_heuristic`` handed back, as a figure with the binary size ratio."""
+    """What ``compare_with_heuristic`` handed back, as a figure with the binary size and
+    compile time ratios (those also on a figure not measured: the cost guards judge a build
+    that compiled whatever its measurement did)."""
     if got.failure is Failure.COMPILE:
         return Figure(error=f"does not compile: {_line(got.error)}", compiled=False)
     if got.failure is Failure.HEURISTIC:
         return Figure(error=f"the heuristic build failed: {_line(got.error)}")
+    size, cpu = cost_ratios(session, got)
     if got.failure is Failure.MEASURE:
-        return Figure(error=f"not measured: {_line(got.error)}")
+        return Figure(error=f"not measured: {_line(got.error)}", size_ratio=size,
+                      compile_ratio=cpu)
     c = got.comparison
     assert c is not None
     if not c.resolved:
-        return Figure(pairs=c.pairs, error=c.unresolved_line())
+        return Figure(pairs=c.pairs, error=c.unresolved_line(), size_ratio=size,
+                      compile_ratio=cpu)
     if c.failed:
-        return Figure(pairs=c.pairs, error="a run of its build failed")
+        return Figure(pairs=c.pairs, error="a run of its build failed", size_ratio=size,
+                      compile_ratio=cpu)
     speedup, low, high = c.interval
-    return Figure(speedup, low, high, c.pairs, size_ratio(session, got), metric=c.metric)
+    return Figure(speedup, low, high, c.pairs, size, metric=c.metric, compile_ratio=cpu)
+
+
+def cost_ratios(session: Session, got: Compared[Any]) -> tuple[float | None, float | None]:
+    """The contender's binary size and compile CPU time over its heuristic build's (None: a
+    binary not kept, a compile time not recorded: ``CompileResult.cpu_s``)."""
+    if got.compiled is None:
+        return None, None
+    heuristic = session.builds.compile(CompileJob(got.contender.bench))  # cached
+    try:
+        size: float | None = (got.compiled.binary.stat().st_size
+                              / heuristic.binary.stat().st_size)
+    except OSError:
+        size = None
+    mine, theirs = got.compiled.cpu_s, heuristic.cpu_s
+    return size, (mine / theirs if mine is not None and theirs else None)
 
 
 def size_ratio(session: Session, got: Compared[Any]) -> float | None:
     """The contender's binary size over its heuristic build's (None: a binary not kept)."""
-    if got.compiled is None:
-        return None
-    heuristic = session.builds.compile(CompileJob(got.contender.bench))  # cached
-    try:
-        return got.compiled.binary.stat().st_size / heuristic.binary.stat().st_size
-    except OSError:
-        return None
+    return cost_ratios(session, got)[0]
 
 
 def _line(error: object) -> str:
@@ -171,25 +189,47 @@ def failed_build(m: Figure) -> str | None:
         else "does not compile"
 
 
+def past_guard(m: Figure, guard: CostGuard | None) -> str | None:
+    """Why a build that compiled is past the cost guard, naming the ratio and the limit (None:
+    within it, or no guard): ``dispatcher.core.guards.over_guard`` on the figure's ratios."""
+    if not m.compiled:
+        return None
+    return over_guard(m.compile_ratio, m.size_ratio, guard)
+
+
 @dataclass(frozen=True)
 class Cell:
     """One build on one program in an evaluation table: ``measured`` as measured (a failed
     build: its error), ``counted`` as the split's geometric means count it, ``note`` why they
-    differ (a failed build) or which baseline the oracle took."""
+    differ (a failed build, a build past the cost guard) or which baseline the oracle took;
+    ``fallback``: why the program was counted at the heuristic's figure, in a few words."""
 
     measured: Figure
     counted: Figure
     note: str | None = None
+    fallback: str | None = None
 
 
-def baseline_cell(m: Figure, metric: str = "time") -> Cell:
-    """A baseline's figure as the tables count it: a failed build at the heuristic's figure,
-    since a user whose build fails (or outlasts the budget) ships the default build; a
-    figure missing for any other reason (not measured) stays missing, so no mean hides it."""
-    why = failed_build(m)
-    if why is None:
-        return Cell(m, m)
-    return Cell(m, heuristic_figure(metric), f"{why}: counted at the heuristic's figure")
+def fallback_cell(m: Figure, why: str, metric: str = "time") -> Cell:
+    """``m`` counted at the heuristic's figure, and why."""
+    return Cell(m, heuristic_figure(metric), f"{why}: counted at the heuristic's figure", why)
+
+
+def baseline_cell(m: Figure, metric: str = "time", guard: CostGuard | None = None) -> Cell:
+    """A baseline's figure as the tables count it: a failed build, or one past the cost
+    ``guard``, at the heuristic's figure, since a user whose build fails (or outlasts the
+    budget, or costs too much) ships the default build; a figure missing for any other
+    reason (not measured) stays missing, so no mean hides it."""
+    why = failed_build(m) or past_guard(m, guard)
+    return Cell(m, m) if why is None else fallback_cell(m, why, metric)
+
+
+def policy_cell(m: Figure, metric: str = "time", guard: CostGuard | None = None) -> Cell:
+    """The policy's own figure as the tables count it: as measured (its failed build is an
+    error of the run, never a fallback), but at the heuristic's figure where its build is
+    past the cost ``guard`` (the program falls back to the heuristic's decisions)."""
+    why = past_guard(m, guard)
+    return Cell(m, m) if why is None else fallback_cell(m, why, metric)
 
 
 def oracle_cell(cells: Mapping[str, Cell], metric: str = "time") -> Cell:
@@ -216,18 +256,20 @@ def oracle_builds(builds: Sequence[str]) -> list[str]:
 
 
 def table_cells(figures: Mapping[tuple[str, str], Figure], label: str, others: Sequence[str],
-                names: Sequence[str], metric: str = "time"
+                names: Sequence[str], metric: str = "time", guard: CostGuard | None = None
                 ) -> dict[tuple[str, str], Cell]:
     """Every (build, program) cell of an evaluation table, ``ORACLE``'s row included (when a
-    baseline is there to pick).  The policy ``label`` is counted as measured: its own failure
-    is an error of the run, never a fallback."""
+    baseline is there to pick).  The policy ``label`` is counted as measured (its own failure
+    is an error of the run, never a fallback) unless past the cost ``guard`` (None: none);
+    a baseline as ``baseline_cell`` counts it."""
     none = Figure()
     out: dict[tuple[str, str], Cell] = {}
     for n in names:
         for build in [label, *others]:
             m = figures.get((build, n), none)
-            out[(build, n)] = Cell(m, m) if build == label else baseline_cell(m, metric)
-        picks = oracle_builds([label, *others])
+            out[(build, n)] = (policy_cell(m, metric, guard) if build == label
+                               else baseline_cell(m, metric, guard))
+        picks = oracle_builds([label, *others]) if others else []  # no baseline, no oracle
         if picks:
             out[(ORACLE, n)] = oracle_cell({b: out[(b, n)] for b in picks}, metric)
     return out
@@ -235,12 +277,12 @@ def table_cells(figures: Mapping[tuple[str, str], Figure], label: str, others: S
 
 def counted_line(cells: Mapping[tuple[str, str], Cell], build: str, names: Sequence[str]
                  ) -> str | None:
-    """The programs whose failed build a baseline's mean counts at the heuristic's figure,
-    and why, in one clause (None: none)."""
+    """The programs a build's mean counts at the heuristic's figure (a failed build, one
+    past the cost guard), and why, in one clause (None: none)."""
     failed = []
     for n in names:
         cell = cells.get((build, n))
-        why = failed_build(cell.measured) if cell is not None and cell.note else None
+        why = cell.fallback if cell is not None else None
         if why is not None:
             failed.append(f"{n} {why}")
     if not failed:
@@ -344,12 +386,13 @@ def other_grid(path: Path, recorded: Mapping[str, Sequence[str]]) -> str:
 
 def tune(session: Session, results: Path, benches: Sequence[Benchmark],
          sizes: Mapping[str, Size], size_name: str, runs: int, pairing: PairingPolicy,
-         retune: bool, on_each=None, say=None) -> Tuning:
+         retune: bool, on_each=None, say=None, guard: CostGuard | None = None) -> Tuning:
     """The recorded choice when it was made on the same benchmarks, size, grid and metric (unless
     ``retune``; a record that chose nothing is not reused), else the grid measured on
     ``benches`` and the best training geometric mean recorded.  A record of another grid is
     refused (BaselineError, one line) unless ``retune``.  A setting whose build fails on a
-    benchmark is counted there at the heuristic's figure (``baseline_cell``) and competes."""
+    benchmark, or is past the cost ``guard`` there, is counted there at the heuristic's
+    figure (``baseline_cell``) and competes."""
     check_grid(GRID)
     path = results / RECORD
     names = tuple(sorted(b.name for b in benches))
@@ -376,7 +419,7 @@ def tune(session: Session, results: Path, benches: Sequence[Benchmark],
                   for setting, flags in GRID.items() for b in benches]
     got = measure_all(session, contenders, runs, pairing, on_each)
     table = training_table({k: {b.name: got[(k, b.name)] for b in benches} for k in GRID},
-                           metric)
+                           metric, guard)
     chosen = choose(table)
     tuning = Tuning(chosen, GRID[chosen] if chosen else (), names, size_name, table,
                     metric=metric)
@@ -386,20 +429,21 @@ def tune(session: Session, results: Path, benches: Sequence[Benchmark],
     return tuning
 
 
-def training_table(figures: Mapping[str, Mapping[str, Figure]], metric: str = "time"
-                   ) -> dict[str, dict[str, Any]]:
+def training_table(figures: Mapping[str, Mapping[str, Figure]], metric: str = "time",
+                   guard: CostGuard | None = None) -> dict[str, dict[str, Any]]:
     """The record's ``training`` table: per setting its geometric mean over the benchmarks
-    (failed builds counted at the heuristic's figure; None when a figure is missing for any
-    other reason), each benchmark's figure as measured, and the failed builds with why."""
+    (failed builds, and builds past the cost ``guard``, counted at the heuristic's figure;
+    None when a figure is missing for any other reason), each benchmark's figure as
+    measured, and the builds so counted with why."""
     table: dict[str, dict[str, Any]] = {}
     for setting, per in figures.items():
-        cells = {n: baseline_cell(m, metric) for n, m in per.items()}
+        cells = {n: baseline_cell(m, metric, guard) for n, m in per.items()}
         g = geomean_figure(c.counted for c in cells.values())
         row: dict[str, Any] = {
             "geomean": [g.speedup, g.low, g.high] if g else None,
             "benchmarks": {n: [m.speedup, m.low, m.high, m.size_ratio]
                            for n, m in per.items()}}
-        failed = {n: why for n, m in per.items() if (why := failed_build(m)) is not None}
+        failed = {n: c.fallback for n, c in cells.items() if c.fallback is not None}
         if failed:
             row["failed"] = failed
         table[setting] = row

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dispatcher.core.figures import METRICS
+from dispatcher.core.guards import CostGuard
 from dispatcher.core.validation import (
     MAX_ATTEMPTS,
     MAX_BACKOFF_S,
@@ -135,6 +136,9 @@ class Config:
     search: SearchConfig = field(default_factory=SearchConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
+    # The cost guards of a policy's build against the heuristic's (``policy:`` section;
+    # dispatcher.core.guards): past either, a program is counted at the heuristic's figure
+    policy: CostGuard = field(default_factory=CostGuard)
     # Each backend section present (and the chosen backend's), as its module parsed it.
     backends: dict[str, Any] = field(default_factory=dict)
     raw: dict = field(default_factory=dict, compare=False, repr=False)
@@ -156,7 +160,8 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
         data = {}
     if not isinstance(data, dict):
         raise r.fail("(top level)", "a mapping", type(data).__name__)
-    top = {"backend", "store", "run", "compile", "search", "scheduler", "measure", *MODULES}
+    top = {"backend", "store", "run", "compile", "search", "scheduler", "measure", "policy",
+           *MODULES}
     unknown = sorted(set(data) - top)
     if unknown:
         raise r.fail(unknown[0], f"a known key ({', '.join(sorted(top))})")
@@ -232,11 +237,25 @@ def parse_config(data: Any, path: Path | None = None) -> Config:
         half_width=float(half_width), canary_every=canary_every, confirm=confirm,
         min_cpu_share=float(min_share), share_margin=float(margin), metric=metric)
     return Config(path=path, backend=backend, store=store, search=search, scheduler=scheduler,
-                  backends=backends, measure=measure,
+                  backends=backends, measure=measure, policy=_cost_guard(r, data),
                   run=RunConfig(runs=r.positive_int(run, "runs", "run.runs", RunConfig.runs,
                                                     most=MAX_RUNS),
                                 timeout=timeout, perf=perf, size=size, aslr=aslr),
                   compile_jobs=jobs, compile_jobs_auto=jobs_raw == "auto", raw=data)
+
+
+def _cost_guard(r: Reader, data: dict) -> CostGuard:
+    """The ``policy:`` section: each limit a ratio to the heuristic's build from 1 (a build
+    no worse than the heuristic's is never past it) up to 1e6."""
+    d = r.section(data, "policy", {"max_compile_ratio", "max_size_ratio"})
+    limits: dict[str, float] = {}
+    for key in ("max_compile_ratio", "max_size_ratio"):
+        v = d.get(key, getattr(CostGuard, key))
+        if not finite_number(v) or not 1 <= v <= 1e6:
+            raise r.fail(f"policy.{key}", "a ratio to the heuristic's build from 1 to 1e6 "
+                         "(2: twice the heuristic's)", v)
+        limits[key] = float(v)
+    return CostGuard(**limits)
 
 
 def _search_config(r: Reader, data: dict, path: Path | None) -> SearchConfig:

@@ -40,6 +40,7 @@ from dispatcher.compare import (
 from dispatcher.core.comparison import Comparison
 from dispatcher.core.decisions import DecisionFileError, Override, read_overrides
 from dispatcher.core.figures import Figure, against
+from dispatcher.core.guards import CostGuard
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.running.agent_client import AgentError
@@ -359,7 +360,7 @@ def tune_global(session: Session, results: Path, benches: list[Benchmark],
     """The global setting (``dispatcher.baselines.tune``), its errors in one line."""
     try:
         return base.tune(session, results, benches, sizes, size_name, runs, pairing, retune,
-                         on_each=on_each, say=say)
+                         on_each=on_each, say=say, guard=session.config.policy)
     except base.BaselineError as exc:
         raise EvaluationError(str(exc)) from None
     except OSError as exc:
@@ -424,12 +425,14 @@ def measure_policy(session: Session, contenders: Sequence[Contender], label: str
 
 def write_summary(results: Path, label: str, others: Sequence[str],
                   benches: Sequence[Benchmark],
-                  figures: Mapping[tuple[str, str], Figure], metric: str = "time") -> Path:
+                  figures: Mapping[tuple[str, str], Figure], metric: str = "time",
+                  guard: CostGuard | None = None) -> Path:
     """``<results>/plugin_<label>.summary.csv``: each build's figure on each benchmark, the
-    policy against it, what the means count and the oracle's row
+    policy against it, what the means count (a build past the cost ``guard``: the
+    heuristic's figure, and why in ``note``) and the oracle's row
     (``analysis.result_files.summary_rows``, ``dispatcher.baselines.table_cells``)."""
     path = results / f"plugin_{label}.summary.csv"
-    cells = base.table_cells(figures, label, others, [b.name for b in benches], metric)
+    cells = base.table_cells(figures, label, others, [b.name for b in benches], metric, guard)
     builds = [label, *others, *([base.ORACLE] if any(k[0] == base.ORACLE for k in cells)
                                 else [])]
     try:

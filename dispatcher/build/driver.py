@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,11 @@ class BuildResult:
     compiler_output: str
     units_compiled: int = 0  # units this build ran ``ocamlopt -c`` for
     units_reused: int = 0  # units restored from the unit cache instead
+    # CPU seconds (user + system) of the compiler processes the build is made of: each unit's
+    # ``ocamlopt -c`` (a reused unit's as recorded when it was compiled) and the link; None
+    # when a unit's is not known (a unit cache entry written before they were recorded).
+    # Unlike the wall time, it does not grow with the machine's load or a warm unit cache.
+    cpu_s: float | None = None
 
 
 class BuildInterrupted(KeyboardInterrupt):
@@ -78,6 +84,21 @@ class PolicyFile:
     identity: str
 
 
+class UnitCompile:
+    """The compile of one unit, handed to a ``UnitCache`` as ``compile``: calling it runs the
+    compiler and returns (the names of the files it wrote, its output); ``cpu_s`` is then the
+    CPU seconds it took, which a cache records beside the unit and, on a hit, sets to those
+    it recorded (left None by a cache that records none: the build's CPU is then unknown)."""
+
+    def __init__(self, run: Callable[[], tuple[list[str], str, float]]) -> None:
+        self._run = run
+        self.cpu_s: float | None = None
+
+    def __call__(self) -> tuple[list[str], str]:
+        names, output, self.cpu_s = self._run()
+        return names, output
+
+
 class UnitCache(Protocol):
     """Where ``build_benchmark`` gets compiled units from instead of compiling them again."""
 
@@ -123,6 +144,43 @@ def _first_error_line(output: str) -> str:
         why = next((ln for ln in lines[:first] if not ln.startswith(
             ("File ", "collect2: error: ld returned"))), None)
     return f"{error}: {why}" if why and why not in error else error
+
+
+def run_counted(cmd: list[str], cwd: Path, env: Mapping[str, str], timeout: float
+                ) -> tuple[int, bytes, float]:
+    """``cmd`` run to its end -> (its exit status as ``subprocess`` gives it, its output with
+    stderr, the CPU seconds, user and system, of it and of the processes it waited for: the
+    assembler, the linker).  Read from ``wait4`` of this child alone, so compiles running
+    in other threads are not counted in.  subprocess.TimeoutExpired past ``timeout``, the
+    child killed; in its own session, so a Ctrl-C meant for the master does not reach it."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=dict(env), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    assert proc.stdout is not None
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()),  # type: ignore
+                              daemon=True)
+    reader.start()
+    expired = threading.Event()
+
+    def kill() -> None:
+        expired.set()
+        proc.kill()
+    timer = threading.Timer(timeout, kill)
+    timer.start()
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped: Popen must not wait again
+    reader.join()
+    proc.stdout.close()
+    if expired.is_set() and proc.returncode == -signal.SIGKILL:
+        raise subprocess.TimeoutExpired(cmd, timeout)
+    return proc.returncode, b"".join(chunks), usage.ru_utime + usage.ru_stime
 
 
 def _snapshot(directory: Path) -> dict[str, tuple[int, int, int]]:
@@ -245,17 +303,15 @@ def build_benchmark(
     deadline = time.monotonic() + timeout
     log: list[str] = []
 
-    def run(cmd: list[str], what: str) -> None:
+    def run(cmd: list[str], what: str) -> float:
+        """``cmd`` run in the build -> its CPU seconds; BuildError if it failed."""
         log.append("$ " + " ".join(cmd))
         remaining = deadline - time.monotonic()
         try:
             if remaining <= 0:
                 raise subprocess.TimeoutExpired(cmd, timeout)
             # Own session: a Ctrl-C meant for the master must not kill the compiler under it.
-            proc = subprocess.run(
-                cmd, cwd=outdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                timeout=remaining, start_new_session=True,
-            )
+            returncode, stdout, cpu = run_counted(cmd, outdir, env, remaining)
         except subprocess.TimeoutExpired:
             output = "\n".join(log)
             raise BuildError(f"{bench.name}: {what}: timed out (build budget {timeout:g} s)",
@@ -264,17 +320,19 @@ def build_benchmark(
             log.append(str(e))
             raise BuildError(f"{bench.name}: {what}: cannot run {cmd[0]} ({e})",
                              "\n".join(log)) from None
-        text = proc.stdout.decode("utf-8", errors="replace")
+        text = stdout.decode("utf-8", errors="replace")
         if text:
             log.append(text.rstrip("\n"))
-        if proc.returncode in _INTERRUPTING:
+        if returncode in _INTERRUPTING:
             raise BuildInterrupted(f"{bench.name}: {what}: stopped by "
-                                   f"{signal.Signals(-proc.returncode).name}")
-        if proc.returncode != 0:
-            raise build_error(bench, what, proc.returncode, text, "\n".join(log))
+                                   f"{signal.Signals(-returncode).name}")
+        if returncode != 0:
+            raise build_error(bench, what, returncode, text, "\n".join(log))
+        return cpu
 
     earlier: dict[str, str] = {}  # .cmi/.cmx left by earlier units -> sha256
     compiled = reused = 0
+    cpu: float | None = 0.0
     for unit in units:
         own = per_unit.get(unit.module) if unit.is_impl else None
         channel: list[str] = []
@@ -294,16 +352,18 @@ def build_benchmark(
                              None if own is None else "sha256:" + _sha256(own),
                              dump_decisions, keyed_channel)[1 + len(use_flags):-2]
 
-        def compile_unit(cmd: list[str] = cmd, unit: Unit = unit) -> tuple[list[str], str]:
+        def compile_unit(cmd: list[str] = cmd, unit: Unit = unit
+                         ) -> tuple[list[str], str, float]:
             before = _snapshot(outdir)
             mark = len(log)
-            run(cmd, f"compiling {unit.source}")
+            seconds = run(cmd, f"compiling {unit.source}")
             after = _snapshot(outdir)
             written = sorted(n for n, st in after.items() if before.get(n) != st)
-            return written, "\n".join(log[mark + 1:])
+            return written, "\n".join(log[mark + 1:]), seconds
 
+        step = UnitCompile(compile_unit)
         if unit_cache is None:
-            written, _ = compile_unit()
+            written, _ = step()
             compiled += 1
         else:
             inputs = {"version": _UNIT_INPUTS_VERSION,
@@ -311,7 +371,7 @@ def build_benchmark(
                       "source": _sha256(outdir / unit.source),
                       "sources": sorted(f.name for f in bench.source_files()),
                       "earlier": dict(earlier)}
-            written, text, hit = unit_cache.unit(inputs, outdir, compile_unit)
+            written, text, hit = unit_cache.unit(inputs, outdir, step)
             if hit:
                 reused += 1
                 log.append(f"# {unit.source}: reused from the unit cache")
@@ -320,10 +380,12 @@ def build_benchmark(
                     log.append(text)
             else:
                 compiled += 1
+        cpu = None if cpu is None or step.cpu_s is None else cpu + step.cpu_s
         for name in written if unit_cache is not None else ():
             if name.endswith(_READ_BY_LATER_UNITS):
                 earlier[name] = _sha256(outdir / name)
-    run(link_command(ocamlopt, use_flags, units, binary.name), f"linking {binary.name}")
+    link_cpu = run(link_command(ocamlopt, use_flags, units, binary.name),
+                   f"linking {binary.name}")
     if not binary.is_file():
         raise BuildError(f"{bench.name}: linking {binary.name}: no binary produced",
                          "\n".join(log), lasting=True)
@@ -333,4 +395,5 @@ def build_benchmark(
         compiler_output="\n".join(log) + ("\n" if log else ""),
         units_compiled=compiled,
         units_reused=reused,
+        cpu_s=None if cpu is None else cpu + link_cpu,
     )

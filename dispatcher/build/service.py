@@ -149,6 +149,13 @@ class CompileResult:
     units_reused: int = 0  # taken from the unit cache
 
     @property
+    def cpu_s(self) -> float | None:
+        """The CPU seconds of the compiler processes its build is made of, as recorded when it
+        was built (``BuildResult.cpu_s``; a cache hit reads them back, so a rerun judges the
+        same figure); None when not known (built remotely, or by a version before them)."""
+        return self.artifact.cpu_s
+
+    @property
     def binary(self) -> Path:
         return self.artifact.binary
 
@@ -241,6 +248,8 @@ class StoreUnitCache:
                 if entry.restore(outdir):
                     with self._lock:
                         self.hits += 1
+                    if hasattr(compile, "cpu_s"):  # a UnitCompile: what it took when compiled
+                        compile.cpu_s = entry.cpu_s
                     return list(entry.files), entry.output, True
                 self.store.drop_unit(key)  # damaged: compile it again
             with self._lock:
@@ -253,8 +262,10 @@ class StoreUnitCache:
             if self.stopped.is_set():  # a build in flight at Ctrl-C ends at its next unit
                 raise CompileError("compile service stopped", "")
             names, output = compile()
+            cpu = getattr(compile, "cpu_s", None)
             self.store.commit_unit(key, outdir, names, output,
-                                   {"source": inputs.get("command", [""])[-1]})
+                                   {"source": inputs.get("command", [""])[-1],
+                                    **({"cpu_s": cpu} if cpu is not None else {})})
             with self._lock:
                 self.misses += 1
             return names, output, False
@@ -430,7 +441,8 @@ class CompileService:
                 "source_hash": source_hash,
                 "overrides": len(job.overrides), "built_on": built_on,
                 **({"policy": job.policy.identity()} if job.policy is not None else {}),
-                "units_compiled": result.units_compiled, "units_reused": result.units_reused})
+                "units_compiled": result.units_compiled, "units_reused": result.units_reused,
+                **({"cpu_s": result.cpu_s} if result.cpu_s is not None else {})})
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
             raise store_error(exc, f"{job.benchmark.name}: cannot compile in the store") from None

@@ -50,6 +50,8 @@ class Figure:
     error: str | None = None
     compiled: bool = True  # False: the build itself failed (an extreme that does not compile)
     metric: str = "time"
+    # its compile's CPU time over the reference's (dispatcher.core.guards; None: not known)
+    compile_ratio: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -170,6 +170,9 @@ class Artifact:
     key: str
     directory: Path
     sha256: str
+    # the CPU seconds of the compiler processes the build is made of (``BuildResult.cpu_s``),
+    # as recorded when it was built: a cached build keeps its compile time (None: not known)
+    cpu_s: float | None = None
 
     @property
     def binary(self) -> Path:
@@ -241,6 +244,7 @@ class UnitEntry:
     directory: Path
     files: dict
     output: str
+    cpu_s: float | None = None  # its compile's CPU seconds (None: not recorded)
 
     def restore(self, outdir: Path) -> bool:
         """Copy the unit's files into ``outdir``; False (nothing usable) if one of them is not
@@ -399,7 +403,7 @@ class Store:
         meta = _read_meta(d)
         if meta is None or not (d / "binary").is_file():
             return None
-        return Artifact(key, d, meta["sha256"])
+        return Artifact(key, d, meta["sha256"], _seconds(meta.get("cpu_s")))
 
     def staging_dir(self, key: str) -> Path:
         """A private directory to build in; ``commit_artifact`` publishes it."""
@@ -488,7 +492,9 @@ class Store:
     def unit_entry(self, key: str) -> UnitEntry | None:
         d = self._unit_dir(key)
         meta = _read_meta(d)
-        return None if meta is None else UnitEntry(key, d, meta["files"], meta["output"])
+        if meta is None:
+            return None
+        return UnitEntry(key, d, meta["files"], meta["output"], _seconds(meta.get("cpu_s")))
 
     def commit_unit(self, key: str, source: Path, names: list[str], output: str,
                     meta: dict | None = None) -> None:
@@ -651,6 +657,13 @@ def _read_results(path: Path) -> list[RunResult]:
         return [RunResult.from_json(r) for r in json.loads(path.read_text())["results"]]
     except (OSError, ValueError, KeyError, TypeError):  # RecordError is a ValueError
         return []
+
+
+def _seconds(value: object) -> float | None:
+    """A recorded number of seconds, or None (absent, or not a finite number from 0)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0 <= value < float("inf") else None
 
 
 def _read_meta(entry: Path) -> dict | None:

@@ -20,23 +20,35 @@ EXIT_GATE = 3  # train-policy's exit status when the kept policy fails the gate
 @dataclass(frozen=True)
 class FoldMeasure:
     """One fold's policy measured on its held-out benchmark against the heuristic: its
-    ``figure`` (speedup = heuristic time / policy time), or why there is none."""
+    ``figure`` (speedup = heuristic time / policy time), or why there is none; ``fallback``:
+    why its build is past the cost guards (``dispatcher.core.guards``), so the held-out
+    program is judged at the heuristic's figure, 1, whatever was measured."""
 
     classifier: str
     held_out: str
     policy: Path
     figure: Figure
+    fallback: str | None = None
+
+    @property
+    def judged(self) -> Figure:
+        """The figure the gate and the choice judge: the heuristic's past the guards."""
+        if self.fallback is None:
+            return self.figure
+        return Figure(1.0, 1.0, 1.0, 0, 1.0, metric=self.figure.metric)
 
     @property
     def measured(self) -> bool:
-        return self.figure.ok
+        return self.judged.ok
 
     @property
     def speedup(self) -> float | None:
-        return self.figure.speedup
+        return self.judged.speedup
 
     def text(self) -> str:
         """The figure as the report writes it, or why there is none."""
+        if self.fallback is not None:
+            return f"{self.judged.text()} ({self.fallback}: counted at the heuristic's figure)"
         return self.figure.text(missing=f"not measured ({self.figure.error})")
 
 
@@ -63,7 +75,7 @@ def choose_measured(measures: Sequence[FoldMeasure], classifiers: Sequence[str]
 def geomean(measures: Sequence[FoldMeasure]) -> str:
     """The geometric mean of measured speedups with its interval, as run-plugin-benchmark
     reports a split's; ``-`` unless every fold is measured."""
-    g = geomean_figure(m.figure for m in measures)
+    g = geomean_figure(m.judged for m in measures)
     return g.text() if g is not None else "-"
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import pandas as pd
 
 from analysis.policy_training import TrainingSet, train
 from analysis.sources import SourcesError, benchmark_of
+from dispatcher.baselines import cost_ratios, past_guard
 from dispatcher.build.manifest import Benchmark, ManifestError, Size, resolve_benchmark
 from dispatcher.build.policies import PolicySpec, learned_spec
 from dispatcher.build.policy_file import write_policy_bytes
@@ -127,17 +128,25 @@ def measure_folds(config: Config, folds: Mapping[tuple[str, str], FoldPolicy],
             size = f", binary {ratio:.3f}x the heuristic's" if ratio is not None else ""
             progress(f"fold {measure.classifier}, {measure.held_out} held out: speedup "
                      f"{measure.text()}{size}")
+            if measure.fallback is not None:
+                progress(f"{measure.held_out}: fold {measure.classifier}: {measure.fallback}: "
+                         "counted at the heuristic's figure (1.000)")
     return MeasuredFolds(got_all, session.lost_workers())
 
 
 def _measure_of(session: Session, got: Compared[Any]) -> FoldMeasure:
     name, bench, path = got.contender.tag
 
-    def fold(figure: Figure) -> FoldMeasure:
-        return FoldMeasure(name, bench, path, figure)
-
     if got.failure in (Failure.COMPILE, Failure.HEURISTIC):
-        return fold(Figure(error=f"compile failed: {_line(got.error)}", compiled=False))
+        return FoldMeasure(name, bench, path, Figure(
+            error=f"compile failed: {_line(got.error)}", compiled=False))
+    size, cpu = cost_ratios(session, got)  # (None: a binary the store dropped, a compile
+    # time not recorded; the guard then judges what is known)
+
+    def fold(figure: Figure) -> FoldMeasure:
+        figure = replace(figure, size_ratio=size, compile_ratio=cpu)
+        return FoldMeasure(name, bench, path, figure,
+                           past_guard(figure, session.config.policy))
     if got.failure is Failure.MEASURE:
         return fold(Figure(error=f"not measured: {_line(got.error)}"))
     compared = got.comparison
@@ -147,14 +156,7 @@ def _measure_of(session: Session, got: Compared[Any]) -> FoldMeasure:
     if compared.failed:
         return fold(Figure(pairs=compared.pairs, error="a run of the policy's build failed"))
     speedup, low, high = compared.interval
-    ratio = None
-    if got.compiled is not None:
-        heuristic = session.builds.compile(CompileJob(got.contender.bench))
-        try:
-            ratio = got.compiled.binary.stat().st_size / heuristic.binary.stat().st_size
-        except OSError:  # a binary the store dropped: the size is informative only
-            ratio = None
-    return fold(Figure(speedup, low, high, compared.pairs, ratio, metric=compared.metric))
+    return fold(Figure(speedup, low, high, compared.pairs, metric=compared.metric))
 
 
 def _line(error: object) -> str:
@@ -163,11 +165,14 @@ def _line(error: object) -> str:
 
 def scores_with_measures(scores: pd.DataFrame, measures: Sequence[FoldMeasure]
                          ) -> pd.DataFrame:
-    """The held-out scores with each fold's measured speedup, interval, pairs and binary size
-    ratio (empty where not measured): what ``<out>.scores.csv`` keeps."""
+    """The held-out scores with each fold's measured speedup, interval, pairs, binary size
+    and compile time ratios (empty where not measured), the speedup the gate counts
+    (``counted``: 1 past the cost guards) and why (``note``): what ``<out>.scores.csv``
+    keeps."""
     columns = ["classifier", "held_out", "measured_speedup", "measured_low", "measured_high",
-               "measured_pairs", "size_ratio"]
+               "measured_pairs", "size_ratio", "compile_ratio", "counted", "note"]
     table = pd.DataFrame([(m.classifier, m.held_out, m.figure.speedup, m.figure.low,
-                           m.figure.high, m.figure.pairs, m.figure.size_ratio)
+                           m.figure.high, m.figure.pairs, m.figure.size_ratio,
+                           m.figure.compile_ratio, m.judged.speedup, m.fallback or "")
                           for m in measures], columns=columns)
     return scores.merge(table, on=["classifier", "held_out"], how="left")
