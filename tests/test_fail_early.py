@@ -294,8 +294,11 @@ def test_run_campaign_killed_when_one_chain_had_finished_publishes_every_search_
     import subprocess
     import sys
 
+    # orbit's runs (0.6 s each at this time scale) are long enough that its chain is still
+    # running when kahan's ends on a loaded machine (at 0.12 s, at load 8 on 2 CPUs, orbit's
+    # chain once ended first: the master's own work per candidate outweighed the runs)
     config = sim_config(tmp_path, {"default": {"run_s": 1.0, "compile_s": 0.2},
-                                   "programs": {"orbit": {"run_s": 12.0}}},
+                                   "programs": {"orbit": {"run_s": 60.0}}},
                         run={"runs": 2}, measure={"max_pairs": 2, "canary_every": 0})
     path = campaign_file(tmp_path, config, search={"benchmarks": ["kahan", "orbit"],
                                                    "steps": 3})
@@ -318,7 +321,7 @@ def test_run_campaign_killed_when_one_chain_had_finished_publishes_every_search_
         time.sleep(0.05)
     assert proc.poll() is None and not finished("orbit"), "orbit ended before kahan"
     proc.kill()
-    proc.communicate(timeout=60)
+    proc.communicate(timeout=240)  # stderr's end: the stage (which shares it) has exited too
     time.sleep(0.5)  # the stage stops on its own (SIGINT from the kernel), its locks released
     again = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=env,
                            timeout=300)
