@@ -56,6 +56,13 @@ PROG = "search-policy"
 @click.option("--time-allowance", type=click.FloatRange(0, 100), default=1.0,
               show_default=True, help="Compile-time growth free of penalty (1: twice).")
 @click.option("--time-weight", type=click.FloatRange(0, 100), default=0.1, show_default=True)
+@click.option("--max-compile-ratio", type=click.FloatRange(1, 1e6),
+              help="A program whose build compiles longer than this times the heuristic's "
+                   "counts at the heuristic's figure (default: config policy.max_compile_ratio, "
+                   "else 2).")
+@click.option("--max-size-ratio", type=click.FloatRange(1, 1e6),
+              help="The same for binary size (default: config policy.max_size_ratio, else "
+                   "1.5).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="Config file (default: configs/local.yaml).")
 @backend_errors_in_one_line
@@ -63,7 +70,8 @@ def search_policy(benchmarks: tuple[str, ...], out: Path, trials: int, metric: s
                   size: str, confirm_size: str, confirm_on: tuple[str, ...],
                   runs: int | None, max_pairs: int | None, seed: int,
                   size_allowance: float, size_weight: float, time_allowance: float,
-                  time_weight: float, config_path: Path | None) -> None:
+                  time_weight: float, max_compile_ratio: float | None,
+                  max_size_ratio: float | None, config_path: Path | None) -> None:
     """Search a policy file's parameters for the speedup of BENCHMARKS (names, directories or
     training; default training), write OUT/searched.policy and confirm it in wall time."""
     try:
@@ -72,7 +80,11 @@ def search_policy(benchmarks: tuple[str, ...], out: Path, trials: int, metric: s
         confirmed = evaluation.select(confirm_on) if confirm_on else benches
         settings = search.SearchSettings(
             tuple(benches), evaluation.sizes_of(benches, size), size, metric, trials, seed,
-            penalties=Penalties(size_allowance, size_weight, time_allowance, time_weight))
+            penalties=Penalties(size_allowance, size_weight, time_allowance, time_weight,
+                                max_compile_ratio=max_compile_ratio or _guard(
+                                    config, "max_compile_ratio", 2.0),
+                                max_size_ratio=max_size_ratio or _guard(
+                                    config, "max_size_ratio", 1.5)))
         confirm_sizes = (evaluation.sizes_of(confirmed, confirm_size)
                          if confirm_size != "none" else None)
     except (ConfigError, EvaluationError) as exc:
@@ -95,6 +107,13 @@ def search_policy(benchmarks: tuple[str, ...], out: Path, trials: int, metric: s
         click.echo(f"{PROG}: interrupted: the same command continues the study in {out}",
                    err=True)
         sys.exit(130)
+
+
+def _guard(config, key: str, default: float) -> float:
+    """The evaluation's cost guard ``key`` (config ``policy:``), so a searched policy is
+    counted as ``run-plugin-benchmark`` will count it."""
+    value = getattr(getattr(config, "policy", None), key, None)
+    return float(value) if isinstance(value, (int, float)) else default
 
 
 def _search(config, settings: search.SearchSettings, out: Path) -> search.SearchOutcome:

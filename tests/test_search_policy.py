@@ -89,7 +89,7 @@ def test_a_point_outside_the_space_is_refused_in_one_line():
 
 def test_the_objective_is_the_geometric_mean_less_its_penalties():
     p = Penalties(size_allowance=0.05, size_weight=1.0, time_allowance=1.0, time_weight=0.5,
-                  failed_speedup=1.0)
+                  failed_speedup=1.0, max_compile_ratio=None, max_size_ratio=None)
     figures = [ProgramFigure("a", 1.21, 1.02), ProgramFigure("b", 1.0, 1.03)]
     s = score(figures, p)
     assert s.speedup == pytest.approx(1.1) and s.objective == pytest.approx(1.1)
@@ -110,6 +110,16 @@ def test_the_objective_is_the_geometric_mean_less_its_penalties():
     failed = score([ProgramFigure("a", 1.21, 1.0), ProgramFigure("b", failed="x")],
                    Penalties(failed_speedup=0.81))
     assert failed.speedup == pytest.approx(math.sqrt(1.21 * 0.81)) and failed.failed == ("b",)
+    # past a cost guard (the evaluation's): counted at the heuristic's figure, named apart
+    guarded = Penalties(max_compile_ratio=2.0, max_size_ratio=1.5)
+    g = score([ProgramFigure("a", 1.44, 1.0, seconds=2.5, clock="cpu"),
+               ProgramFigure("b", 1.21, 1.6), ProgramFigure("c", 1.21, 1.4, seconds=1.9,
+                                                           clock="cpu")],
+              guarded, {"cpu:a": 1.0, "cpu:c": 1.0})
+    assert g.fell_back == ("a", "b") and g.failed == ()
+    assert g.speedup == pytest.approx(1.21 ** (1 / 3)) and g.compile == pytest.approx(1.9)
+    assert score([ProgramFigure("a", 1.44, 1.0, seconds=2.5, clock="cpu")],
+                 Penalties(max_compile_ratio=None), {"cpu:a": 1.0}).fell_back == ()
     with pytest.raises(ValueError):
         score([ProgramFigure("a")], p)
 
@@ -156,8 +166,9 @@ def _stop_mid_trial(cmd: list[str], db: Path, sig: int) -> subprocess.CompletedP
 
 
 def _trials(out: Path) -> list[dict[str, str]]:
+    """The study's trials but those waiting (enqueued points not asked for yet)."""
     with open(out / "trials.csv") as f:
-        return list(csv.DictReader(f))
+        return [r for r in csv.DictReader(f) if r["state"] != "waiting"]
 
 
 def test_a_study_measured_in_cycles_resumes_after_ctrl_c_and_a_kill(compiler, tmp_path):

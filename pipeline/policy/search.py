@@ -104,6 +104,7 @@ class TrialRecord:
     size: float | None = None
     compile: float | None = None
     failed: tuple[str, ...] = ()
+    fell_back: tuple[str, ...] = ()
     seed: str = ""
     programs: dict[str, list[Any]] = field(default_factory=dict)
 
@@ -331,6 +332,7 @@ def _record(trial: Any, got: Score, figures: Sequence[ProgramFigure]) -> None:
     trial.set_user_attr("size", got.size)
     trial.set_user_attr("compile", got.compile)
     trial.set_user_attr("failed", list(got.failed))
+    trial.set_user_attr("fell_back", list(got.fell_back))
     trial.set_user_attr("programs", {f.name: [f.speedup, f.size_ratio, f.seconds, f.failed]
                                      for f in figures})
 
@@ -339,7 +341,8 @@ def _trial_record(t: Any) -> TrialRecord:
     u = t.user_attrs
     return TrialRecord(t.number, t.state.name.lower(), dict(t.params), t.value,
                        u.get("speedup"), u.get("size"), u.get("compile"),
-                       tuple(u.get("failed", ())), u.get("seed", ""), u.get("programs", {}))
+                       tuple(u.get("failed", ())), tuple(u.get("fell_back", ())),
+                       u.get("seed", ""), u.get("programs", {}))
 
 
 # --------------------------------------------------------------------------- the study
@@ -359,13 +362,13 @@ def trials_csv(trials: Sequence[TrialRecord], space: Space) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["trial", "state", "seed", "objective", "speedup", "size", "compile",
-                "failed", *names])
+                "failed", "fell_back", *names])
 
     def num(v: float | None) -> str:
         return "" if v is None else f"{v:.6g}"
     for t in trials:
         w.writerow([t.number, t.state, t.seed, num(t.objective), num(t.speedup),
-                    num(t.size), num(t.compile), " ".join(t.failed),
+                    num(t.size), num(t.compile), " ".join(t.failed), " ".join(t.fell_back),
                     *[num(t.params.get(n)) for n in names]])
     return buf.getvalue()
 
@@ -383,7 +386,8 @@ def write_results(out: Path, settings: SearchSettings, trials: Sequence[TrialRec
     previous = _sidecar(out)
     sidecar = {"searched_by": "search-policy", "study": str(out / DB), "trial": best.number,
                "objective": best.objective, "speedup": best.speedup, "size": best.size,
-               "compile": best.compile, "failed": list(best.failed), "params": best.params,
+               "compile": best.compile, "failed": list(best.failed),
+               "fell_back": list(best.fell_back), "params": best.params,
                "programs": best.programs, **settings.identity(),
                "policy_sha256": learned_spec(policy_of(settings.space, best.params,
                                                        names)).digest}
@@ -423,8 +427,8 @@ def run_search(session: Session, settings: SearchSettings, out: Path,
             say(f"trial {t.number}{f' ({t.seed})' if t.seed else ''}: objective "
                 f"{t.objective:.4f}, speedup {t.speedup:.4f}, size {t.size:.3f}x"
                 + (f", compile {t.compile:.2f}x" if t.compile is not None else "")
-                + (f", counted at the heuristic's figure: {', '.join(t.failed)}"
-                   if t.failed else "")
+                + (f", counted at the heuristic's figure: {', '.join(t.failed + t.fell_back)}"
+                   if t.failed or t.fell_back else "")
                 + (f"; best: trial {best.number}, {best.objective:.4f}" if best else ""))
             write_results(out, settings, records(study))
     except BaseException:

@@ -36,7 +36,9 @@ COLUMNS: tuple[tuple[str, float], ...] = (
     ("remove_prim", 5.0),
 )
 WEIGHT = 4.0  # coefficients and the intercept are searched in [-WEIGHT, WEIGHT]
-BUDGET_LOW, BUDGET_HIGH = 8, 400  # the growth budget, searched on a log scale
+# the growth budget, searched on a log scale: up to budgets that bound nothing on most
+# programs (a budget cut mid-cascade can cost more than none: vector_functor)
+BUDGET_LOW, BUDGET_HIGH = 8, 4000
 INTERCEPT = "intercept"
 BUDGET = "growth_budget"
 #: A column's range in the file: the guard rail is off (ranges false), so only its form
@@ -109,13 +111,19 @@ def policy_of(space: Space, params: Mapping[str, float], benchmarks: Sequence[st
 
 def seeds(space: Space) -> list[tuple[str, dict[str, float]]]:
     """Known points the study starts from, before the sampler proposes: ``heuristic`` (the
-    score below 0 everywhere: the heuristic's build, the study's reference for compile time)
-    and ``inline-within-budget`` (above 0 everywhere: always-inline, held to the largest
-    growth budget)."""
+    score below 0 everywhere: the heuristic's build, the study's reference for compile time),
+    ``inline-within-budget`` (above 0 everywhere: always-inline, held to the largest growth
+    budget) and, where the space has ``callee_size``, ``inline-small-callees`` (callees below
+    half its scale, within a budget of 100, train-policy's default)."""
     zero = {weight_name(c): 0.0 for c, _ in space.columns}
-    return [("heuristic", {INTERCEPT: -space.weight, **zero, BUDGET: space.budget[0]}),
-            ("inline-within-budget", {INTERCEPT: space.weight, **zero,
-                                      BUDGET: space.budget[1]})]
+    out = [("heuristic", {INTERCEPT: -space.weight, **zero, BUDGET: space.budget[0]}),
+           ("inline-within-budget", {INTERCEPT: space.weight, **zero,
+                                     BUDGET: space.budget[1]})]
+    if "callee_size" in dict(space.columns) and space.weight >= 2:
+        out.append(("inline-small-callees",
+                    {INTERCEPT: 1.0, **zero, weight_name("callee_size"): -2.0,
+                     BUDGET: min(max(100, space.budget[0]), space.budget[1])}))
+    return out
 
 
 # --------------------------------------------------------------------------- the objective
@@ -141,26 +149,33 @@ class Penalties:
     """What the objective charges beyond the speedup, each as a factor ``exp(-weight *
     excess)`` with ``excess`` the log of the geometric mean ratio beyond ``1 + allowance``
     (0 within it): binary size and compile time.  A program whose policy build fails counts
-    at ``failed_speedup`` (1: the heuristic's figure, as the baselines count a failed build)."""
+    at ``failed_speedup`` (1: the heuristic's figure, as the baselines count a failed build),
+    and so does one past the cost guards (``max_compile_ratio``, ``max_size_ratio``: the
+    evaluation's, config ``policy:``; None: none), as ``run-plugin-benchmark`` counts it."""
 
     size_allowance: float = 0.05
     size_weight: float = 1.0
     time_allowance: float = 1.0
     time_weight: float = 0.1
     failed_speedup: float = 1.0
+    max_compile_ratio: float | None = 2.0
+    max_size_ratio: float | None = 1.5
 
-    def identity(self) -> dict[str, float]:
+    def identity(self) -> dict[str, float | None]:
         return {"size_allowance": self.size_allowance, "size_weight": self.size_weight,
                 "time_allowance": self.time_allowance, "time_weight": self.time_weight,
-                "failed_speedup": self.failed_speedup}
+                "failed_speedup": self.failed_speedup,
+                "max_compile_ratio": self.max_compile_ratio,
+                "max_size_ratio": self.max_size_ratio}
 
 
 @dataclass(frozen=True)
 class Score:
     """A trial's figures: ``objective`` = ``speedup`` x the penalties' factors (what the
     sampler maximises); ``speedup``, ``size``, ``compile``: geometric means over the programs
-    (``compile`` over those whose ratio is known; None: none is); ``failed``: the programs
-    counted at ``failed_speedup``."""
+    as counted (``compile`` over those whose ratio is known; None: none is); ``failed``: the
+    programs whose build or run failed, ``fell_back``: those past a cost guard, each counted
+    at ``failed_speedup``."""
 
     objective: float
     speedup: float
@@ -169,6 +184,7 @@ class Score:
     size_penalty: float
     time_penalty: float
     failed: tuple[str, ...] = field(default=())
+    fell_back: tuple[str, ...] = field(default=())
 
 
 def _geomean(values: Sequence[float]) -> float:
@@ -190,23 +206,39 @@ def score(figures: Sequence[ProgramFigure], penalties: Penalties,
     programs where both are known on the same clock (none: no compile-time penalty)."""
     if not figures:
         raise ValueError("no program measured")
-    speedups, sizes, compiles, failed = [], [], [], []
+    speedups, sizes, compiles = [], [], []
+    failed: list[str] = []
+    fell_back: list[str] = []
     for f in figures:
+        known = (reference or {}).get(f"{f.clock}:{f.name}")
+        ratio = (f.seconds / known if f.seconds is not None and f.seconds > 0
+                 and known is not None and known > 0 else None)
+        if f.failed is None and (f.speedup is None or f.speedup <= 0):
+            raise ValueError(f"{f.name}: no speedup")
         if f.failed is not None:
             failed.append(f.name)
-            speedups.append(penalties.failed_speedup)
-            sizes.append(1.0)
-        elif f.speedup is None or f.speedup <= 0:
-            raise ValueError(f"{f.name}: no speedup")
+        elif over_guard(ratio, f.size_ratio, penalties):
+            fell_back.append(f.name)
         else:
+            assert f.speedup is not None
             speedups.append(f.speedup)
             sizes.append(f.size_ratio if f.size_ratio and f.size_ratio > 0 else 1.0)
-        known = (reference or {}).get(f"{f.clock}:{f.name}")
-        if f.seconds is not None and f.seconds > 0 and known is not None and known > 0:
-            compiles.append(f.seconds / known)
+            if ratio is not None:
+                compiles.append(ratio)
+            continue
+        speedups.append(penalties.failed_speedup)  # the heuristic's build is shipped
+        sizes.append(1.0)
     speedup, size = _geomean(speedups), _geomean(sizes)
     compile_ = _geomean(compiles) if compiles else None
     size_factor = _factor(size, penalties.size_allowance, penalties.size_weight)
     time_factor = _factor(compile_, penalties.time_allowance, penalties.time_weight)
     return Score(speedup * size_factor * time_factor, speedup, size, compile_,
-                 1.0 - size_factor, 1.0 - time_factor, tuple(failed))
+                 1.0 - size_factor, 1.0 - time_factor, tuple(failed), tuple(fell_back))
+
+
+def over_guard(compile_ratio: float | None, size_ratio: float | None,
+               penalties: Penalties) -> bool:
+    """Past a cost guard: compile time (where known) or binary size above its limit."""
+    limit_c, limit_s = penalties.max_compile_ratio, penalties.max_size_ratio
+    return ((limit_c is not None and compile_ratio is not None and compile_ratio > limit_c)
+            or (limit_s is not None and size_ratio is not None and size_ratio > limit_s))
