@@ -21,8 +21,11 @@ The labelling rule (docs/policies.md, "Labels from measured sites"):
    flip, slower, gives ``default``; a ``removed``/``minimal`` row tests ``specialise`` itself
    (the site set back to the heuristic's): faster gives ``default``, slower says the winner's
    action was better without saying which (it is not in the row): no label.
-2. **Replicates.**  The rows of one site with the same context and action (the ``labels``
-   trial and any ``retest``) are replicates of one comparison: it gives a label only where
+2. **Replicates.**  The rows of one site with the same context, action and ``reference``
+   (the ``labels`` trial and any ``retest``; a table without the column: ``heuristic``) are
+   replicates of one comparison; rows of another reference (``measure-sites --reference
+   always-inline``: a site set back from always-inline's build) are another comparison of
+   the same context, whose label must agree with the first's: it gives a label only where
    every replicate that says anything gives that same label, else ``default``.  They are not
    pooled: a label must be reproduced on its own, which is what a retest is for (with 95%
    intervals one null comparison in twenty looks significant).
@@ -68,7 +71,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.labels import CYCLES_COLUMNS, ID_COLUMNS, OUTCOME_COLUMNS
+from analysis.labels import CYCLES_COLUMNS, ID_COLUMNS, OUTCOME_COLUMNS, REFERENCE_COLUMN
 from analysis.parquet import parquet_frame
 from analysis.policy_training import KEY
 from dispatcher.core.decisions import Features
@@ -95,7 +98,8 @@ _ALWAYS = [f.name for f in fields(Features)
 COLUMNS = ["unit", "round", "key", "heuristic_action", "action", "context", "status",
            "effect", "low", "high", "trial"]
 #: Every column measure-sites writes (analysis.labels): a table with any other is not one.
-KNOWN_COLUMNS = frozenset([*ID_COLUMNS, *FEATURES, *OUTCOME_COLUMNS, "metric", *CYCLES_COLUMNS])
+KNOWN_COLUMNS = frozenset([*ID_COLUMNS, *FEATURES, *OUTCOME_COLUMNS, "metric", *CYCLES_COLUMNS,
+                           REFERENCE_COLUMN])
 METRICS = ("time", "instructions", "cycles")
 #: The largest table read (a labels table of a whole campaign is a few hundred kB).
 TABLE_LIMIT = 256 << 20
@@ -167,19 +171,27 @@ def site_label(rows: Iterable[Mapping[str, Any]], threshold: float,
             if (got := row_label(r, threshold, agreement)) is not None]
     if not told:
         return None
+    references = {_reference(r) for r, _ in told}
     for context in CONTEXTS:
         verdicts = set()
         for action in ACTIONS:
-            replicates = {got for r, got in told if r["context"] == context and
-                          r["action"] == action}
-            if replicates:
-                verdicts.add(replicates.pop() if len(replicates) == 1 else "default")
+            for reference in references:  # another reference: another comparison
+                replicates = {got for r, got in told if r["context"] == context and
+                              r["action"] == action and _reference(r) == reference}
+                if replicates:
+                    verdicts.add(replicates.pop() if len(replicates) == 1 else "default")
         decided = verdicts - {"default"}
         if len(decided) > 1:  # this context's comparisons disagree
             return "default"
         if decided:
             return decided.pop()
     return "default"
+
+
+def _reference(row: Mapping[str, Any]) -> str:
+    """The reference a row was measured against (a table without the column: heuristic)."""
+    value = row.get(REFERENCE_COLUMN)
+    return "heuristic" if value is None or _missing(value) else str(value)
 
 
 def _has_features(row: Mapping[str, Any]) -> bool:
@@ -342,6 +354,13 @@ def _checked(path: Path, table: pd.DataFrame, expected: str) -> pd.DataFrame:
             if not _missing(value) and value not in METRICS:
                 raise LabelsError(f"{path}: row {i + 1}: metric {_shown(value)}: expected one of "
                                   f"{', '.join(METRICS)} or nothing")
+    if REFERENCE_COLUMN in table.columns:  # absent (a table from before it): heuristic
+        for i, value in enumerate(table[REFERENCE_COLUMN]):
+            if not _missing(value) and not _one_line_text(value):
+                raise LabelsError(f"{path}: row {i + 1}: reference {_shown(value)}: expected "
+                                  "heuristic, always-inline, tree:NAME or nothing")
+        table[REFERENCE_COLUMN] = table[REFERENCE_COLUMN].map(
+            lambda v: "heuristic" if _missing(v) else v).astype(object)
     for column in ("unit", "key"):
         for i, value in enumerate(table[column]):
             if not _one_line_text(value):

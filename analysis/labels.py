@@ -2,7 +2,8 @@
 and its plot, from labels rundirs (``measure-sites``, docs/labels.md).
 
 One row per label: the site (unit, round, key, callee, its source location), what the
-heuristic did there and the site's features from the heuristic build's dump, the action
+heuristic did there and the site's features from the heuristic build's dump (from another
+reference's build, ``reference``: what that build did there, and its dump's features), the action
 tested and its context, and the outcome: the effect as a log speedup of the tested tree over
 its reference with its 95% interval, pairs, the share of disturbed runs, and the cost; and the
 same two binaries' effect in estimated cycles (``cycles_effect``, exact, counted at
@@ -27,6 +28,7 @@ from dispatcher.core.site_records import (
     WinnerEvent,
 )
 from dispatcher.core.sites import site_function
+from dispatcher.labels.reference import reference_name
 
 TABLE = "sites"
 ID_COLUMNS = ["benchmark", "unit", "round", "key", "callee", "location",
@@ -39,6 +41,10 @@ OUTCOME_COLUMNS = ["action", "context", "status", "effect", "low", "high", "spee
 # ratio reference / tested in estimated cycles, exact: no interval) with ``cycles_size`` (the
 # size it was counted at): empty where not counted, absent from older tables (read as empty)
 CYCLES_COLUMNS = ["cycles_effect", "cycles_size"]
+# and ``reference``: the build the label was measured against and flipped a site of
+# (``heuristic``, ``always-inline``, ``tree:NAME``: dispatcher.labels.reference); absent from
+# older tables, read as heuristic
+REFERENCE_COLUMN = "reference"
 
 
 class LabelsError(RuntimeError):
@@ -53,10 +59,11 @@ def label_rows(rundir: Path) -> pd.DataFrame:
         events = rd.events()
     except RundirError as exc:
         raise LabelsError(str(exc)) from None
-    reference = rundir / REFERENCE_DIR
+    dumps = rundir / REFERENCE_DIR
+    reference = reference_name(exp.reference)
     features: dict[tuple[str, int, str], dict[str, Any]] = {}
-    if reference.is_dir():
-        for row in feature_rows(read_dumps(dump_files(reference))):
+    if dumps.is_dir():
+        for row in feature_rows(read_dumps(dump_files(dumps))):
             features[(row["unit"], row["round"], row["key"])] = row
     rows = []
     for e in events:
@@ -85,10 +92,30 @@ def label_rows(rundir: Path) -> pd.DataFrame:
             "runs": o.runs, "cpu_s": o.cpu_s, "heat": e.heat, "decision": e.decision,
             "trial": e.trial, "why": o.why or "", "rundir": str(rundir),
             "metric": o.metric, "cycles_effect": cycles,
-            "cycles_size": exp.cycles_size if not math.isnan(cycles) else None})
+            "cycles_size": exp.cycles_size if not math.isnan(cycles) else None,
+            REFERENCE_COLUMN: reference})
     if not rows:
-        return pd.DataFrame(columns=ID_COLUMNS + OUTCOME_COLUMNS + ["metric", *CYCLES_COLUMNS])
+        return pd.DataFrame(columns=ID_COLUMNS + OUTCOME_COLUMNS
+                            + ["metric", *CYCLES_COLUMNS, REFERENCE_COLUMN])
     return pd.DataFrame(rows)
+
+
+def merged_table(new: pd.DataFrame, existing: pd.DataFrame | None) -> pd.DataFrame:
+    """The table a benchmark's labels directory holds once ``new`` (one reference's rows) is
+    written: ``existing``'s rows of the other references kept, before it (labels from the
+    heuristic's tree and from an aggressive reference live in one table, and
+    ``train-policy --labels`` trains on both), its rows of the same reference replaced, as a
+    table was always replaced."""
+    if existing is None or existing.empty:
+        return new
+    mine = set(new[REFERENCE_COLUMN]) if len(new) else set()
+    theirs = (existing[REFERENCE_COLUMN].fillna("heuristic")
+              if REFERENCE_COLUMN in existing.columns
+              else pd.Series("heuristic", index=existing.index))
+    kept = existing[~theirs.isin(mine)].assign(**{REFERENCE_COLUMN: theirs})
+    if kept.empty:
+        return new
+    return pd.concat([kept, new], ignore_index=True) if len(new) else kept
 
 
 def write_table(table: pd.DataFrame, directory: Path) -> list[Path]:
@@ -120,6 +147,10 @@ def report(rundirs: Sequence[Path], table: pd.DataFrame) -> list[str]:
             raise LabelsError(str(exc)) from None
         if exp.confirm_size is not None:
             confirmed_at[str(path)] = exp.confirm_size
+        if exp.reference is not None:
+            lines.append(f"reference: {reference_name(exp.reference)}: each label sets one "
+                         "site it inlined back to dont_inline, against its build (effect > 0: "
+                         "inlining there hurt)")
         winner = next((e for e in events if isinstance(e, WinnerEvent)), None)
         minimal = next((e for e in events if isinstance(e, MinimalEvent)), None)
         if winner is not None:

@@ -72,11 +72,15 @@ PROG = "measure-sites"
               help="Under an exact metric: confirm in wall time only the labels whose exact "
                    "effect |log ratio| is at least X (default: train-policy's label threshold, "
                    f"{DEFAULT_CONFIRM_ABOVE}; 0: every measured label).")
+@click.option("--reference", metavar="heuristic|always-inline|PATH.sexp",
+              help="The build labels are measured against (default: heuristic). Another "
+                   "(with --tasks): the K hottest sites it inlined, each set back to "
+                   "dont_inline alone, against its build: where inlining hurts.")
 @metric_option
 @backend_errors_in_one_line
 def measure_sites(rundirs, batch_log, tasks_file, trees, sweep, config_path, size, runs,
                   max_pairs, keep, max_tests, retest, labels_dir, resume, confirm_size,
-                  confirm_above, metric, no_cycles) -> None:
+                  confirm_above, metric, no_cycles, reference) -> None:
     """Measure each inlining decision's effect: attribute search winners, sweep hot sites
     (in --metric; under an exact metric the labels that matter confirmed in wall time)."""
     if resume:
@@ -86,12 +90,14 @@ def measure_sites(rundirs, batch_log, tasks_file, trees, sweep, config_path, siz
             ("--runs", runs), ("--max-pairs", max_pairs), ("--retest", retest),
             ("--metric", metric), ("--no-cycles", no_cycles),
             ("--confirm-size", confirm_size is not None),
-            ("--confirm-above", confirm_above is not None)) if v],
+            ("--confirm-above", confirm_above is not None),
+            ("--reference", reference is not None)) if v],
             "a labels rundir continues with what it recorded")
     request = SitesRequest(config_path, rundirs, batch_log, tasks_file, trees, sweep, size,
                            runs, max_pairs, keep, max_tests, retest, labels_dir, resume,
                            metric, cycles=not no_cycles, confirm_size=confirm_size,
-                           confirm_above=_log_effect("--confirm-above", confirm_above))
+                           confirm_above=_log_effect("--confirm-above", confirm_above),
+                           reference=reference)
     show_warnings()
     # The graceful stop stays until the command ends, so the tables are written whenever a
     # stop comes: run-campaign's budget stop may come just as the work ends.

@@ -15,6 +15,7 @@ import math
 import queue
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +39,7 @@ from dispatcher.labels.planning import (
     search_rundirs,
 )
 from dispatcher.labels.procedure import LabelsStatus, SiteLabeller, enable_cycle_counts
+from dispatcher.labels.reference import ALWAYS_INLINE, HEURISTIC
 from dispatcher.planning import PlanError, rundir_name, task_benchmarks
 from dispatcher.session import Session
 from pipeline.longrun import Ending, GracefulStop, StatusLine, progress, watch
@@ -74,6 +76,9 @@ class SitesRequest:
     # effect| from which they are (None: the defaults, dispatcher.labels.planning)
     confirm_size: str | None = None
     confirm_above: float | None = None
+    # the build labels flip sites of and are measured against: heuristic (None),
+    # always-inline, or an overrides file (dispatcher.labels.reference)
+    reference: str | None = None
 
 
 @dataclass(frozen=True)
@@ -159,22 +164,56 @@ def measure_sites(request: SitesRequest, stop: GracefulStop) -> SitesReport:
         Ending.of(stop, [(lab.status.state, lab.rundir.path) for lab in labellers]))
 
 
-Inputs = tuple[list[Path], list[Benchmark], list[tuple[Benchmark, Path]]]
+Inputs = tuple[list[Path], list[Benchmark], list[tuple[Benchmark, Path]],
+               tuple[str | None, str | None]]
 
 
 def _inputs(request: SitesRequest, config: Config) -> Inputs:
-    """The search rundirs, swept benchmarks and trees asked for, every one checked before a
-    rundir is made."""
+    """The search rundirs, swept benchmarks, trees and reference asked for, every one
+    checked before a rundir is made."""
     sources = search_rundirs(request.rundirs, request.batch_log)
     swept = task_benchmarks(request.tasks_file) if request.tasks_file else []
     trees = [tree_option(t) for t in request.trees]
     if not sources and not swept and not trees:
         raise PlanError("nothing to measure: give search rundirs, --batch-log, --tree or "
                         "--tasks")
+    reference = reference_option(request.reference, swept)
+    if reference[0] is not None and (sources or trees):
+        raise PlanError(f"--reference {request.reference}: only with --tasks (a sweep of the "
+                        "sites it inlined); a search's winner or a --tree is attributed "
+                        "against the heuristic's build")
     check_batch_log(config.search.batch_log)
     check_rundirs_dir(config.search.rundirs)
     check_labels_dir(request.labels_dir)
-    return sources, swept, trees
+    return sources, swept, trees, reference
+
+
+def reference_option(value: str | None, benches: Sequence[Benchmark]
+                     ) -> tuple[str | None, str | None]:
+    """``--reference``: (what the rundirs record, None for the heuristic; a tree's text, read
+    now and checked against every benchmark to sweep, or None).  PlanError (one line)."""
+    if value is None or value == HEURISTIC:
+        return None, None
+    if value == ALWAYS_INLINE:
+        return ALWAYS_INLINE, None
+    if not value.endswith(".sexp"):
+        raise PlanError(f"--reference {value}: expected heuristic, always-inline or an "
+                        "overrides file (PATH.sexp)")
+    path = Path(value)
+    try:
+        text = read_regular_text(path, MAX_TREE_BYTES)
+        overrides = parse_overrides(text, str(path))
+    except FileNotFoundError:
+        raise PlanError(f"{path}: --reference: no such file") from None
+    except ValueError as exc:  # not a regular file, too large, not UTF-8, malformed
+        raise PlanError(" ".join(str(exc).split())) from None
+    for bench in benches:
+        units = {u.module for u in bench.units() if u.is_impl}
+        strangers = sorted({o.unit for o in overrides} - units)
+        if strangers:
+            raise PlanError(f"{path}: --reference: its decisions are for unit {strangers[0]}, "
+                            f"which {bench.name} does not have: a tree of another program?")
+    return str(path.resolve()), text
 
 
 def check_confirmation(request: SitesRequest, metric: str) -> None:
@@ -237,6 +276,7 @@ def tree_option(value: str) -> tuple[Benchmark, Path]:
 
 def _plan(request: SitesRequest, config: Config, session: Session, sources: list[Path],
           swept: list[Benchmark], trees: list[tuple[Benchmark, Path]],
+          reference: tuple[str | None, str | None] = (None, None),
           cycles: bool = False) -> list[Job]:
     r = request
     settings = LabelsSettings(
@@ -250,7 +290,7 @@ def _plan(request: SitesRequest, config: Config, session: Session, sources: list
         rundirs=config.search.rundirs,
         batch_log=config.search.batch_log, config_raw=config.raw,
         metric=config.measure.metric, cycles=cycles, confirm_size=r.confirm_size,
-        confirm_above=r.confirm_above)
+        confirm_above=r.confirm_above, reference=reference[0], reference_tree=reference[1])
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     plan = plan_labels(settings, session.builds.toolchain.identity, session.worker_classes[0],
                        sources, swept, trees,
@@ -343,7 +383,15 @@ def write_tables(labellers: list[SiteLabeller], finished: list[SitesRundir],
                  labels_dir: Path) -> list[LabelsTable]:
     """The labels table, report and plot of each benchmark measured (one not started is
     left for a later --resume), and of each rundir resumed that had already finished."""
-    from analysis.labels import LabelsError, label_rows, plot_effects, report, write_table
+    from analysis.label_training import read_sites_table, table_path
+    from analysis.labels import (
+        LabelsError,
+        label_rows,
+        merged_table,
+        plot_effects,
+        report,
+        write_table,
+    )
     done: list[tuple[str, Path]] = []
     for rd in finished:
         try:
@@ -357,7 +405,9 @@ def write_tables(labellers: list[SiteLabeller], finished: list[SitesRundir],
         try:
             table = label_rows(path)
             directory = labels_dir / name
-            written = write_table(table, directory)
+            before = table_path(labels_dir, name)  # its other references' rows are kept
+            written = write_table(merged_table(
+                table, read_sites_table(before) if before is not None else None), directory)
             lines = report([path], table)
             (directory / "report.txt").write_text("\n".join(lines) + "\n")
             plot = plot_effects(table, directory / "effects.png", f"{name}: labels",

@@ -358,9 +358,12 @@ class Rundir:
         return StartEvent(**experiment.model_dump())
 
     @classmethod
-    def create(cls: type[R], path: Path, experiment: Any, config_raw: dict) -> R:
-        """A new rundir, locked, made whole: experiment, config and ``start`` event are
-        written in a staging sibling that is renamed to ``path`` only when complete."""
+    def create(cls: type[R], path: Path, experiment: Any, config_raw: dict,
+               files: dict[str, str] | None = None) -> R:
+        """A new rundir, locked, made whole: experiment, config, ``files`` (name -> text:
+        what it must keep a copy of, such as a labels rundir's reference tree) and
+        ``start`` event are written in a staging sibling that is renamed to ``path`` only
+        when complete."""
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise RundirError(f"{path}: already exists and is not empty (use --resume)")
         try:
@@ -386,6 +389,8 @@ class Rundir:
             rundir.path = staging = named
             write_json_atomic(staging / EXPERIMENT, experiment.to_json())
             write_text_atomic(staging / "config.yaml", yaml.safe_dump(config_raw, sort_keys=True))
+            for name, text in (files or {}).items():
+                write_text_atomic(staging / name, text)
             rundir.append(rundir.start_event(experiment))
             _fsync_dir(staging)
             os.rename(staging, path)  # onto nothing, or onto an empty directory

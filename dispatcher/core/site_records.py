@@ -89,8 +89,13 @@ class SitesExperiment(Record):
     # (None): every measured label retested at ``size``, as in every earlier rundir.
     confirm_size: Optional[str] = None
     confirm_above: Optional[Annotated[float, Field(ge=0.0, allow_inf_nan=False)]] = None
+    # Later: the build every label is measured against and whose sites it flips back
+    # (dispatcher.labels.reference): ``always-inline``, or a tree (an overrides file, its
+    # path as given; the rundir keeps a copy, ``reference.sexp``, which is what is built).
+    # Absent (None): the heuristic's build, as in every earlier rundir.
+    reference: Optional[str] = None
     later_fields: ClassVar[frozenset[str]] = frozenset(
-        {"metric", "cycles_size", "confirm_size", "confirm_above"})
+        {"metric", "cycles_size", "confirm_size", "confirm_above", "reference"})
 
     def confirms(self, outcome: Paired) -> bool:
         """Whether a first label's ``outcome`` is retested: every measured one, unless this

@@ -31,6 +31,7 @@ from dispatcher.core.site_records import (
     WinnerChoice,
     is_sites_rundir,
 )
+from dispatcher.labels.reference import REFERENCE_TREE
 from dispatcher.labels.winner import confirmed_winner, search_compiler
 
 DEFAULT_SWEEP = 10  # hottest sites of a benchmark no search confirmed a winner for
@@ -72,6 +73,11 @@ class LabelsSettings:
     # label is confirmed (None: DEFAULT_CONFIRM_ABOVE); under time, unused
     confirm_size: str | None = None
     confirm_above: float | None = None
+    # the build labels are measured against and flip sites of (dispatcher.labels.reference):
+    # None, the heuristic's; ``always-inline``; or a tree, an overrides file's path (its text
+    # in ``reference_tree``, copied into each rundir)
+    reference: str | None = None
+    reference_tree: str | None = None
 
 
 @dataclass(frozen=True)
@@ -142,11 +148,13 @@ def plan_labels(settings: LabelsSettings, compiler: str, worker_class: str,
                                 f"benchmark {p.bench.name} (known: {', '.join(p.bench.sizes)})")
         sweep = settings.sweep if settings.sweep is not None else (
             0 if p.winner is not None else DEFAULT_SWEEP)
-        notes += _notes(p, sweep)
+        notes += _notes(p, sweep, settings.reference)
         k = made[p.bench.directory.resolve()] = made.get(p.bench.directory.resolve(), -1) + 1
         path = settings.rundirs / name(p.bench, k)
         exp = _experiment(settings, p, sweep, compiler, worker_class, path)
-        rd = SitesRundir.create(path, exp, settings.config_raw)
+        tree = ({REFERENCE_TREE: settings.reference_tree}
+                if settings.reference_tree is not None else None)
+        rd = SitesRundir.create(path, exp, settings.config_raw, files=tree)
         list_in_batch_log(settings.batch_log, BatchEntry(
             task=p.bench.name, rundir=str(path.resolve()), algorithm=SITES_KIND,
             version=SITES_FORMAT_VERSION))
@@ -193,9 +201,12 @@ def _by_benchmark(rundirs: Iterable[Path]) -> dict[Path, list[Path]]:
     return groups
 
 
-def _notes(p: _Planned, sweep: int) -> list[str]:
+def _notes(p: _Planned, sweep: int, reference: str | None = None) -> list[str]:
     """What the user is told about a benchmark whose winner is missing or unconfirmed."""
     name, winner = p.bench.name, p.winner
+    if reference is not None:
+        return [f"{name}: sweeping the {sweep} hottest sites {reference} inlined, each set "
+                "back to dont_inline alone, against its build"]
     if winner is None:
         return [f"{name}: no search confirmed a tree faster than the heuristic; sweeping its "
                 f"{sweep} hottest sites"]
@@ -219,7 +230,8 @@ def _experiment(settings: LabelsSettings, p: _Planned, sweep: int, compiler: str
         cycles_size=cycles_size(s, p.bench, p.size),
         confirm_size=confirm_size(s, p.bench, p.size),
         confirm_above=None if s.metric == "time" else (
-            DEFAULT_CONFIRM_ABOVE if s.confirm_above is None else s.confirm_above))
+            DEFAULT_CONFIRM_ABOVE if s.confirm_above is None else s.confirm_above),
+        reference=s.reference)
 
 
 def confirm_size(settings: LabelsSettings, bench: Benchmark, size: str) -> str | None:

@@ -43,6 +43,7 @@ from typing import Any, Literal, Optional, TypeVar
 
 from dispatcher.build.driver import BuildInterrupted
 from dispatcher.build.manifest import Benchmark
+from dispatcher.build.policies import PolicySpec, parse_policy
 from dispatcher.build.service import CompileError, CompileJob, CompileResult, CompileService
 from dispatcher.core.comparison import Comparison
 from dispatcher.core.decisions import Override, override_reach, read_overrides
@@ -66,6 +67,7 @@ from dispatcher.core.site_records import (
 from dispatcher.core.stats import paired_speedup_ci
 from dispatcher.core.tree import Tree, flippable, split_key
 from dispatcher.labels.ddmin import ddmin
+from dispatcher.labels.reference import ALWAYS_INLINE, REFERENCE_TREE, flip_back_sites, flipped_back
 from dispatcher.labels.winner import flipped, reverted, tree_with, winner_decisions
 from dispatcher.running.agent_client import AgentError
 from dispatcher.running.exact import ExactUnavailable, check_workers
@@ -135,6 +137,10 @@ class SiteLabeller:
     _answers: dict[tuple[str, str, str], Paired] = field(init=False, default_factory=dict)
     # run(defer_confirmation=True) ended with wall-time retests still to measure (confirm())
     awaiting_confirmation: bool = field(init=False, default=False)
+    # the reference build's own overrides and policy (dispatcher.labels.reference): none for
+    # the heuristic's; always-inline's policy; a tree's overrides (the rundir's copy)
+    base_overrides: tuple[Override, ...] = field(init=False, default=())
+    base_policy: PolicySpec | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.status = LabelsStatus(self.rundir.experiment.task, self.rundir.path)
@@ -224,10 +230,20 @@ class SiteLabeller:
 
     def _reference(self, events: list[Any]) -> None:
         self.status.phase = "reference"
-        compiled = self.wait(self.builds.submit(CompileJob(self.benchmark)))
+        reference = self.rundir.experiment.reference
+        if reference == ALWAYS_INLINE:
+            self.base_policy = parse_policy(ALWAYS_INLINE)
+        elif reference is not None:
+            copy = self.rundir.path / REFERENCE_TREE
+            try:
+                self.base_overrides = tuple(read_overrides(copy))
+            except (OSError, ValueError) as exc:
+                raise RuntimeError(f"{copy}: cannot read the reference tree "
+                                   f"({' '.join(str(exc).split())[:200]})") from None
+        compiled = self.wait(self.builds.submit(self.job_of(())))
         known = next((e for e in events if isinstance(e, ReferenceEvent)), None)
         if known is not None and known.sha256 != compiled.sha256:
-            raise RuntimeError(f"the heuristic build is another binary than the one this "
+            raise RuntimeError(f"the reference build is another binary than the one this "
                                f"rundir measured against ({compiled.sha256[:12]}, not "
                                f"{known.sha256[:12]}): was the compiler or the benchmark "
                                "changed?")
@@ -346,8 +362,9 @@ class SiteLabeller:
 
     def _sweep(self) -> None:
         exp = self.rundir.experiment
-        self.status.phase = "profiling the heuristic build"
-        hot = self.rundir.profile()
+        self.status.phase = ("profiling the heuristic build" if exp.reference is None
+                             else "profiling the reference build")
+        hot = self.rundir.profile()  # of the reference build
         if hot is None:
             job = self.job(self.reference, runs=3)
             measured = self.measurements.wait(
@@ -357,6 +374,14 @@ class SiteLabeller:
                 profile_job(job, statistics.median(times)), exp.worker_class), self.wait)
             hot = hot_functions_of(self.reference.binary, sampled.results)
             self.rundir.write_profile(hot)
+        if exp.reference is not None:  # the sites the reference inlined, set back alone
+            sites = flip_back_sites(self.heuristic, hot, exp.sweep)
+            self.status.phase = f"sweep: {len(sites)} hottest sites the reference inlined"
+            self.status.planned = self.status.labels + len(sites)
+            for d in sites:
+                self._label(d, "alone", self._alone(d), self.reference, None,
+                            heat=site_heat(d.unit, d.key, d.callee, hot))
+            return
         ranked = sorted(((site_heat(u, n.key, n.name, hot), i, u, r, n)
                          for i, (u, r, n) in enumerate(flippable(self.heuristic, None))),
                         key=lambda x: (-x[0], x[1]))
@@ -421,10 +446,22 @@ class SiteLabeller:
     def _label_overrides(self, e: LabelEvent, decisions: list[SiteDecision]) -> list[Override]:
         """The tree a journaled label tested, again."""
         if e.context == "alone" or e.decision is None:
-            return tree_with(self.heuristic, [e.site])
+            return self._alone(e.site)
         within = decisions if e.context == "removed" else \
             [decisions[j] for j in self._minimal()]
         return self._without(decisions, within, e.decision)
+
+    def _alone(self, site: SiteDecision) -> list[Override]:
+        """The tree of a label ``alone``: the reference's with ``site`` alone changed (the
+        heuristic's: only the site pinned; another reference: its own overrides kept)."""
+        if self.rundir.experiment.reference is None:
+            return tree_with(self.heuristic, [site])
+        return flipped_back(self.base_overrides, self.heuristic, site)
+
+    def job_of(self, overrides: Sequence[Override]) -> CompileJob:
+        """The build of ``overrides`` in the reference's setting (always-inline's policy
+        file evaluated beside them, for that reference: an override wins over it)."""
+        return CompileJob(self.benchmark, tuple(overrides), policy=self.base_policy)
 
     # -- labels
 
@@ -457,7 +494,7 @@ class SiteLabeller:
 
     def _build(self, overrides: list[Override]) -> CompileResult | None:
         try:
-            return self.wait(self.builds.submit(CompileJob(self.benchmark, tuple(overrides))))
+            return self.wait(self.builds.submit(self.job_of(overrides)))
         except CompileError:
             return None
 
@@ -469,8 +506,7 @@ class SiteLabeller:
         from its reference, checked to reach the code that runs; ``cycles``: a measured
         outcome gets its cycles effect too."""
         try:
-            compiled = self.wait(self.builds.submit(CompileJob(self.benchmark,
-                                                               tuple(overrides))))
+            compiled = self.wait(self.builds.submit(self.job_of(overrides)))
         except CompileError as exc:
             return Paired(status="failed", why=f"compile failed: {' '.join(str(exc).split())}"
                           [:300])
