@@ -4,7 +4,10 @@ scheduler, measurement service and search.  No timing is asserted: model time is
 records say, whatever the machine's load; the sleeps are scaled down to a thousandth."""
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -37,7 +40,7 @@ from dispatcher.running.simulated.programs import (
     read_bundle,
 )
 from dispatcher.search.chain import Chain
-from dispatcher.session import Session
+from dispatcher.session import GC_THRESHOLD0, Session
 
 LU = resolve_benchmark("lu")
 
@@ -339,3 +342,28 @@ def test_an_override_matching_nothing_is_dumped_as_unmatched():
     dump = next(parse_dump(t, n) for n, t in dump_texts(program, compiled).items()
                 if parse_dump(t, n).unit == unit and parse_dump(t, n).round == 0)
     assert dump.unmatched_keys == (stale.key,) and dump.override_entries == 1
+
+
+def test_a_master_starting_its_workers_tunes_the_collector_once(tmp_path):
+    """``Session.start_workers`` freezes what lives by then and raises the collector's first
+    threshold (``tune_collector``), once per process: in a process of its own, since the
+    setting is the process's."""
+    script = (
+        "import gc, json, sys\n"
+        "from pathlib import Path\n"
+        "sys.path.insert(0, 'tests')\n"
+        "from test_simulation import config\n"
+        "from dispatcher.session import Session\n"
+        "before = gc.get_threshold()[0]\n"
+        "with Session(config(Path(sys.argv[1]))) as s:\n"
+        "    s.start_workers()\n"
+        "    frozen, tuned = gc.get_freeze_count(), gc.get_threshold()[0]\n"
+        "    gc.set_threshold(700)\n"
+        "    s.start_workers()\n"
+        "print(json.dumps([before, tuned, gc.get_threshold()[0], frozen]))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                          text=True, cwd=Path(__file__).resolve().parent.parent, timeout=120)
+    assert done.returncode == 0, done.stderr
+    before, tuned, after, frozen = json.loads(done.stdout.splitlines()[-1])
+    assert before == 700 and tuned == GC_THRESHOLD0 and frozen > 0
+    assert after == 700  # once per process: a second start leaves the setting alone
