@@ -498,3 +498,57 @@ def test_a_search_stopped_before_confirming_gives_its_best_so_far_unconfirmed(tm
                      significant=False), FinishEvent(reason="completed")])
     got = confirmed_winner([refuted, stopped])
     assert got is not None and got.rundir == str(stopped.resolve()) and not got.confirmed
+
+
+class _CountedJournal:
+    """A sites rundir's journal in memory, counting how often it is read whole."""
+
+    def __init__(self, experiment, events):
+        self.experiment, self._events, self.reads = experiment, events, 0
+        self.path = Path("r")
+
+    def events(self):
+        self.reads += 1
+        return list(self._events)
+
+
+def _retest_reads(labels: int) -> tuple[int, int]:
+    """(journal reads, labels retested) of a retest of ``labels`` labels in the winner's
+    contexts ("minimal" and "removed"), the builds and measurements stood in for."""
+    import threading
+    from types import SimpleNamespace
+
+    from dispatcher.build.manifest import resolve_benchmark
+    from dispatcher.core.site_records import SitesExperiment
+    from dispatcher.labels.procedure import SiteLabeller
+    exp = SitesExperiment(task="grid", benchmark=str(REPO / "tests" / "planted" / "grid"),
+                          size="tiny", runs=2, max_pairs=2, half_width=0.01, timeout=30,
+                          perf=False, aslr=False, worker_class="local", compiler="c",
+                          retest=True)
+    decisions = [SiteDecision(unit="Main", round=0, key=f"C(Main.f{i}@m.ml:{i + 1}:0-9)",
+                              callee=f"Main.f{i}", action="inline", heuristic="dont_inline")
+                 for i in range(labels)]
+    measured = Paired(status="measured", speedup=1.1, ci95=(1.05, 1.15), pairs=4)
+    events = [WinnerEvent(rundir="w", dir="c", decisions=decisions),
+              MinimalEvent(subset=list(range(labels)), tests=1, stopped="minimal",
+                           full=measured, kept=measured),
+              *[LabelEvent(site=d, context="minimal" if i % 2 else "removed", decision=i,
+                           outcome=measured) for i, d in enumerate(decisions)]]
+    journal = _CountedJournal(exp, events)
+    lab = SiteLabeller(journal, resolve_benchmark(  # type: ignore[arg-type]
+        str(REPO / "tests" / "planted" / "grid")), None, None,  # type: ignore[arg-type]
+        threading.Event())
+    lab.heuristic, lab.reference = Tree(), None  # type: ignore[assignment]
+    retested: list[str] = []
+    lab._build = lambda overrides: SimpleNamespace(artifact=None)  # type: ignore
+    lab._label = lambda site, *a, **k: retested.append(site.key)  # type: ignore
+    lab._retest()
+    return journal.reads, len(retested)
+
+
+def test_a_retest_reads_the_journal_a_fixed_number_of_times_whatever_its_labels():
+    """The retest asks for the minimal subset per label in a winner's context: read from the
+    journal once, not per label (which made measure-sites quadratic in its labels)."""
+    few, many = _retest_reads(2), _retest_reads(12)
+    assert few[1] == 2 and many[1] == 12
+    assert many[0] == few[0] <= 3, (few, many)

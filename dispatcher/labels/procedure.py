@@ -141,6 +141,9 @@ class SiteLabeller:
     # the heuristic's; always-inline's policy; a tree's overrides (the rundir's copy)
     base_overrides: tuple[Override, ...] = field(init=False, default=())
     base_policy: PolicySpec | None = field(init=False, default=None)
+    # the journal's minimal subset (its MinimalEvent's), once read or appended: the retest
+    # asks for it per label, and reading the journal per label was quadratic in the labels
+    _minimal_subset: list[int] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.status = LabelsStatus(self.rundir.experiment.task, self.rundir.path)
@@ -314,6 +317,7 @@ class SiteLabeller:
             self.rundir.append(MinimalEvent(subset=list(minimal), tests=tests, stopped=stopped,
                                             full=fresh_full, kept=fresh_kept,
                                             kept_share=share))
+            self._minimal_subset = list(minimal)
         if stopped == "no_gain":
             return
         kept = [decisions[i] for i in minimal]
@@ -441,7 +445,11 @@ class SiteLabeller:
                    for e in self.rundir.events() if isinstance(e, LabelEvent))
 
     def _minimal(self) -> list[int]:
-        return next((e.subset for e in self.rundir.events() if isinstance(e, MinimalEvent)), [])
+        """The journaled minimal subset (none yet: empty), the journal read once."""
+        if self._minimal_subset is None:
+            self._minimal_subset = next((e.subset for e in self.rundir.events()
+                                         if isinstance(e, MinimalEvent)), None)
+        return self._minimal_subset or []
 
     def _label_overrides(self, e: LabelEvent, decisions: list[SiteDecision]) -> list[Override]:
         """The tree a journaled label tested, again."""
