@@ -59,7 +59,7 @@ from dispatcher.build.policies import (
 )
 from dispatcher.build.policy_host import PolicyHost
 from dispatcher.build.toolchain import Compiler
-from dispatcher.core.decisions import DUMP_NAME, Override, overrides_text
+from dispatcher.core.decisions import DUMP_NAME, Override, canonical_lines, overrides_file
 from dispatcher.storage.store import (
     Artifact,
     CompileFailure,
@@ -134,10 +134,22 @@ class CompileJob:
         return tuple(self.benchmark.flags if self.flags is None else self.flags)
 
     @functools.cached_property
+    def _canonical(self) -> tuple[tuple[Override, ...], tuple[str, ...]]:
+        return canonical_lines(self.overrides)
+
+    @functools.cached_property
     def canonical_overrides(self) -> str:
         """The overrides' canonical text (``overrides_text``), made once per job: its compile
         key, its proposal file and its build's overrides.sexp are this text."""
-        return overrides_text(self.overrides)
+        return overrides_file(self._canonical[1])
+
+    def unit_overrides(self) -> dict[str, str]:
+        """Each unit's own overrides as a file (``overrides_text`` of its entries alone),
+        by unit: the lines of the canonical text, which keeps a unit's entries together."""
+        lines: dict[str, list[str]] = {}
+        for o, line in zip(*self._canonical):
+            lines.setdefault(o.unit, []).append(line)
+        return {unit: overrides_file(own) for unit, own in lines.items()}
 
 
 @dataclass(frozen=True)
@@ -407,13 +419,12 @@ class CompileService:
             per_unit = staging / "unit-overrides"
             per_unit.mkdir()
             overrides = {}
+            own = job.unit_overrides()
             for unit in job.benchmark.units():
-                own = [o for o in job.overrides if o.unit == unit.module]
-                if own and unit.is_impl:
-                    overrides[unit.module] = per_unit / f"{unit.module}.sexp"
-                    overrides[unit.module].write_text(
-                        job.canonical_overrides if len(own) == len(job.overrides)
-                        else overrides_text(own))
+                module = unit.module
+                if module in own and unit.is_impl:
+                    overrides[module] = per_unit / f"{module}.sexp"
+                    overrides[module].write_text(own[module])
             build = staging / "build"
             try:
                 result, built_on = self._build(job, build, overrides)

@@ -455,19 +455,35 @@ def _quote(s: str) -> str:
 _OVERRIDE_ORDER = operator.attrgetter("unit", "round", "key", "action")
 
 
-def overrides_text(overrides: Iterable[Override]) -> str:
-    """Canonical text: sorted, de-duplicated, so equal override sets hash equally."""
-    unique = sorted(set(overrides), key=_OVERRIDE_ORDER)
-    seen: dict[tuple[str, int, str], str] = {}
-    for o in unique:
-        prev = seen.setdefault((o.unit, o.round, o.key), o.action)
-        if prev != o.action:
-            raise ValueError(f"conflicting overrides for {o.key!r} in {o.unit} round {o.round}: "
-                             f"{prev} and {o.action}")
-    lines = [f"  ((unit {_quote(o.unit)}) (round {o.round}) (key {_quote(o.key)}) "
-             f"(action {o.action}))" for o in unique]
+def canonical_lines(overrides: Iterable[Override]) -> tuple[tuple[Override, ...],
+                                                          tuple[str, ...]]:
+    """The overrides sorted and de-duplicated, and each one's line of the canonical text;
+    ValueError for two actions at one site.  Overrides already in that order (``to_overrides``
+    gives them so) are only checked, not sorted again."""
+    items = list(overrides)
+    order = list(map(_OVERRIDE_ORDER, items))
+    if all(a < b for a, b in zip(order, order[1:])):  # sorted, no two equal
+        unique = items
+    else:
+        unique = sorted(set(items), key=_OVERRIDE_ORDER)
+    for prev, o in zip(unique, unique[1:]):  # one site's entries are neighbours
+        if (prev.unit, prev.round, prev.key) == (o.unit, o.round, o.key):
+            raise ValueError(f"conflicting overrides for {o.key!r} in {o.unit} round "
+                             f"{o.round}: {prev.action} and {o.action}")
+    lines = tuple(f"  ((unit {_quote(o.unit)}) (round {o.round}) (key {_quote(o.key)}) "
+                  f"(action {o.action}))" for o in unique)
+    return tuple(unique), lines
+
+
+def overrides_file(lines: Iterable[str]) -> str:
+    """The overrides file of these lines (``canonical_lines``', or a part of them)."""
     body = "\n".join(lines)
     return f"(inlining_overrides (version {FORMAT_VERSION})\n (overrides\n{body}))\n"
+
+
+def overrides_text(overrides: Iterable[Override]) -> str:
+    """Canonical text: sorted, de-duplicated, so equal override sets hash equally."""
+    return overrides_file(canonical_lines(overrides)[1])
 
 
 def write_overrides(path: Path | str, overrides: Iterable[Override]) -> Path:

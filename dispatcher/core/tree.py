@@ -293,6 +293,10 @@ def round_tree(dump: DecisionDump) -> RoundTree:
         by_key[d.key] = d
     roots: dict[str, _Builder] = {}
     made: dict[str, _Builder] = {}
+    # The children of each declaration or inlined body already checked, by its key prefix (a
+    # D frame's, or a call's with its I / S step): the keys of a dump share their prefixes,
+    # and a prefix checked once is not matched and checked again for every key under it.
+    inside: dict[str, dict[str, _Builder]] = {}
 
     def get(container: dict[str, _Builder], kind: str, key: str, name: str,
             decision: Decision | None) -> _Builder:
@@ -307,9 +311,21 @@ def round_tree(dump: DecisionDump) -> RoundTree:
         frames = split_key(d.key)
         container = roots
         i = 0
-        while i < len(frames) - 1:
+        last = len(frames) - 1
+        prefix = ""
+        while i < last:
             frame = frames[i]
-            prefix = join_key(frames[: i + 1])
+            prefix = prefix + "/" + frame if i else frame  # join_key(frames[: i + 1])
+            known = inside.get(prefix)  # a declaration's
+            if known is None and frames[i + 1] in ("I", "S"):
+                known = inside.get(prefix + "/" + frames[i + 1])  # a call's body
+                if known is not None:
+                    prefix = prefix + "/" + frames[i + 1]
+                    i += 1
+            if known is not None:
+                container = known
+                i += 1
+                continue
             if frame in ("I", "S"):
                 raise TreeError(f"{where}: {d.key}: {frame} frame not after a C(..) frame")
             kind, name = _frame_name(frame, f"{where}: {d.key}")
@@ -330,9 +346,10 @@ def round_tree(dump: DecisionDump) -> RoundTree:
                     raise TreeError(f"{where}: {d.key}: its parent call {prefix} was "
                                     f"{parent.action}, not {want}")
                 b = get(container, CALL, prefix, parent.callee, parent)
+                prefix = prefix + "/" + step
                 i += 2
-            container = b.children
-        if i != len(frames) - 1 or _frame_name(frames[-1], f"{where}: {d.key}")[0] != "C":
+            container = inside[prefix] = b.children
+        if i != last or _frame_name(frames[-1], f"{where}: {d.key}")[0] != "C":
             raise TreeError(f"{where}: {d.key}: a decision's key must end with a C(..) frame")
         get(container, CALL, d.key, d.callee, d)
     return RoundTree(dump.unit, dump.round, tuple(b.freeze() for b in roots.values()))
@@ -376,21 +393,25 @@ def to_overrides(tree: Tree, rounds: int | None = None) -> list[Override]:
     Prevented nodes are pinned as what happened (their action), so the pin is honoured.
     Sorted, one pin per (unit, round, key).
     """
-    pins: dict[Site, str] = {}
-    for unit, round_, key, action in tree.decisions():
-        pins[Site(unit, round_, key)] = action
-    for unit in tree.units():
-        last = rounds if rounds is not None else max(tree.rounds(unit)) + 1
-        later_keys = {later: tree.part(unit, later) for later in range(last)}
-        for part in (p for p in tree.parts if p.unit == unit):
+    pins: dict[tuple[str, int, str], str] = {}
+    by_unit: dict[str, list[RoundTree]] = {}
+    for part in tree.parts:  # sorted by (unit, round)
+        by_unit.setdefault(part.unit, []).append(part)
+    for unit, parts in by_unit.items():
+        last = rounds if rounds is not None else parts[-1].round + 1
+        later_keys = {p.round: p.keys for p in parts}
+        for part in parts:
             r = part.round
             for n in part.preorder:
-                if n.kind == CALL and n.action == DONT_INLINE:
+                if n.kind != CALL:
+                    continue
+                pins[(unit, r, n.key)] = n.decided
+                if n.action == DONT_INLINE:
                     for later in range(r + 1, last):
-                        has = later_keys[later]
-                        if has is not None and n.key in has.keys:
+                        has = later_keys.get(later)
+                        if has is not None and n.key in has:
                             break
-                        pins[Site(unit, later, n.key)] = DONT_INLINE
+                        pins[(unit, later, n.key)] = DONT_INLINE
     return [Override(*site, action) for site, action in sorted(pins.items())]
 
 
