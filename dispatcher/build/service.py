@@ -134,6 +134,11 @@ class CompileJob:
         return tuple(self.benchmark.flags if self.flags is None else self.flags)
 
     @functools.cached_property
+    def source_hash(self) -> str:
+        """Its benchmark's ``source_hash``, read once per job (its key and its submission)."""
+        return self.benchmark.source_hash()
+
+    @functools.cached_property
     def _canonical(self) -> tuple[tuple[Override, ...], tuple[str, ...]]:
         return canonical_lines(self.overrides)
 
@@ -318,14 +323,14 @@ class CompileService:
         old.shutdown(wait=False)
 
     def key(self, job: CompileJob, source_hash: str | None = None) -> str:
-        return compile_key(self.toolchain.identity, source_hash or job.benchmark.source_hash(),
+        return compile_key(self.toolchain.identity, source_hash or job.source_hash,
                            job.effective_flags, job.canonical_overrides,
                            job.policy.identity() if job.policy is not None else None)
 
     def submit(self, job: CompileJob) -> Future[CompileResult]:
         """Compile ``job`` (or find it stored); the calling thread holds the result's binary
         until it ``release``s it."""
-        source_hash = job.benchmark.source_hash()  # reads every source file: once per job
+        source_hash = job.source_hash  # reads every source file: once per job
         key = self.key(job, source_hash)
         with self._lock:
             self._holders.setdefault(key, set()).add(threading.get_ident())

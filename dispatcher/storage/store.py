@@ -55,7 +55,8 @@ import tarfile
 import tempfile
 import threading
 import zlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dispatcher.core.decisions import DUMP_NAME, DecisionDump, parse_dump
@@ -173,6 +174,9 @@ class Artifact:
     # the CPU seconds of the compiler processes the build is made of (``BuildResult.cpu_s``),
     # as recorded when it was built: a cached build keeps its compile time (None: not known)
     cpu_s: float | None = None
+    # its outputs as they were packed, on the entry this master just stored: the candidate's
+    # dumps are read next (its tree, its rundir), and are not unpacked again for it
+    packed: Mapping[str, bytes] | None = field(default=None, compare=False, repr=False)
 
     @property
     def binary(self) -> Path:
@@ -181,6 +185,8 @@ class Artifact:
     def outputs(self) -> dict[str, bytes]:
         """name -> content of its decision dumps, overrides.sexp (if any) and compiler
         output, from the packed file or (an entry of an earlier version) the plain files."""
+        if self.packed is not None:
+            return dict(self.packed)
         packed = self.directory / OUTPUTS
         if packed.exists():
             return unpack(packed)
@@ -423,9 +429,11 @@ class Store:
         except OSError as exc:
             raise store_error(exc, "cannot write a compiled candidate") from None
         final = self._artifact_dir(key)
+        ours = False
         for attempt in range(2):
             try:
                 os.rename(staging, final)
+                ours = True
                 break
             except OSError:
                 if attempt == 0 and self.artifact(key) is None:
@@ -436,7 +444,7 @@ class Store:
         artifact = self.artifact(key)
         if artifact is None:
             raise StoreError(f"{final}: the compiled candidate vanished as it was stored")
-        return artifact
+        return replace(artifact, packed=outputs) if ours else artifact
 
     def artifact_sha(self, key: str) -> str | None:
         """The sha256 of entry ``key``'s binary, as its meta records it (None: no entry)."""
