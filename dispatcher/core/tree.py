@@ -283,6 +283,23 @@ def _frame_name(frame: str, where: str) -> tuple[str, str]:
     return m.group("kind"), m.group("name")
 
 
+def _under(key: str, inside: dict[str, dict[str, _Builder]]) -> dict[str, _Builder] | None:
+    """The children of the checked prefix ``key`` is one call frame under (``round_tree``'s
+    ``inside``), or None: a key whose last ``/C(`` does not follow such a prefix, or whose
+    rest is not one call frame, is split and checked frame by frame.  A prefix in ``inside``
+    ends between frames, so the rest's frames are the key's last ones."""
+    cut = key.rfind("/C(")
+    if cut <= 0:
+        return None
+    container = inside.get(key[:cut])
+    if container is None:
+        return None
+    rest = key[cut + 1:]
+    if len(split_key(rest)) != 1 or _FRAME.match(rest) is None:
+        return None  # the frame by frame reading says what is wrong
+    return container
+
+
 def round_tree(dump: DecisionDump) -> RoundTree:
     """The tree of one dump (one unit and round); TreeError if its keys do not form one."""
     where = f"unit {dump.unit} round {dump.round}"
@@ -308,6 +325,11 @@ def round_tree(dump: DecisionDump) -> RoundTree:
         return b
 
     for d in dump.decisions:
+        # A key under a prefix already checked: its last frame after it (``_under``).
+        under = _under(d.key, inside)
+        if under is not None:
+            get(under, CALL, d.key, d.callee, d)
+            continue
         frames = split_key(d.key)
         container = roots
         i = 0
