@@ -297,8 +297,11 @@ _DUMP_LINE = re.compile(
     r'  \(\(key ' + _STR + r'\) \(callee (?:' + _STR + '|' + _NAME + r')\) \(action '
     + _NAME + r'\) \(reason (?:' + _NAME + r'|\(prevented ([^()"\n]*(?:\([^()"\n]*\))?)\))\)'
     r'(?: \(detail ' + _NAME + r'\))?(?: \(override ' + _NAME + r'\))?'
-    r'(?: \(advice ' + _NAME + r'\) \(heuristic ' + _NAME + r'\))?'
-    r'(?: \(features([^"\n]*)\))?\)\n')
+    r'(?: \(advice ' + _NAME + r'\) \(heuristic ' + _NAME + r'\))?')
+# The rest of a decision's line, after ``_DUMP_LINE``: ``)`` or `` (features ...))`` without
+# '"', checked with string methods in ``_fast_dump`` (the regex's scan of the features' few
+# hundred characters was half of reading a dump).
+_FEATURES_HEAD = " (features"
 _DUMP_TAIL = re.compile(r'\n? \)\)\n?\Z')  # (an empty list of decisions has a blank line)
 _GUARD_TOKEN = re.compile(r'[^ ()]+')
 _STR_IN_LIST = re.compile(_STR)
@@ -320,9 +323,19 @@ def _fast_dump(text: str, source: str, features: bool) -> DecisionDump | None:
     pos = head.end()
     match = _DUMP_LINE.match
     while (m := match(text, pos)) is not None:
-        pos = m.end()
+        end = text.find("\n", m.end())
+        if end < 0:
+            break
+        tail = text[m.end():end]
+        if tail == ")":
+            feature_text = None
+        elif tail.startswith(_FEATURES_HEAD) and tail.endswith("))") and '"' not in tail:
+            feature_text = tail[len(_FEATURES_HEAD):-2]
+        else:
+            break
+        pos = end + 1
         (key, callee_string, callee_atom, action, reason, guard_text, detail, override,
-         advice, heuristic, feature_text) = m.groups()
+         advice, heuristic) = m.groups()
         guard = None
         if reason is None:
             tokens = _GUARD_TOKEN.findall(guard_text)
