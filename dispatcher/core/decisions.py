@@ -7,6 +7,7 @@ the same keys, so a tool copies a dump, flips actions, feeds it back.
 """
 from __future__ import annotations
 
+import functools
 import operator
 import re
 from collections.abc import Iterable, Sequence
@@ -236,6 +237,14 @@ class Override:
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
             raise ValueError(f"override action {self.action!r}: expected one of {ACTIONS}")
+
+    @functools.cached_property
+    def line(self) -> str:
+        """Its line in the canonical text (``overrides_text``), made once per object: the
+        overrides of a unit a flip left alone are the same objects from one candidate to the
+        next (``tree.to_overrides``)."""
+        return (f"  ((unit {_quote(self.unit)}) (round {self.round}) (key {_quote(self.key)}) "
+                f"(action {self.action}))")
 
 
 def _sym(x) -> str | None:
@@ -483,9 +492,7 @@ def canonical_lines(overrides: Iterable[Override]) -> tuple[tuple[Override, ...]
         if (prev.unit, prev.round, prev.key) == (o.unit, o.round, o.key):
             raise ValueError(f"conflicting overrides for {o.key!r} in {o.unit} round "
                              f"{o.round}: {prev.action} and {o.action}")
-    lines = tuple(f"  ((unit {_quote(o.unit)}) (round {o.round}) (key {_quote(o.key)}) "
-                  f"(action {o.action}))" for o in unique)
-    return tuple(unique), lines
+    return tuple(unique), tuple(o.line for o in unique)
 
 
 def overrides_file(lines: Iterable[str]) -> str:

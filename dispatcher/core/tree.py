@@ -132,6 +132,13 @@ class RoundTree:
         return frozenset(n.key for n in self.preorder)
 
     @functools.cached_property
+    def pins_memo(self) -> dict[tuple[int | None, tuple[int, ...]],
+                                tuple[tuple[RoundTree, ...], tuple[Override, ...]]]:
+        """``to_overrides``' pins of this unit, when this is its first round, by ``rounds``
+        and the ids of its later round trees (held in the entry, so their ids stay theirs)."""
+        return {}
+
+    @functools.cached_property
     def counts(self) -> tuple[int, int, int]:
         """(inlined, not_inlined, prevented) over its call nodes (``count``)."""
         inlined = not_inlined = prevented = 0
@@ -415,26 +422,45 @@ def to_overrides(tree: Tree, rounds: int | None = None) -> list[Override]:
     Prevented nodes are pinned as what happened (their action), so the pin is honoured.
     Sorted, one pin per (unit, round, key).
     """
-    pins: dict[tuple[str, int, str], str] = {}
     by_unit: dict[str, list[RoundTree]] = {}
-    for part in tree.parts:  # sorted by (unit, round)
+    for part in tree.parts:  # sorted by (unit, round): so are the units' pins, one after another
         by_unit.setdefault(part.unit, []).append(part)
+    out: list[Override] = []
     for unit, parts in by_unit.items():
-        last = rounds if rounds is not None else parts[-1].round + 1
-        later_keys = {p.round: p.keys for p in parts}
-        for part in parts:
-            r = part.round
-            for n in part.preorder:
-                if n.kind != CALL:
-                    continue
-                pins[(unit, r, n.key)] = n.decided
-                if n.action == DONT_INLINE:
-                    for later in range(r + 1, last):
-                        has = later_keys.get(later)
-                        if has is not None and n.key in has:
-                            break
-                        pins[(unit, later, n.key)] = DONT_INLINE
-    return [Override(*site, action) for site, action in sorted(pins.items())]
+        # Kept on the unit's first round tree, by the identity of the others: a flip copies
+        # the round trees it changes and shares the rest (``_replace_nodes``), so the units
+        # it left alone (all but one or two) give the very pins, the same ``Override``
+        # objects, of the tree it was drawn from.
+        memo, later = parts[0].pins_memo, tuple(parts[1:])
+        key = (rounds, tuple(map(id, later)))
+        hit = memo.get(key)
+        if hit is None or any(a is not b for a, b in zip(hit[0], later)):
+            hit = memo[key] = (later, _unit_pins(unit, parts, rounds))
+        out.extend(hit[1])
+    return out
+
+
+def _unit_pins(unit: str, parts: Sequence[RoundTree], rounds: int | None
+               ) -> tuple[Override, ...]:
+    """``to_overrides``' pins of one unit (``parts``: its round trees, by round), sorted."""
+    pins: dict[tuple[int, str], str] = {}
+    last = rounds if rounds is not None else parts[-1].round + 1
+    later_keys = {p.round: p.keys for p in parts}
+    for part in parts:
+        r = part.round
+        for n in part.preorder:
+            if n.kind != CALL:
+                continue
+            pins[(r, n.key)] = n.decided
+            if n.action == DONT_INLINE:
+                for later in range(r + 1, last):
+                    has = later_keys.get(later)
+                    if has is not None and n.key in has:
+                        break
+                    pins[(later, n.key)] = DONT_INLINE
+    return tuple(Override(unit, r, key, action) for (r, key), action in sorted(pins.items()))
+
+
 
 
 # --------------------------------------------------------------------------- mutations
