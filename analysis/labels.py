@@ -26,9 +26,9 @@ from dispatcher.core.site_records import (
     MinimalEvent,
     SitesExperiment,
     WinnerEvent,
+    reference_name,
 )
 from dispatcher.core.sites import site_function
-from dispatcher.labels.reference import reference_name
 
 TABLE = "sites"
 ID_COLUMNS = ["benchmark", "unit", "round", "key", "callee", "location",

@@ -28,6 +28,22 @@ from dispatcher.core.records import (
 SITES_FORMAT_VERSION = 1
 SITES_KIND: Literal["sites"] = "sites"
 REFERENCE_DIR = "reference"  # the heuristic build's dumps (the features of the table)
+
+#: The references a label can be measured against (``SitesExperiment.reference``,
+#: ``measure-sites --reference``), as the labels table names them.
+HEURISTIC = "heuristic"
+ALWAYS_INLINE = "always-inline"
+TREE_PREFIX = "tree:"  # a tree reference's name in the table: tree:<its file's name>
+
+
+def reference_name(reference: str | None) -> str:
+    """What the labels table records in ``reference``: ``heuristic`` (None: a rundir
+    without one, every rundir before the option), ``always-inline``, or ``tree:NAME``."""
+    if reference is None or reference == HEURISTIC:
+        return HEURISTIC
+    if reference == ALWAYS_INLINE:
+        return ALWAYS_INLINE
+    return TREE_PREFIX + Path(reference).name
 WINNER_DIR = "winner"  # the winning tree's dumps, as the search found it
 
 Context = Literal["alone", "removed", "minimal"]

@@ -17,32 +17,24 @@ Pure: which sites, and the overrides of one flip-back.  The labeller builds and 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from dispatcher.core.decisions import Override
-from dispatcher.core.site_records import SiteDecision
+from dispatcher.core.site_records import (  # noqa: F401 (the labeller's names, defined in core)
+    ALWAYS_INLINE,
+    HEURISTIC,
+    TREE_PREFIX,
+    SiteDecision,
+    reference_name,
+)
 from dispatcher.core.tree import DONT_INLINE, INLINE, Tree
 from dispatcher.search.focus import HotFunctions, site_heat
 
-HEURISTIC = "heuristic"
-ALWAYS_INLINE = "always-inline"
-TREE_PREFIX = "tree:"  # a tree reference's name in the table: tree:<its file's name>
 #: The rundir's copy of a tree reference (its file may change once the rundir is made).
 REFERENCE_TREE = "reference.sexp"
 #: The reasons of a decision the reference build *chose* (its policy's answer, its tree's
 #: override, or the compiler's heuristic within that tree): an attribute's or a guard's is
 #: not the reference's to flip back.
 CHOSEN = ("policy", "override", "heuristic")
-
-
-def reference_name(reference: str | None) -> str:
-    """What the labels table records in ``reference``: ``heuristic`` (None: a rundir
-    without one, every rundir before the option), ``always-inline``, or ``tree:NAME``."""
-    if reference is None or reference == HEURISTIC:
-        return HEURISTIC
-    if reference == ALWAYS_INLINE:
-        return ALWAYS_INLINE
-    return TREE_PREFIX + Path(reference).name
 
 
 def flip_back_sites(tree: Tree, hot: HotFunctions, k: int) -> list[SiteDecision]:
