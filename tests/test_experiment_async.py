@@ -35,8 +35,9 @@ from tests.helpers import training_command as command
 STEPS = 6
 
 
-def async_config(directory: Path, store: Path, size: str = "quick", **search) -> Path:
-    """Async SA on one CPU with one compile job (so candidates land in proposal order),
+def async_config(directory: Path, store: Path, size: str = "tiny", **search) -> Path:
+    """Async SA on one CPU with one compile job (so candidates land in proposal order), tiny
+    runs (what is checked is the journal, not the clock: 48 -> 16 CPU-s for the kill test),
     warm enough to accept worse candidates now and then, re-measuring every 2 judged
     candidates, a canary every 3, a confirmation at the end."""
     data = {"store": str(store), "local": {"cpus": [FIRST_CPU]}, "compile": {"jobs": 1},
@@ -101,7 +102,7 @@ def check_journal(rundir: Path, steps: int) -> list:
 def test_an_async_search_judges_each_candidate_once_as_it_lands(compiler, tmp_path):
     # tiny: what is asserted is the protocol's order, counted in judged candidates (the kill
     # test below stays at quick: its kill hooks need candidates landing in proposal order)
-    cfg = async_config(tmp_path, tmp_path / "store", size="tiny")
+    cfg = async_config(tmp_path, tmp_path / "store")
     proc = run_to_end(cfg, "--tasks", str(tasks(tmp_path)), "--steps", str(STEPS))
     rundir = only_rundir(tmp_path)
     experiment = Rundir(rundir).experiment
