@@ -184,7 +184,7 @@ def test_tree_with_pins_only_the_decisions_and_carries_dont_inline_to_later_roun
 
 def config(tmp_path: Path, store: Path) -> Path:
     data = {"store": str(store), "local": {"cpus": [FIRST_CPU]},
-            "run": {"runs": 2, "timeout": 30, "size": "quick"},
+            "run": {"runs": 2, "timeout": 30, "size": "tiny"},
             "measure": {"max_pairs": 3, "canary_every": 0},
             "search": {"baseline_runs": 3, "remeasure_every": 0, "max_flips": 2,
                        "rundirs": str(tmp_path / "rundirs"),
