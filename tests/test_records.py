@@ -345,3 +345,45 @@ def test_resume_refuses_a_rundir_made_by_another_compiler(compiler, tmp_path):
         f"this one ({compiler.identity[:16]}, {compiler.prefix}): resume it with that compiler "
         "($INLINING_COMPILER_PREFIX=<its prefix>)")
     assert (rundir / "journal.jsonl").read_bytes() == journal  # nothing appended
+
+
+def test_a_journal_is_read_incrementally_as_read_journal_reads_it(tmp_path):
+    """Rundir.events reads only what was appended since (``JournalReader``): each event parsed
+    once however often the journal is asked for (a re-measurement every few steps was
+    quadratic in the steps), the same events as ``read_journal`` at every point, a torn
+    tail left out until it is whole, a corrupt line the same error, a rewritten journal
+    read again."""
+    from dispatcher.core.records import FinishEvent, ResumeEvent, event_from_json
+    from dispatcher.core.rundir import JournalReader
+    path = tmp_path / "journal.jsonl"
+    parsed: list[str] = []
+
+    def counted(data, where):
+        parsed.append(where)
+        return event_from_json(data, where)
+
+    reader = JournalReader(path, counted)
+    assert reader.events() == []
+    lines = [json.dumps({**ResumeEvent(from_step=i).to_json(), "time": 1.0}) for i in range(40)]
+    for line in lines:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+        assert reader.events() == read_journal(path)
+    assert len(parsed) == 40  # each line once, not once per read
+    torn = json.dumps({**FinishEvent(reason="completed").to_json(), "time": 2.0})
+    with open(path, "a") as f:
+        f.write(torn[:10])
+    assert reader.events() == read_journal(path) and len(reader.events()) == 40
+    with open(path, "a") as f:
+        f.write(torn[10:] + "\n\n")
+    assert reader.events() == read_journal(path) and len(reader.events()) == 41
+    with open(path, "a") as f:
+        f.write("not json\n")
+    for read in (reader.events, lambda: read_journal(path)):
+        with pytest.raises(RundirError, match=r"journal.jsonl:43: corrupt journal line"):
+            read()
+    path.write_text(lines[0] + "\n")  # replaced (a new file): read again whole
+    assert reader.events() == read_journal(path) and len(reader.events()) == 1
+    other = json.dumps({**ResumeEvent(from_step=99).to_json(), "time": 3.0})
+    path.write_text(other + "\n" + lines[1] + "\n")  # rewritten in place, longer
+    assert reader.events() == read_journal(path) and reader.events()[0].from_step == 99
