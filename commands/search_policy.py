@@ -81,10 +81,9 @@ def search_policy(benchmarks: tuple[str, ...], out: Path, trials: int, metric: s
         settings = search.SearchSettings(
             tuple(benches), evaluation.sizes_of(benches, size), size, metric, trials, seed,
             penalties=Penalties(size_allowance, size_weight, time_allowance, time_weight,
-                                max_compile_ratio=max_compile_ratio or _guard(
-                                    config, "max_compile_ratio", 2.0),
-                                max_size_ratio=max_size_ratio or _guard(
-                                    config, "max_size_ratio", 1.5)))
+                                max_compile_ratio=max_compile_ratio
+                                or config.policy.max_compile_ratio,
+                                max_size_ratio=max_size_ratio or config.policy.max_size_ratio))
         confirm_sizes = (evaluation.sizes_of(confirmed, confirm_size)
                          if confirm_size != "none" else None)
     except (ConfigError, EvaluationError) as exc:
@@ -107,13 +106,6 @@ def search_policy(benchmarks: tuple[str, ...], out: Path, trials: int, metric: s
         click.echo(f"{PROG}: interrupted: the same command continues the study in {out}",
                    err=True)
         sys.exit(130)
-
-
-def _guard(config, key: str, default: float) -> float:
-    """The evaluation's cost guard ``key`` (config ``policy:``), so a searched policy is
-    counted as ``run-plugin-benchmark`` will count it."""
-    value = getattr(getattr(config, "policy", None), key, None)
-    return float(value) if isinstance(value, (int, float)) else default
 
 
 def _search(config, settings: search.SearchSettings, out: Path) -> search.SearchOutcome:
