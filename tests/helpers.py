@@ -39,6 +39,11 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "golden"
 V1, V2 = GOLDEN / "rundir-v1", GOLDEN / "rundir-v2"
+GOLDEN_LABELS = GOLDEN / "labels-v1"
+PLANTED_GRID = REPO / "tests" / "planted" / "grid"  # a program with one site worth 3x
+#: The exact metric's tests: cachegrind counts need Valgrind (the quick start installs it).
+needs_valgrind = pytest.mark.skipif(shutil.which("valgrind") is None,
+                                    reason="valgrind is not installed")
 FIRST_CPU = min(os.sched_getaffinity(0))
 T = TypeVar("T")
 R = TypeVar("R")

@@ -86,13 +86,21 @@ def test_default_config_loads():
     ("search:\n  mode: eventually\n", "search.mode: expected sync or async, got 'eventually'"),
     ("search:\n  in_flight: lots\n", "search.in_flight: expected a positive integer"),
     ("search:\n  in_flight: 0\n", "search.in_flight: expected a positive integer"),
+    # the cost guards (dispatcher.core.guards)
+    ("policy:\n  max_size_ratio: 0.5\n", "policy.max_size_ratio: expected a ratio"),
+    ("policy:\n  max_compile_ratio: twice\n", "policy.max_compile_ratio: expected a ratio"),
+    ("policy:\n  max_compile_ratio: .nan\n", "policy.max_compile_ratio: expected a finite"),
+    ("policy:\n  max_size: 2\n", "policy.max_size: expected one of"),
+    ("policy: 2\n", "policy: expected a mapping"),
 ])
 def test_bad_config_is_one_clear_line(tmp_path, text, message):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     with pytest.raises(ConfigError) as err:
         load_config(path)
-    assert str(err.value).startswith(str(path)) and message in str(err.value)
+    # the file first (with the line and column of a YAML syntax error), then what is wrong
+    assert re.match(rf"{re.escape(str(path))}(:\d+:\d+)?: ", str(err.value)), str(err.value)
+    assert message in str(err.value)
     assert "\n" not in str(err.value)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import threading
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from dispatcher.running.measurement import (
 )
 from dispatcher.running.scheduler import Scheduler
 from dispatcher.storage.store import Store, measurement_key
-from tests.helpers import invoke, one_line_error, write_config
+from tests.helpers import invoke, needs_valgrind, one_line_error, write_config
 
 REF, CAND = "aa" * 32, "bb" * 32
 POLICY = PairingPolicy(min_pairs=3, max_pairs=4, half_width=0.5)
@@ -289,10 +288,6 @@ def test_a_worker_that_cannot_count_is_one_line_naming_it_and_its_host():
                                                r"3.22.0 where local/cpu0 \(host m\) runs "
                                                "3.19.0"):
         check_workers([fine, newer], "cycles")
-
-
-needs_valgrind = pytest.mark.skipif(shutil.which("valgrind") is None,
-                                    reason="valgrind is not installed")
 
 
 @needs_valgrind

@@ -35,12 +35,8 @@ from dispatcher.labels.planning import (
 from dispatcher.labels.procedure import LabelsStatus, SiteLabeller
 from pipeline.longrun import GracefulStop
 from pipeline.sites import _label_all
-from tests.helpers import FIRST_CPU, REPO, invoke, one_line_error
-
-PLANTED = REPO / "tests" / "planted" / "grid"
-GOLDEN_LABELS = REPO / "tests" / "golden" / "labels-v1"
-needs_valgrind = pytest.mark.skipif(shutil.which("valgrind") is None,
-                                    reason="valgrind is not installed")
+from tests.helpers import FIRST_CPU, GOLDEN_LABELS, invoke, needs_valgrind, one_line_error
+from tests.helpers import PLANTED_GRID as PLANTED
 
 
 def experiment(**over) -> SitesExperiment:

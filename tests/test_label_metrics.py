@@ -42,6 +42,7 @@ from dispatcher.core.site_records import (
 )
 from tests.helpers import (
     FASTER,
+    GOLDEN_LABELS,
     NOTHING,
     REPO,
     SLOWER,
@@ -49,9 +50,9 @@ from tests.helpers import (
     one_line_error,
     synthetic_candidates,
 )
-
-GOLDEN_LABELS = REPO / "tests" / "golden" / "labels-v1"
-PLANTED = REPO / "tests" / "planted" / "grid"
+from tests.helpers import (
+    PLANTED_GRID as PLANTED,
+)
 
 
 def row(effect=0.05, low=0.03, high=0.07, cycles=None, metric=None, action="inline", **rest):

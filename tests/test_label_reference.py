@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import pytest
@@ -33,12 +32,8 @@ from dispatcher.labels.reference import (
 )
 from dispatcher.search.focus import site_heat
 from dispatcher.storage.store import Store
-from tests.helpers import FIRST_CPU, REPO, invoke, one_line_error
-
-PLANTED = REPO / "tests" / "planted" / "grid"
-GOLDEN_LABELS = REPO / "tests" / "golden" / "labels-v1"
-needs_valgrind = pytest.mark.skipif(shutil.which("valgrind") is None,
-                                    reason="valgrind is not installed")
+from tests.helpers import FIRST_CPU, GOLDEN_LABELS, invoke, needs_valgrind, one_line_error
+from tests.helpers import PLANTED_GRID as PLANTED
 
 
 def test_the_reference_a_table_records():
