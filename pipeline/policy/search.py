@@ -32,9 +32,15 @@ from typing import Any
 from dispatcher import baselines as base
 from dispatcher.build.manifest import Benchmark, Size
 from dispatcher.build.policies import PolicySpec, learned_spec
-from dispatcher.build.policy_file import policy_bytes, write_policy_bytes
+from dispatcher.build.policy_file import write_policy_bytes
 from dispatcher.build.service import CompileError, CompileJob, CompileResult
-from dispatcher.compare import Compared, Contender, Failure, compare_with_heuristic
+from dispatcher.compare import (
+    Compared,
+    Contender,
+    Failure,
+    compare_with_heuristic,
+    pairing_policy,
+)
 from dispatcher.core.figures import Figure, geomean_figure
 from dispatcher.core.files import write_text_atomic
 from dispatcher.running.measurement import PairingPolicy
@@ -227,9 +233,8 @@ def compile_time(built: CompileResult | None) -> tuple[str, float] | None:
     else the wall time of a build compiled now; None when neither is known."""
     if built is None:
         return None
-    cpu = getattr(built, "cpu_s", None)
-    if isinstance(cpu, (int, float)) and cpu > 0:
-        return "cpu", float(cpu)
+    if built.cpu_s is not None and built.cpu_s > 0:
+        return "cpu", built.cpu_s
     return ("wall", built.seconds) if not built.cached and built.seconds > 0 else None
 
 
@@ -279,9 +284,7 @@ def measure_policy(session: Session, spec: PolicySpec, benches: Sequence[Benchma
     config = session.config
     contenders = [Contender(b.name, b, CompileJob(b, policy=spec), sizes[b.name])
                   for b in benches]
-    pairing = PairingPolicy.between(config.run.runs, max(config.run.runs,
-                                                         config.measure.max_pairs),
-                                    config.measure.half_width)
+    pairing = pairing_policy(config, config.run.runs)
     with closing(compare_with_heuristic(session, contenders, config.run.runs, pairing)) as it:
         return [_figure(session, got) for got in it]
 
@@ -357,15 +360,17 @@ def best_of(trials: Sequence[TrialRecord]) -> TrialRecord | None:
     return max(done, key=lambda t: (t.objective, -t.number)) if done else None
 
 
+def num(v: float | None) -> str:
+    """A figure in the CSVs: six significant digits, empty when there is none."""
+    return "" if v is None else f"{v:.6g}"
+
+
 def trials_csv(trials: Sequence[TrialRecord], space: Space) -> str:
     names = [p.name for p in space.params()]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["trial", "state", "seed", "objective", "speedup", "size", "compile",
                 "failed", "fell_back", *names])
-
-    def num(v: float | None) -> str:
-        return "" if v is None else f"{v:.6g}"
     for t in trials:
         w.writerow([t.number, t.state, t.seed, num(t.objective), num(t.speedup),
                     num(t.size), num(t.compile), " ".join(t.failed), " ".join(t.fell_back),
@@ -381,16 +386,15 @@ def write_results(out: Path, settings: SearchSettings, trials: Sequence[TrialRec
     if best is None:
         return None
     names = [b.name for b in settings.benchmarks]
-    data = policy_bytes(policy_of(settings.space, best.params, names))
-    write_policy_bytes(data, out / POLICY)
+    spec = learned_spec(policy_of(settings.space, best.params, names))
+    write_policy_bytes(spec.data, out / POLICY)
     previous = _sidecar(out)
     sidecar = {"searched_by": "search-policy", "study": str(out / DB), "trial": best.number,
                "objective": best.objective, "speedup": best.speedup, "size": best.size,
                "compile": best.compile, "failed": list(best.failed),
                "fell_back": list(best.fell_back), "params": best.params,
                "programs": best.programs, **settings.identity(),
-               "policy_sha256": learned_spec(policy_of(settings.space, best.params,
-                                                       names)).digest}
+               "policy_sha256": spec.digest}
     if previous.get("policy_sha256") == sidecar["policy_sha256"] and "confirmation" in previous:
         sidecar["confirmation"] = previous["confirmation"]
     write_text_atomic(out / SIDECAR, json.dumps(sidecar, indent=1) + "\n")
@@ -420,17 +424,19 @@ def run_search(session: Session, settings: SearchSettings, out: Path,
     reference = reference_seconds(session, settings.benchmarks, study)
     added = 0
     try:
-        while sum(1 for t in records(study) if t.state == "complete") < settings.trials:
+        trials = records(study)
+        while sum(1 for t in trials if t.state == "complete") < settings.trials:
             t = _run_trial(session, study, settings, reference)
             added += 1
-            best = best_of(records(study))
+            trials = records(study)
+            best = best_of(trials)
             say(f"trial {t.number}{f' ({t.seed})' if t.seed else ''}: objective "
                 f"{t.objective:.4f}, speedup {t.speedup:.4f}, size {t.size:.3f}x"
                 + (f", compile {t.compile:.2f}x" if t.compile is not None else "")
                 + (f", counted at the heuristic's figure: {', '.join(t.failed + t.fell_back)}"
                    if t.failed or t.fell_back else "")
                 + (f"; best: trial {best.number}, {best.objective:.4f}" if best else ""))
-            write_results(out, settings, records(study))
+            write_results(out, settings, trials)
     except BaseException:
         _fail_running(study)
         raise
@@ -482,8 +488,6 @@ def _stored_records(out: Path) -> list[TrialRecord]:
 
 
 def _write_confirmation(out: Path, trial: int, c: Confirmation) -> None:
-    def num(v: float | None) -> str:
-        return "" if v is None else f"{v:.6g}"
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["benchmark", "metric", "size", "speedup", "low", "high", "pairs",
