@@ -233,6 +233,13 @@ def test_a_study_measured_in_cycles_resumes_after_ctrl_c_and_a_kill(compiler, tm
     assert line.startswith(f"search-policy: {out / 'search.json'}: the study was started "
                            'with size "tiny", not "quick"'), line
 
+    # a study file that is not a database: one line naming it, not SQLAlchemy's traceback
+    db.write_bytes(b"not a database\n")
+    damaged = subprocess.run(_command(cfg, out, 3), cwd=REPO, capture_output=True, text=True,
+                             timeout=120)
+    line = one_line_error(damaged)
+    assert line.startswith(f"search-policy: {db}: not a study this command can read"), line
+
 
 def test_bad_input_is_one_line(tmp_path):
     r = cli("search-policy", "no-such-benchmark", "--out", str(tmp_path / "o"))

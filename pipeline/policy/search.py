@@ -180,7 +180,26 @@ def _check_identity(out: Path, settings: SearchSettings) -> bool:
     return True
 
 
+@contextmanager
+def _study_file(out: Path) -> Iterator[None]:
+    """The study's SQLite file opened through Optuna: one that is not a database, or not
+    Optuna's, is a SearchError naming it (not SQLAlchemy's traceback)."""
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+    try:
+        yield
+    except (SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SearchError(f"{out / DB}: not a study this command can read ({first}): use "
+                          "another --out") from None
+
+
 def _study(out: Path, settings: SearchSettings, exists: bool) -> Any:
+    with _study_file(out):
+        return _open_study(out, settings, exists)
+
+
+def _open_study(out: Path, settings: SearchSettings, exists: bool) -> Any:
     import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = f"sqlite:///{(out / DB).resolve()}"
@@ -480,11 +499,11 @@ def _stored_records(out: Path) -> list[TrialRecord]:
     import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        study = optuna.load_study(study_name=STUDY,
-                                  storage=f"sqlite:///{(out / DB).resolve()}")
+        with _study_file(out):
+            return records(optuna.load_study(study_name=STUDY,
+                                             storage=f"sqlite:///{(out / DB).resolve()}"))
     except KeyError:
         raise SearchError(f"{out / DB}: no study") from None
-    return records(study)
 
 
 def _write_confirmation(out: Path, trial: int, c: Confirmation) -> None:
