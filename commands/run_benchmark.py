@@ -114,7 +114,7 @@ def run_benchmark(benchmark: str, decisions: Path | None, runs: int | None,
     runs = runs or config.run.runs
     show_warnings()
     speedup = None
-    judge = ShareJudge(config.measure.min_cpu_share)
+    judge = ShareJudge(config.measure.min_cpu_share, config.measure.share_margin)
     build = CompileJob(bench, overrides, policy=policy)
     with closing_session(session):
         try:

@@ -154,8 +154,9 @@ def run_on_every_slot(session: Session, job: RunJob, judge: ShareJudge,
 def rerun_disturbed(scheduler: Scheduler, job: RunJob, results: list[RunResult],
                     judge: ShareJudge, errors: list[str]) -> list[RunResult]:
     """Each worker's runs with those it lost to disturbance run again, once, on the same
-    slot (as many as were lost, so a worker returns between N and 2N runs, as the agent does
-    for runs that migrated); judged the same way.  Runs that failed are not run again."""
+    slot (as many as were lost; the agent made again those that migrated, each job up to 2N
+    records, so a worker returns between N and 4N runs); judged the same way.  Runs that
+    failed are not run again."""
     out = []
     for r in results:
         missing = job.runs - len(r.times)

@@ -7,6 +7,7 @@ with ``ast``, never imported, so a violation is found even on a path no test run
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -75,7 +76,11 @@ def _imports(name: str) -> set[str]:
     return {m for m in found if m is not None and m != name}
 
 
-GRAPH = {name: _imports(name) for name in MODULES}
+@functools.cache
+def _graph() -> dict[str, set[str]]:
+    """Every module's internal imports, parsed once per test process, when first asked
+    (not at import: each of the suite's test processes collects this module)."""
+    return {name: _imports(name) for name in MODULES}
 
 
 def _layer(name: str) -> int:
@@ -91,7 +96,7 @@ def _layer(name: str) -> int:
 
 def _violations() -> list[tuple[str, str, str]]:
     found = []
-    for importer, imported in sorted(GRAPH.items()):
+    for importer, imported in sorted(_graph().items()):
         for target in sorted(imported):
             top, target_top = importer.split(".")[0], target.split(".")[0]
             why = None
@@ -171,7 +176,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_modules_import_one_another_in_a_circle():
-    assert _cycles(GRAPH) == []
+    assert _cycles(_graph()) == []
 
 
 @pytest.mark.parametrize("graph, expected", [
@@ -185,19 +190,19 @@ def test_circles_are_found(graph, expected):
 
 def test_imports_are_found_wherever_they_are():
     """Inside functions, under TYPE_CHECKING and relative: the cases the rules rely on."""
-    assert "dispatcher.running.backend" in GRAPH["dispatcher.running.local"]
-    assert "workers.agent.spawn" in GRAPH["workers.agent.runner"]
-    assert "dispatcher.build.service" in GRAPH["dispatcher.running.backend"]  # TYPE_CHECKING
+    assert "dispatcher.running.backend" in _graph()["dispatcher.running.local"]
+    assert "workers.agent.spawn" in _graph()["workers.agent.runner"]
+    assert "dispatcher.build.service" in _graph()["dispatcher.running.backend"]  # TYPE_CHECKING
 
 
 def test_analysis_reads_only_core_and_the_build_formats():
     """The rule by name, so that a change to it is seen here: what analysis/ imports of
     dispatcher/ today."""
-    used = {t for name, targets in GRAPH.items() if name.startswith("analysis")
+    used = {t for name, targets in _graph().items() if name.startswith("analysis")
             for t in targets if t.startswith("dispatcher")}
     assert used <= {t for t in MODULES if t.startswith("dispatcher.core")} | set(BUILD_FORMATS)
-    assert "dispatcher.core.comparison" in GRAPH["analysis.result_files"]
-    assert "dispatcher.core.sites" in GRAPH["analysis.labels"]
+    assert "dispatcher.core.comparison" in _graph()["analysis.result_files"]
+    assert "dispatcher.core.sites" in _graph()["analysis.labels"]
 
 
 def _functions(path: Path) -> list[tuple[str, int]]:
