@@ -168,8 +168,11 @@ def test_baselines_end_to_end(compiler, tmp_path):
                  if x["benchmark"] == row["benchmark"] and x["build"] in (builds[1], builds[3])}
         assert float(row["counted"]) == pytest.approx(max(1.0, *picks.values())), rows
         assert row["note"] in ("heuristic", *picks)
+    # (a build past a cost guard, compile CPU time over 2x say, is named after the count:
+    # which setting is chosen, and how long its builds take, depends on this machine)
     assert any(x.startswith(f"training: global-{chosen}: geometric mean speedup ")
-               and "; tiny against it " in x and x.endswith(" over 2 benchmarks")
+               and "; tiny against it " in x and (x.endswith(" over 2 benchmarks") or (
+                   " over 2 benchmarks; counted at the heuristic's figure (1.000): " in x))
                for x in lines), r.stdout
 
     # reused: no tuning the second time; --retune tunes again, its figures from the store
