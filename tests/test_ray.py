@@ -202,8 +202,8 @@ def check_disturbed_reruns(lines: list[list[str]], err: str, runs: int) -> None:
     """Each worker's cells: its ``runs`` timed runs, each a time or "disturbed".  A run
     disturbed on a loaded machine is made again, once, by each side: the agent (a run that
     migrated: at most ``runs`` more) and then the master (one more job of the runs still
-    missing, which the agent may lengthen as it did the first): 4N at most.  A worker left with fewer than ``runs``
-    times is named unresolved in the warning line."""
+    missing, which the agent may lengthen as it did the first): 4N at most.  A worker left
+    with fewer than ``runs`` times is named unresolved in the warning line."""
     for line in lines:
         cells = line[2:]
         assert runs <= len(cells) <= 4 * runs, line
