@@ -42,7 +42,7 @@ OUTCOME_COLUMNS = ["action", "context", "status", "effect", "low", "high", "spee
 # size it was counted at): empty where not counted, absent from older tables (read as empty)
 CYCLES_COLUMNS = ["cycles_effect", "cycles_size"]
 # and ``reference``: the build the label was measured against and flipped a site of
-# (``heuristic``, ``always-inline``, ``tree:NAME``: dispatcher.labels.reference); absent from
+# (``heuristic``, ``always-inline``, ``tree:NAME``: site_records.reference_name); absent from
 # older tables, read as heuristic
 REFERENCE_COLUMN = "reference"
 

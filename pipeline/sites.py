@@ -30,6 +30,7 @@ from dispatcher.config import Config, load_config, with_metric
 from dispatcher.core.decisions import MAX_OVERRIDES, parse_overrides
 from dispatcher.core.files import read_regular_text
 from dispatcher.core.rundir import SitesRundir, check_batch_log, check_rundirs_dir
+from dispatcher.core.site_records import ALWAYS_INLINE, HEURISTIC
 from dispatcher.labels.planning import (
     Job,
     LabelsSettings,
@@ -39,7 +40,6 @@ from dispatcher.labels.planning import (
     search_rundirs,
 )
 from dispatcher.labels.procedure import LabelsStatus, SiteLabeller, enable_cycle_counts
-from dispatcher.labels.reference import ALWAYS_INLINE, HEURISTIC
 from dispatcher.planning import PlanError, rundir_name, task_benchmarks
 from dispatcher.session import Session
 from pipeline.longrun import Ending, GracefulStop, StatusLine, progress, watch

@@ -21,14 +21,13 @@ from dispatcher.build.service import CompileJob, CompileService
 from dispatcher.core.decisions import Override, overrides_text
 from dispatcher.core.records import HotFunctions
 from dispatcher.core.rundir import SitesRundir
-from dispatcher.core.site_records import LabelEvent, SitesExperiment
+from dispatcher.core.site_records import LabelEvent, SitesExperiment, reference_name
 from dispatcher.core.tree import Tree
 from dispatcher.labels.reference import (
     CHOSEN,
     REFERENCE_TREE,
     flip_back_sites,
     flipped_back,
-    reference_name,
 )
 from dispatcher.search.focus import site_heat
 from dispatcher.storage.store import Store

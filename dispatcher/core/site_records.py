@@ -28,6 +28,7 @@ from dispatcher.core.records import (
 SITES_FORMAT_VERSION = 1
 SITES_KIND: Literal["sites"] = "sites"
 REFERENCE_DIR = "reference"  # the heuristic build's dumps (the features of the table)
+WINNER_DIR = "winner"  # the winning tree's dumps, as the search found it
 
 #: The references a label can be measured against (``SitesExperiment.reference``,
 #: ``measure-sites --reference``), as the labels table names them.
@@ -44,7 +45,7 @@ def reference_name(reference: str | None) -> str:
     if reference == ALWAYS_INLINE:
         return ALWAYS_INLINE
     return TREE_PREFIX + Path(reference).name
-WINNER_DIR = "winner"  # the winning tree's dumps, as the search found it
+
 
 Context = Literal["alone", "removed", "minimal"]
 Status = Literal["measured", "not_reached", "same_binary", "unresolved", "failed"]

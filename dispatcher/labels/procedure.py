@@ -52,6 +52,7 @@ from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import FinishEvent, ResumeEvent
 from dispatcher.core.rundir import SitesRundir
 from dispatcher.core.site_records import (
+    ALWAYS_INLINE,
     REFERENCE_DIR,
     WINNER_DIR,
     Context,
@@ -67,7 +68,7 @@ from dispatcher.core.site_records import (
 from dispatcher.core.stats import paired_speedup_ci
 from dispatcher.core.tree import Tree, flippable, split_key
 from dispatcher.labels.ddmin import ddmin
-from dispatcher.labels.reference import ALWAYS_INLINE, REFERENCE_TREE, flip_back_sites, flipped_back
+from dispatcher.labels.reference import REFERENCE_TREE, flip_back_sites, flipped_back
 from dispatcher.labels.winner import flipped, reverted, tree_with, winner_decisions
 from dispatcher.running.agent_client import AgentError
 from dispatcher.running.exact import ExactUnavailable, check_workers

@@ -19,13 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dispatcher.core.decisions import Override
-from dispatcher.core.site_records import (  # noqa: F401 (the labeller's names, defined in core)
-    ALWAYS_INLINE,
-    HEURISTIC,
-    TREE_PREFIX,
-    SiteDecision,
-    reference_name,
-)
+from dispatcher.core.site_records import SiteDecision
 from dispatcher.core.tree import DONT_INLINE, INLINE, Tree
 from dispatcher.search.focus import HotFunctions, site_heat
 
