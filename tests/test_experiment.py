@@ -255,7 +255,7 @@ def test_a_user_benchmark_named_like_a_bundled_one_gets_its_own_rundir(compiler,
     tasks = tmp_path / "tasks.txt"
     tasks.write_text(f"kahan\n{mine}\n")
     cfg = config(tmp_path, tmp_path / "store", measure={"canary_every": 0, "confirm": False},
-                 candidates_per_step=1)
+                 run_size="tiny", candidates_per_step=1)
     proc = run_to_end(cfg, "--tasks", str(tasks), "--steps", "1")
     rundirs = sorted(rundirs_in(tmp_path))
     assert len(rundirs) == 2, proc.stderr

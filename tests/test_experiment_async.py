@@ -145,11 +145,16 @@ def test_an_async_search_killed_and_interrupted_resumes_to_the_uninterrupted_run
     whole_dir, cut_dir = tmp_path / "whole", tmp_path / "cut"
     whole_dir.mkdir(), cut_dir.mkdir()
     store = tmp_path / "store"
-    run_to_end(async_config(whole_dir, store), "--tasks", str(tasks(whole_dir)),
+    # Hot enough that the first candidate is accepted whatever the clock says of it (at 0.05
+    # a loaded machine could reject the first two, move no incumbent, and so re-measure
+    # nothing at step 2, where the kill below waits for it).
+    hot = {"t_start": 5.0, "t_end": 5.0}
+    run_to_end(async_config(whole_dir, store, **hot), "--tasks", str(tasks(whole_dir)),
                "--steps", str(STEPS))
     whole = only_rundir(whole_dir)
+    assert next(e for e in Rundir(whole).events() if isinstance(e, StepEvent)).accepted
 
-    cfg = async_config(cut_dir, store)
+    cfg = async_config(cut_dir, store, **hot)
     env = {**os.environ, KILL_HOOK_ENV: "propose:3"}
     proc = subprocess.run(command(cfg, "--tasks", str(tasks(cut_dir)), "--steps", str(STEPS)),
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)

@@ -105,7 +105,7 @@ def test_remote_paths_stay_in_the_rundir():
 def test_run_benchmark_over_ssh_uploads_once_and_measures_on_every_host(lab, compiler,
                                                                         tmp_path):
     cfg = write_config(tmp_path / "c.yaml", lab.config(cpus=[CPU]))
-    first = cli("run-benchmark", "kahan", "--config", str(cfg), "--runs", "2")
+    first = cli("run-benchmark", "kahan", "--config", str(cfg), "--runs", "2", "--size", "tiny")
     assert first.returncode == 0, first.stderr
     lines = [line.split(",") for line in first.stdout.splitlines()]
     assert sorted(line[0] for line in lines) == [f"ssh/h0/cpu{CPU}", f"ssh/h1/cpu{CPU}"]
@@ -118,7 +118,8 @@ def test_run_benchmark_over_ssh_uploads_once_and_measures_on_every_host(lab, com
         (binary,) = (host.rundir / "cache").iterdir()
         assert binary.name == sha256_file(binary)
     mtime = binary.stat().st_mtime_ns
-    again = cli("run-benchmark", "kahan", "--config", str(cfg), "--runs", "2", "--remeasure")
+    again = cli("run-benchmark", "kahan", "--config", str(cfg), "--runs", "2", "--remeasure",
+                "--size", "tiny")
     assert again.returncode == 0, again.stderr
     assert binary.stat().st_mtime_ns == mtime  # travelled once per sha256
 
@@ -156,7 +157,7 @@ def test_each_chain_keeps_to_its_worker_class(lab, compiler, tmp_path):
         "batch_log": str(tmp_path / "batch.log")})
     (tmp_path / "tasks").write_text("kahan\n")
     proc = cli("run_training_experiments", "--config", str(cfg), "--tasks",
-               str(tmp_path / "tasks"), "--steps", "2", "--chains", "2", "--size", "quick")
+               str(tmp_path / "tasks"), "--steps", "2", "--chains", "2", "--size", "tiny")
     assert proc.returncode == 0, proc.stderr
     rundirs = sorted((tmp_path / "rundirs").iterdir())
     classes = {Rundir(r).experiment.worker_class: r for r in rundirs}
@@ -297,7 +298,7 @@ def test_fingerprint_matches_ssh_keygen(lab):
 def test_unreachable_host_is_reported_and_the_others_work(lab, compiler, tmp_path):
     lab.kill(lab.hosts[0])  # nothing listens there any more: connection refused
     cfg = write_config(tmp_path / "c.yaml", lab.config(cpus=[CPU]))
-    proc = cli("run-benchmark", "kahan", "--config", str(cfg))
+    proc = cli("run-benchmark", "kahan", "--config", str(cfg), "--size", "tiny")
     assert proc.returncode == 0, proc.stderr
     assert [line.split(",")[0] for line in proc.stdout.splitlines()] == \
         [f"ssh/h1/cpu{CPU}"] * 2  # h0's share of the work ran on h1

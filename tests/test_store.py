@@ -332,7 +332,7 @@ def test_store_gc_keeps_what_rundirs_need_and_a_resume_still_works(compiler, tmp
     entries the rundirs name and the binaries an unfinished one runs next; it removes the
     rest, refuses while the store is open elsewhere, and the rundir resumes after it."""
     store_root = tmp_path / "store"
-    cfg = search_config(tmp_path, store_root, algorithm="sa", seed=4)
+    cfg = search_config(tmp_path, store_root, run_size="tiny", algorithm="sa", seed=4)
     (tmp_path / "tasks").write_text("kahan\n")
     proc = start(cfg, "--tasks", str(tmp_path / "tasks"), "--steps", "3")
     deadline = time.monotonic() + 60
