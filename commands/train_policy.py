@@ -46,7 +46,7 @@ from commands.common import backend_errors_in_one_line, fail, show_warnings
 from dispatcher.build.policy_file import DEFAULT_GROWTH_BUDGET, DEFAULT_MARGIN, MAX_GROWTH_BUDGET
 from dispatcher.config import MAX_RUNS
 from pipeline.policy.inputs import DEFAULT_THRESHOLD, InputError
-from pipeline.policy.selection import EXIT_GATE, GATE, FoldMeasure, geomean, worst
+from pipeline.policy.selection import EXIT_GATE, GATE, FoldMeasure, geomean_text, worst
 from pipeline.policy.training import (
     MeasuredChoice,
     TrainingRequest,
@@ -291,7 +291,7 @@ def report_measures(measures: list[FoldMeasure], scores: pd.DataFrame,
             click.echo(f"{name}: no worst held-out speedup (not measured: {missing})")
         else:
             click.echo(f"{name}: worst held-out measured speedup {w.text()} ({w.held_out}); "
-                       f"geometric mean {geomean(mine)} over {len(mine)} benchmarks")
+                       f"geometric mean {geomean_text(mine)} over {len(mine)} benchmarks")
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dispatcher.build.policy_file import Column, Linear, TrainedPolicy
+from dispatcher.core.stats import geomean
 
 #: The features the score reads, each with the scale it is divided by (so every coefficient
 #: moves the score by about its own value over the feature's usual range; absent numbers are
@@ -187,10 +188,6 @@ class Score:
     fell_back: tuple[str, ...] = field(default=())
 
 
-def _geomean(values: Sequence[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def _factor(ratio: float | None, allowance: float, weight: float) -> float:
     if ratio is None:
         return 1.0
@@ -228,8 +225,8 @@ def score(figures: Sequence[ProgramFigure], penalties: Penalties,
             continue
         speedups.append(penalties.failed_speedup)  # the heuristic's build is shipped
         sizes.append(1.0)
-    speedup, size = _geomean(speedups), _geomean(sizes)
-    compile_ = _geomean(compiles) if compiles else None
+    speedup, size = geomean(speedups), geomean(sizes)
+    compile_ = geomean(compiles) if compiles else None
     size_factor = _factor(size, penalties.size_allowance, penalties.size_weight)
     time_factor = _factor(compile_, penalties.time_allowance, penalties.time_weight)
     return Score(speedup * size_factor * time_factor, speedup, size, compile_,

@@ -72,7 +72,7 @@ def choose_measured(measures: Sequence[FoldMeasure], classifiers: Sequence[str]
     return best[1] if best else None
 
 
-def geomean(measures: Sequence[FoldMeasure]) -> str:
+def geomean_text(measures: Sequence[FoldMeasure]) -> str:
     """The geometric mean of measured speedups with its interval, as run-plugin-benchmark
     reports a split's; ``-`` unless every fold is measured."""
     g = geomean_figure(m.judged for m in measures)
