@@ -25,7 +25,7 @@ from dispatcher.session import Session
 from dispatcher.storage.store import StoreError
 from pipeline import evaluation
 from pipeline.evaluation import EvaluationError
-from pipeline.longrun import progress
+from pipeline.longrun import InterruptLatch, progress
 from pipeline.policy import search
 from pipeline.policy.searched import Penalties
 
@@ -109,8 +109,8 @@ def search_policy(benchmarks: tuple[str, ...], out: Path, trials: int, metric: s
 
 
 def _search(config, settings: search.SearchSettings, out: Path) -> search.SearchOutcome:
-    with closing_session(Session(config)) as session:
-        return search.run_search(session, settings, out, say=progress)
+    with closing_session(Session(config)) as session, InterruptLatch() as latch:
+        return search.run_search(session, settings, out, say=progress, check=latch.check)
 
 
 def _report(outcome: search.SearchOutcome, out: Path, metric: str) -> None:

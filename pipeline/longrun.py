@@ -121,6 +121,37 @@ class GracefulStop:
             self._armed = False
 
 
+class InterruptLatch:
+    """Ctrl-C as KeyboardInterrupt, remembered.  Python drops an exception raised while a
+    weakref callback or a ``__del__`` runs ("Exception ignored in ..."), so a Ctrl-C that lands
+    there is lost and the command runs on (seen in search-policy: the trial finished and the
+    study went on).  The latch keeps it: ``check`` raises it again at the work's next safe
+    point.  For commands whose Ctrl-C ends the work at once (not ``GracefulStop``'s request)."""
+
+    def __init__(self) -> None:
+        self._hit = False
+        self._previous: Any = None
+
+    def is_set(self) -> bool:
+        return self._hit
+
+    def check(self) -> None:
+        """A Ctrl-C seen since the latch was installed, raised (again) here."""
+        if self._hit:
+            raise KeyboardInterrupt
+
+    def _interrupt(self, signum: int, frame: FrameType | None) -> None:
+        self._hit = True
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> InterruptLatch:
+        self._previous = signal.signal(signal.SIGINT, self._interrupt)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+
 @dataclass(frozen=True)
 class Ending:
     """How a long run ended.  ``unfinished``: its rundirs that a ``--resume`` continues;

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import weakref
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,7 +14,7 @@ import pytest
 
 from dispatcher.session import Session
 from pipeline import longrun
-from pipeline.longrun import Ending, GracefulStop, StatusLine
+from pipeline.longrun import Ending, GracefulStop, InterruptLatch, StatusLine
 
 
 def test_a_stop_that_left_work_unfinished_is_an_interruption_with_its_resume_line():
@@ -93,3 +94,27 @@ def test_the_session_aborts_in_its_own_exit_on_ctrl_c_or_a_graceful_stop():
     with session:
         stop.set()
     assert session.aborted == [False, False, True, True]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_ctrl_c_swallowed_in_a_weakref_callback_is_raised_at_the_next_check():
+    """Python drops the KeyboardInterrupt of a Ctrl-C handled inside a weakref callback
+    ("Exception ignored in ..."): search-policy ran on after one.  The latch keeps it."""
+    class Thing:
+        pass
+
+    def callback(_: object) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs here, between bytecodes, and raises
+            pass
+
+    before = signal.getsignal(signal.SIGINT)
+    with InterruptLatch() as latch:
+        latch.check()  # nothing seen yet
+        thing = Thing()
+        ref = weakref.ref(thing, callback)
+        del thing  # the callback runs; its KeyboardInterrupt is ignored, not raised here
+        assert ref() is None and latch.is_set()
+        with pytest.raises(KeyboardInterrupt):
+            latch.check()
+    assert signal.getsignal(signal.SIGINT) is before

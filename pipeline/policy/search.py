@@ -315,8 +315,9 @@ def _params(trial: Any, space: Space) -> dict[str, float]:
 
 
 def _run_trial(session: Session, study: Any, settings: SearchSettings,
-               reference: dict[str, float]) -> TrialRecord:
-    """Ask, measure, tell; a trial that raises (Ctrl-C included) is told failed first."""
+               reference: dict[str, float], check: Callable[[], None]) -> TrialRecord:
+    """Ask, measure, tell; a trial that raises (Ctrl-C included) is told failed first.
+    ``check`` raises a Ctrl-C that was swallowed while the trial ran (``InterruptLatch``)."""
     from optuna.trial import TrialState
     trial = study.ask()
     try:
@@ -326,6 +327,7 @@ def _run_trial(session: Session, study: Any, settings: SearchSettings,
                             f"search-policy trial {trial.number}")
         figures = measure_policy(session, spec, settings.benchmarks, settings.sizes)
         got = score(figures, settings.penalties, reference)
+        check()
     except SearchSpaceError as exc:
         study.tell(trial, state=TrialState.FAIL)
         raise SearchError(f"trial {trial.number}: {exc}") from None
@@ -429,10 +431,12 @@ def _sidecar(out: Path) -> dict[str, Any]:
 
 
 def run_search(session: Session, settings: SearchSettings, out: Path,
-               say: Callable[[str], None] = lambda _: None) -> SearchOutcome:
+               say: Callable[[str], None] = lambda _: None,
+               check: Callable[[], None] = lambda: None) -> SearchOutcome:
     """The study in ``out`` continued (or started) until it has ``settings.trials`` complete
     trials; ``out`` must be ``locked`` by the caller.  A Ctrl-C ends the trial in flight
-    (failed, tried again by the next run) and is raised on."""
+    (failed, tried again by the next run) and is raised on; ``check`` raises one that a
+    library swallowed (``pipeline.longrun.InterruptLatch.check``)."""
     if not settings.benchmarks:
         raise SearchError("no benchmark to search on")
     exists = _check_identity(out, settings)
@@ -445,7 +449,8 @@ def run_search(session: Session, settings: SearchSettings, out: Path,
     try:
         trials = records(study)
         while sum(1 for t in trials if t.state == "complete") < settings.trials:
-            t = _run_trial(session, study, settings, reference)
+            check()
+            t = _run_trial(session, study, settings, reference, check)
             added += 1
             trials = records(study)
             best = best_of(trials)
