@@ -14,6 +14,8 @@
   the ``--resume`` line and exit 130 (``hard_stop``).  The handler stays until the command
   exits, so the report is written whenever a stop comes (run-campaign's budget stop may land
   just as the work ends).
+- ``InterruptLatch``: for a command whose Ctrl-C ends the work at once (search-policy): the
+  KeyboardInterrupt as usual, remembered, so that one a library swallowed is raised again.
 - ``Ending``: what the exit status says: 130 and a ``--resume`` line when a stop left work
   unfinished, 1 when something failed, 0 otherwise.
 """
