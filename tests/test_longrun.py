@@ -104,7 +104,9 @@ def test_a_ctrl_c_swallowed_in_a_weakref_callback_is_raised_at_the_next_check():
         pass
 
     def callback(_: object) -> None:
-        os.kill(os.getpid(), signal.SIGINT)
+        # to this thread, delivered before raise_signal returns (os.kill to the process may
+        # land on one of the worker's other threads later, outside the callback)
+        signal.raise_signal(signal.SIGINT)
         for _ in range(1000):  # the handler runs here, between bytecodes, and raises
             pass
 
