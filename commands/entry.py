@@ -38,6 +38,15 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _unraisable_while_starting(unraisable: sys.UnraisableHookArgs) -> None:
+    """A Ctrl-C that lands in a callback Python cannot raise from (the import system's module
+    lock is released from a weakref callback) is printed as "Exception ignored" with a
+    traceback, and lost; it is remembered in ``_ctrl_c_seen`` already, so print nothing."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 @contextmanager
 def quiet_interrupt(prog: str) -> Iterator[None]:
     """A Ctrl-C inside is one line on stderr and exit status 130, whatever the import it
@@ -45,9 +54,11 @@ def quiet_interrupt(prog: str) -> Iterator[None]:
     RuntimeError, pydantic's compiled core one raised while it builds a model's schema in a
     SchemaError.  After the block Ctrl-C is a KeyboardInterrupt again, the command's own."""
     try:
+        sys.unraisablehook = _unraisable_while_starting
         signal.signal(signal.SIGINT, _raise_interrupt)
         yield
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.unraisablehook = sys.__unraisablehook__
         if _ctrl_c_seen:  # raised inside an import that swallowed it (a library's bare
             # ``except:`` around an optional import): the Ctrl-C is still the user's
             _exit_interrupted(prog)
