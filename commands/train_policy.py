@@ -192,11 +192,12 @@ def _train(request: TrainingRequest) -> bool:
     table = training_table(plan)
     _word_table(table)
     classifiers = list(request.classifiers)
-    scores, chosen = label_scores(plan, table)
+    held = label_scores(plan, table)
+    scores, chosen = held.scores, held.chosen
     report_validation(scores, chosen, table.ts.labels, table.trained_on, table.labelled)
     measured: MeasuredChoice | None = None
     if request.measured:
-        measured = measured_choice(plan, table, scores, chosen)
+        measured = measured_choice(plan, table, held)
         for line in measured.lost_workers:
             click.echo(line, err=True)
         report_measures(measured.measures, scores, classifiers)

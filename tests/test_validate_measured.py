@@ -125,7 +125,7 @@ def test_each_fold_policy_never_saw_its_benchmark(labels, tmp_path):
     """The fold files: one per classifier and benchmark, trained on the others only, with
     the guard rails asked for (what the gate measures is what would be kept)."""
     from analysis.label_training import label_sites, read_sites_table
-    from analysis.policy_training import encode
+    from analysis.policy_training import encode, fold_models
     from dispatcher.build.policies import parse_policy
     from pipeline.policy.validation import fold_policies
     parts = []
@@ -146,6 +146,16 @@ def test_each_fold_policy_never_saw_its_benchmark(labels, tmp_path):
     one = encode(parts[0])
     assert fold_policies(one, ["logistic"], 0.01, tmp_path / "none", margin=0.2,
                          ranges=True, growth_budget=None) == {}
+    # the models the label scores fitted, exported instead of fitted again: the same bytes
+    models = {("logistic", b): m for b, m in fold_models(ts, "logistic").items()}
+    assert sorted(models) == [("logistic", b) for b in sorted(BENCHES)]
+    given = fold_policies(ts, ["logistic"], 0.01, tmp_path / "given", margin=0.3, ranges=False,
+                          growth_budget=40, models=models)
+    fitted = fold_policies(ts, ["logistic"], 0.01, tmp_path / "fitted", margin=0.3, ranges=False,
+                           growth_budget=40)
+    assert {k: f.spec.data for k, f in given.items()} == \
+        {k: f.spec.data for k, f in fitted.items()}
+    assert read_policy_file(given[("logistic", "kahan")].path).benchmarks == ["bdd", "hamming"]
 
 
 def measured_rows(policy: Path) -> pd.DataFrame:

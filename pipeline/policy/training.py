@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -28,6 +29,7 @@ from analysis.policy_training import (
     choose,
     combine,
     encode,
+    fold_models,
     leave_one_benchmark_out,
     train,
 )
@@ -131,6 +133,17 @@ class TrainingTable:
     @property
     def trained_on(self) -> list[str]:
         return sorted(self.ts.benchmarks.unique())
+
+
+@dataclass(frozen=True)
+class LabelScores:
+    """Each classifier's leave-one-benchmark-out scores on the labels, the classifier label
+    accuracy keeps, and the folds' fitted models (per classifier and held-out benchmark),
+    which --validate measured exports as the fold policies instead of fitting them again."""
+
+    scores: pd.DataFrame
+    chosen: str
+    models: dict[tuple[str, str], Any]
 
 
 @dataclass(frozen=True)
@@ -331,16 +344,21 @@ def _labelled(plan: TrainingPlan) -> tuple[pd.DataFrame, list[LabelsRead]]:
 
 # -- validation, the choice and the policy -------------------------------------------------
 
-def label_scores(plan: TrainingPlan, table: TrainingTable) -> tuple[pd.DataFrame, str]:
+def label_scores(plan: TrainingPlan, table: TrainingTable) -> LabelScores:
     """Each classifier's leave-one-benchmark-out scores, and the one label accuracy keeps."""
     names = list(plan.request.classifiers)
-    scores = pd.concat([leave_one_benchmark_out(table.ts, c) for c in names],
-                       ignore_index=True)
-    return scores, choose(scores, names)
+    models: dict[tuple[str, str], Any] = {}
+    parts = []
+    for name in names:
+        folds = fold_models(table.ts, name)
+        models.update({(name, bench): m for bench, m in folds.items()})
+        parts.append(leave_one_benchmark_out(table.ts, name, models=folds))
+    scores = pd.concat(parts, ignore_index=True)
+    return LabelScores(scores, choose(scores, names), models)
 
 
-def measured_choice(plan: TrainingPlan, table: TrainingTable, scores: pd.DataFrame,
-                    chosen: str) -> MeasuredChoice:
+def measured_choice(plan: TrainingPlan, table: TrainingTable,
+                    held: LabelScores) -> MeasuredChoice:
     """--validate measured: each fold's policy measured on its held-out benchmark; the
     classifier whose worst fold is best kept (label accuracy's choice when none is
     complete), and the gate's verdict on it."""
@@ -353,7 +371,8 @@ def measured_choice(plan: TrainingPlan, table: TrainingTable, scores: pd.DataFra
     try:
         folds = fold_policies(table.ts, r.classifiers, table.threshold,
                               r.out.with_name(r.out.name + ".folds"), margin=r.margin,
-                              ranges=r.ranges, growth_budget=r.growth_budget)
+                              ranges=r.ranges, growth_budget=r.growth_budget,
+                              models=held.models)
     except TrainingError as exc:
         raise InputError(str(exc)) from None
     except OSError as exc:
@@ -365,10 +384,10 @@ def measured_choice(plan: TrainingPlan, table: TrainingTable, scores: pd.DataFra
     except (CompilerNotFound, StoreError) as exc:
         raise InputError(str(exc)) from None
     by_measure = choose_measured(got.measures, r.classifiers)
-    kept = by_measure or chosen
+    kept = by_measure or held.chosen
     passed, line = gate_line(kept, got.measures, r.gate)
     return MeasuredChoice(got.measures, by_measure, kept, passed, line,
-                          scores_with_measures(scores, got.measures), got.lost_workers)
+                          scores_with_measures(held.scores, got.measures), got.lost_workers)
 
 
 def write_policy(plan: TrainingPlan, table: TrainingTable, chosen: str,

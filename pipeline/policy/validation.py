@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.policy_training import TrainingSet, train
+from analysis.policy_training import TrainingSet, policy_of, train
 from analysis.sources import SourcesError, benchmark_of
 from dispatcher.baselines import cost_ratios, past_guard
 from dispatcher.build.manifest import Benchmark, ManifestError, Size, resolve_benchmark
@@ -65,10 +65,14 @@ def subset(ts: TrainingSet, keep: pd.Series) -> TrainingSet:
 
 def fold_policies(ts: TrainingSet, classifiers: Sequence[str], threshold: float,
                   folds_dir: Path, *, margin: float, ranges: bool,
-                  growth_budget: int | None) -> dict[tuple[str, str], FoldPolicy]:
+                  growth_budget: int | None,
+                  models: Mapping[tuple[str, str], Any] | None = None
+                  ) -> dict[tuple[str, str], FoldPolicy]:
     """Per (classifier, held-out benchmark): the policy of that classifier trained on every
     other benchmark, with the guard rails the kept policy will have, its file written under
-    ``folds_dir``.  Nothing when fewer than two benchmarks (no fold has training data)."""
+    ``folds_dir``.  Nothing when fewer than two benchmarks (no fold has training data).
+    ``models``: the folds' models the label scores fitted (``analysis.policy_training.
+    fold_models``), exported rather than fitted again; a fold without one is fitted here."""
     benches = sorted(ts.benchmarks.unique())
     out: dict[tuple[str, str], FoldPolicy] = {}
     if len(benches) < 2:
@@ -76,8 +80,12 @@ def fold_policies(ts: TrainingSet, classifiers: Sequence[str], threshold: float,
     folds_dir.mkdir(parents=True, exist_ok=True)
     for name in classifiers:
         for bench in benches:
-            policy = train(subset(ts, ts.benchmarks != bench), name, threshold,
-                           margin=margin, ranges=ranges, growth_budget=growth_budget)
+            rest = subset(ts, ts.benchmarks != bench)
+            fitted = (models or {}).get((name, bench))
+            policy = (train(rest, name, threshold, margin=margin, ranges=ranges,
+                            growth_budget=growth_budget) if fitted is None else
+                      policy_of(rest, name, fitted, threshold, margin=margin, ranges=ranges,
+                                growth_budget=growth_budget))
             path = folds_dir / f"{name}.{_NAME_BAD.sub('_', bench)}.policy"
             spec = learned_spec(policy, source=str(path.resolve()))
             write_policy_bytes(spec.data, path)
