@@ -1,4 +1,6 @@
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -11,8 +13,9 @@ from dispatcher.build.toolchain import Compiler, locate_compiler
 # environment, hence the fresh directory per worker): two workers' tests share the CPUs as any
 # loaded machine's neighbours do, and none waits on another's lock.
 if os.environ.get("PYTEST_XDIST_WORKER") or "INLINING_ORCHESTRATOR_LOCK_DIR" not in os.environ:
-    os.environ["INLINING_ORCHESTRATOR_LOCK_DIR"] = tempfile.mkdtemp(
+    os.environ["INLINING_ORCHESTRATOR_LOCK_DIR"] = _locks = tempfile.mkdtemp(
         prefix="inlining-test-locks-")
+    atexit.register(shutil.rmtree, _locks, ignore_errors=True)  # not one left per session
 # The suite runs on shared, loaded CPUs (2-CPU VMs running other work), where a quick run's
 # CPU share is often below the default floor of 0.8: without a floor, every comparison
 # would be unresolved.  Tests of the floor set measure.min_cpu_share in their configs.

@@ -138,8 +138,9 @@ class TimedScheduler:
 
 def compare(scheduler, policy, candidate=B, store: Path | None = None,
             trial: str | None = None):
-    if store is None:
-        store = Path(tempfile.mkdtemp(prefix="compare-store-"))
+    if store is None:  # a store of its own, removed after (not one left in /tmp per call)
+        with tempfile.TemporaryDirectory(prefix="compare-store-") as own:
+            return compare(scheduler, policy, candidate, Path(own), trial)
     svc = MeasurementService(scheduler, Store(store))  # type: ignore[arg-type]
     try:
         return svc.compare(job(A, 1), job(candidate, 1), "local", policy,
@@ -385,7 +386,7 @@ def test_stored_runs_are_judged_again_when_reused(tmp_path):
     assert [rec.disturbed is not None for rec in got.results[0].records] == [False, True, False]
 
 
-def test_a_comparison_takes_the_first_slot_to_free_in_the_order_comparisons_asked():
+def test_a_comparison_takes_the_first_slot_to_free_in_the_order_comparisons_asked(tmp_path):
     """Three comparisons on two slots: two start at once on different slots; the third runs
     nothing until one of them ends, then goes to the slot that freed (not to one chosen in
     turn when it was asked for, which may still be busy); never two on one slot at once."""
@@ -406,7 +407,7 @@ def test_a_comparison_takes_the_first_slot_to_free_in_the_order_comparisons_aske
             return future
 
     scheduler = GatedScheduler({A: 1.0, B: 0.8, C: 0.9, D: 0.7})
-    svc = MeasurementService(scheduler, Store(Path(tempfile.mkdtemp(prefix="slots-"))))  # type: ignore[arg-type]
+    svc = MeasurementService(scheduler, Store(tmp_path / "store"))  # type: ignore[arg-type]
     policy = PairingPolicy(min_pairs=1, max_pairs=1, half_width=1e-9)
     try:
         first = svc.compare(job(A, 1), job(B, 1), "local", policy)
