@@ -267,8 +267,10 @@ def test_the_guard_rails_keep_the_heuristic_more_often(compiler, policies, tmp_p
 
 def _compile(compiler, workdir: Path, *options: str, env=None):
     (workdir / "main.ml").write_text("let f x = x + 1\nlet () = print_int (f 2)\n")
+    # TMPDIR: the compiler's temporary .s, which a refused policy leaves, stays in workdir
     return subprocess.run([str(compiler.ocamlopt), "-O3", *options, "-c", "main.ml"],
-                          cwd=workdir, capture_output=True, text=True, timeout=120, env=env)
+                          cwd=workdir, capture_output=True, text=True, timeout=120,
+                          env={**(os.environ if env is None else env), "TMPDIR": str(workdir)})
 
 
 def test_a_bad_policy_file_is_one_line_from_the_compiler(compiler, policies, tmp_path):
@@ -304,6 +306,23 @@ def test_a_bad_policy_file_is_one_line_from_the_compiler(compiler, policies, tmp
                     "-inlining-policy-channel", str(tmp_path / "chan"))
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
     assert "give one of them, not both" in proc.stderr
+
+
+def test_a_build_the_compiler_refuses_leaves_no_temporary_file(compiler, policies, tmp_path,
+                                                               monkeypatch):
+    """The compiler exits on a refused policy without removing its temporary .s: one empty
+    file per compile, which a campaign's /tmp would collect; the build's own TMPDIR, removed
+    after each compile, keeps the caller's clean."""
+    from dispatcher.build.driver import BuildError
+    caller_tmp = tmp_path / "tmp"
+    caller_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(caller_tmp))
+    bad = tmp_path / "bad.policy"
+    bad.write_text(policies["boosted"].read_text().replace("(version 1)", "(version 7)"))
+    with pytest.raises(BuildError, match="policy format version"):
+        build_benchmark(resolve_benchmark("kahan"), tmp_path / "b",
+                        compiler.ocamlopt, policy=PolicyFile(bad, "bad"))
+    assert list(caller_tmp.iterdir()) == []
 
 
 def test_a_policy_file_through_ocamlparam(compiler, policies, tmp_path):

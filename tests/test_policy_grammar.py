@@ -337,9 +337,11 @@ def _random(seed: int = 20261126, n: int = 120) -> list[tuple[str, bytes, str | 
 def _compile(ocamlopt: Path, workdir: Path, policy: Path) -> subprocess.CompletedProcess:
     workdir.mkdir()
     (workdir / "main.ml").write_text("let f x = x + 1\n")
+    # TMPDIR: the compiler's temporary .s, which a refused policy leaves, stays in workdir
     return subprocess.run([str(ocamlopt), "-O3", "-inlining-policy", str(policy), "-c",
                            "main.ml"], cwd=workdir, capture_output=True, text=True,
-                          errors="replace", timeout=120)
+                          errors="replace", timeout=120,
+                          env={**os.environ, "TMPDIR": str(workdir)})
 
 
 def test_both_readers_accept_and_refuse_the_same_mutations(compiler, tmp_path):

@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -311,7 +312,12 @@ def build_benchmark(
             if remaining <= 0:
                 raise subprocess.TimeoutExpired(cmd, timeout)
             # Own session: a Ctrl-C meant for the master must not kill the compiler under it.
-            returncode, stdout, cpu = run_counted(cmd, outdir, env, remaining)
+            # Its temporary files (the assembly, the startup code) in a directory of its own,
+            # removed after it: a compiler that exits early (a refused policy file) or is
+            # killed leaves its empty .s behind, one per compile, which piled up in /tmp.
+            with tempfile.TemporaryDirectory(prefix="ocamlopt-") as scratch:
+                returncode, stdout, cpu = run_counted(cmd, outdir, {**env, "TMPDIR": scratch},
+                                                      remaining)
         except subprocess.TimeoutExpired:
             output = "\n".join(log)
             raise BuildError(f"{bench.name}: {what}: timed out (build budget {timeout:g} s)",
