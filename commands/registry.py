@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "export-dataset": "commands.export_dataset:export_dataset",
     "run-campaign": "commands.run_campaign:run_campaign",
     "search-policy": "commands.search_policy:search_policy",
+    "select-policy": "commands.select_policy:select_policy",
 }
 
 

@@ -90,12 +90,18 @@ class SearchSettings:
     space: Space = Space()
     penalties: Penalties = Penalties()
     startup: int = STARTUP_TRIALS
+    # points tried right after the heuristic's seed, before the others (name, parameters):
+    # select-policy's search started from the classifier
+    extra_seeds: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
 
     def identity(self) -> dict[str, Any]:
-        return {"version": IDENTITY_VERSION, "sampler": SAMPLER,
-                "benchmarks": [b.name for b in self.benchmarks], "size": self.size,
-                "metric": self.metric, "seed": self.seed, "startup": self.startup,
-                "space": self.space.identity(), "penalties": self.penalties.identity()}
+        got = {"version": IDENTITY_VERSION, "sampler": SAMPLER,
+               "benchmarks": [b.name for b in self.benchmarks], "size": self.size,
+               "metric": self.metric, "seed": self.seed, "startup": self.startup,
+               "space": self.space.identity(), "penalties": self.penalties.identity()}
+        if self.extra_seeds:  # (absent otherwise: the studies made before resume as they were)
+            got["extra_seeds"] = [[name, dict(params)] for name, params in self.extra_seeds]
+        return got
 
 
 @dataclass(frozen=True)
@@ -211,7 +217,9 @@ def _open_study(out: Path, settings: SearchSettings, exists: bool) -> Any:
         multivariate=True)
     study = optuna.load_study(study_name=STUDY, storage=storage, sampler=sampler)
     if not exists:
-        for name, params in seeds(settings.space):
+        known = seeds(settings.space)
+        extra = [(name, dict(params)) for name, params in settings.extra_seeds]
+        for name, params in known[:1] + extra + known[1:]:
             study.enqueue_trial(params, user_attrs={"seed": name})
         write_text_atomic(out / IDENTITY, json.dumps(settings.identity(), indent=1) + "\n")
     return study

@@ -127,6 +127,30 @@ def seeds(space: Space) -> list[tuple[str, dict[str, float]]]:
     return out
 
 
+def seed_from_labels(space: Space, features: Mapping[str, Sequence[float]],
+                     inline: Sequence[bool], budget: int) -> dict[str, float] | None:
+    """A point of ``space`` that answers as the labels do: a logistic regression of
+    ``inline`` (the sites labelled inline) on the space's columns, each divided by its scale
+    as the policy divides it, its coefficients and intercept clipped to the space's bounds,
+    with growth budget ``budget``.  The search started from the classifier begins here
+    (``select-policy``'s ``combined`` kind).  None when the labels have one class only, or
+    lack a column (nothing to fit)."""
+    names = [c for c, _ in space.columns]
+    if any(c not in features for c in names) or len(set(inline)) < 2:
+        return None
+    from sklearn.linear_model import LogisticRegression
+    rows = list(zip(*[[float(v) / scale for v in features[c]] for c, scale in space.columns]))
+    model = LogisticRegression(max_iter=2000, class_weight="balanced").fit(
+        rows, [bool(v) for v in inline])
+    w = space.weight
+
+    def clip(v: float) -> float:
+        return float(min(w, max(-w, v)))
+    return {INTERCEPT: clip(model.intercept_[0]),
+            **{weight_name(c): clip(model.coef_[0][j]) for j, c in enumerate(names)},
+            BUDGET: int(min(space.budget[1], max(space.budget[0], budget)))}
+
+
 # --------------------------------------------------------------------------- the objective
 
 @dataclass(frozen=True)
