@@ -198,3 +198,45 @@ def test_bad_input_is_one_line(tmp_path):
     assert "3 folds of 2 program(s)" in one_line_error(r)
     r = invoke("select-policy", "no-such-benchmark", "--out", str(tmp_path / "o3"))
     assert "no-such-benchmark" in one_line_error(r)
+
+
+def test_the_campaign_stage_is_off_unless_the_file_turns_it_on(tmp_path):
+    from pipeline.campaign import plan, stages
+    from pipeline.campaign import state as cstate
+    cfg = write_yaml(tmp_path / "local.yaml", {"backend": "local",
+                                               "store": str(tmp_path / "store")})
+    data = {"config": str(cfg), "dir": "camp", "results": "out", "size": "quick"}
+    source = tmp_path / "campaign.yaml"
+    off = plan.parse_campaign(data, source)
+    assert stages.stage_command(off, "select") is None  # skipped: nothing to do
+    assert plan.parse_campaign({**data, "select": {"enabled": False, "folds": 4}},
+                               source).identity == off.identity  # earlier identities hold
+    on = plan.parse_campaign({**data, "select": {"enabled": True, "folds": 2, "trials": 5,
+                                                 "kinds": ["searched", "classifier"]}},
+                             source)
+    assert on.identity != off.identity
+    assert stages.stage_command(on, "select") is None  # no labels: nothing to train on
+    (on.dir / "labels").mkdir(parents=True)
+    argv = stages.stage_command(on, "select")
+    assert argv is not None and argv[0] == "select-policy"
+    assert str(REPO / "benchmarks" / "kahan") in argv  # the training programs, by directory
+    assert argv[argv.index("--labels") + 1] == str(on.dir / "labels")
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--kind"] == ["searched",
+                                                                          "classifier"]
+    assert argv[argv.index("--folds") + 1] == "2" and argv[argv.index("--trials") + 1] == "5"
+    assert argv[argv.index("--out") + 1] == str(on.dir / "selected")
+    searched_only = plan.parse_campaign({**data, "select": {"enabled": True,
+                                                            "kinds": ["searched"]}}, source)
+    assert "--labels" in stages.stage_command(searched_only, "select")  # labels/ is there
+    for bad, key in (({"kinds": ["oracle"]}, "select.kinds"), ({"kinds": []}, "select.kinds"),
+                     ({"folds": 1}, "select.folds"), ({"classifier": "svm"},
+                                                      "select.classifier"),
+                     ({"seed": -1}, "select.seed"), ({"metric": "joules"}, "select.metric")):
+        with pytest.raises(plan.CampaignError, match=key):
+            plan.parse_campaign({**data, "select": bad}, source)
+    # a campaign.json written before the stage existed is read: the stage pending
+    on_disk = {"version": 1, "identity": off.identity,
+               "stages": {s: {"state": "done"} for s in cstate.STAGES if s != "select"}}
+    (off.dir / cstate.STATE_FILE).write_text(json.dumps(on_disk))
+    st = cstate.read_state(off)
+    assert st.stages["select"].state == "pending" and st.next_stage() == "select"

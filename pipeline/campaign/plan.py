@@ -36,6 +36,7 @@ from dispatcher.core.validation import (
     Reader,
     load_strict_file,
 )
+from pipeline.policy.choice import KINDS
 from pipeline.policy.selection import GATE
 
 SEARCHES: tuple[str, ...] = typing.get_args(Algorithm)  # the search stage's algorithms
@@ -111,6 +112,24 @@ class SearchedStage:
 
 
 @dataclass(frozen=True)
+class SelectStage:
+    """select-policy after the searched stage (off unless the file turns it on): the kind of
+    policy kept by leave-fold-out measurement on the training split, the classifier and
+    combined kinds trained on the labels stage's tables (docs/policies.md, "Choosing the
+    kind of policy")."""
+
+    enabled: bool = False
+    benchmarks: tuple[str, ...] = ("training",)
+    kinds: tuple[str, ...] = KINDS
+    folds: int = 3
+    trials: int = 20
+    metric: str = "cycles"
+    size: str = "tiny"
+    classifier: str = "mlp"
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class Campaign:
     """One campaign file, validated (``--quick``: with its ``quick`` section applied)."""
 
@@ -130,6 +149,7 @@ class Campaign:
     policy: PolicyStage = field(default_factory=PolicyStage)
     evaluate: EvaluateStage = field(default_factory=EvaluateStage)
     searched: SearchedStage = field(default_factory=SearchedStage)
+    select: SelectStage = field(default_factory=SelectStage)
     quick: bool = False
     identity: str = ""  # sha256 of the settings that decide what the stages compute
     # the identity before it covered the files' content (a campaign directory it started
@@ -157,7 +177,7 @@ class Campaign:
 
 
 _TOP = {"config", "dir", "results", "size", "budget", "search", "labels", "rewards", "policy",
-        "evaluate", "searched", "quick"}
+        "evaluate", "searched", "select", "quick"}
 
 
 def _benchmarks(r: Reader, value: Any, key: str) -> tuple[str, ...]:
@@ -308,6 +328,35 @@ def _searched(r: Reader, data: dict, size: str) -> SearchedStage:
     return searched
 
 
+def _select(r: Reader, data: dict) -> SelectStage:
+    d = SelectStage()
+    sp = r.section(data, "select", {"enabled", "benchmarks", "kinds", "folds", "trials",
+                                    "metric", "size", "classifier", "seed"})
+    seed = sp.get("seed", d.seed)
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 31:
+        raise r.fail("select.seed", "an integer from 0 to 2147483647", seed)
+    kinds = sp.get("kinds", list(d.kinds))
+    if not isinstance(kinds, list) or not kinds or \
+            any(not isinstance(k, str) or k not in KINDS for k in kinds) or \
+            len(set(kinds)) != len(kinds):
+        raise r.fail("select.kinds", f"a list of distinct kinds among {', '.join(KINDS)}",
+                     kinds)
+    folds = r.positive_int(sp, "folds", "select.folds", d.folds, most=100)
+    if folds < 2:
+        raise r.fail("select.folds", "an integer from 2 to 100", folds)
+    return SelectStage(
+        enabled=r.boolean(sp, "enabled", "select.enabled", d.enabled),
+        benchmarks=_benchmarks(r, sp.get("benchmarks", "training"), "select.benchmarks"),
+        kinds=tuple(kinds), folds=folds,
+        trials=r.positive_int(sp, "trials", "select.trials", d.trials, most=100_000),
+        metric=_choice(r, sp, "metric", "select.metric", d.metric, METRICS,
+                       " | ".join(METRICS)),
+        size=_choice(r, sp, "size", "select.size", d.size, SIZES, _SIZES_SAID),
+        classifier=_choice(r, sp, "classifier", "select.classifier", d.classifier,
+                           TRAINED_CLASSIFIERS, " | ".join(TRAINED_CLASSIFIERS)),
+        seed=seed)
+
+
 def _top_level(r: Reader, data: Any, quick: bool) -> dict:
     """The file's mapping, its keys checked; ``quick``: with the quick section applied."""
     if data is None:
@@ -408,12 +457,14 @@ def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
                                   what="bootstrap refits"),
         rewards_plots=r.boolean(rewards, "plots", "rewards.plots", Campaign.rewards_plots),
         policy=_policy(r, data), evaluate=_evaluate(r, data),
-        searched=_searched(r, data, size), quick=quick,
+        searched=_searched(r, data, size), select=_select(r, data), quick=quick,
         batch_log_setting=batch_log)
     inputs += _benchmark_inputs(r, (("search.benchmarks", campaign.search.benchmarks),
                                     ("evaluate.benchmarks", campaign.evaluate.benchmarks),
                                     ("searched.benchmarks", campaign.searched.benchmarks
-                                     if campaign.searched.enabled else ())))
+                                     if campaign.searched.enabled else ()),
+                                    ("select.benchmarks", campaign.select.benchmarks
+                                     if campaign.select.enabled else ())))
     campaign = replace(campaign, inputs=tuple(inputs))
     return replace(campaign, identity=_identity(campaign),
                    legacy_identity=_identity(campaign, legacy=True))
@@ -436,6 +487,8 @@ def _identity(c: Campaign, *, legacy: bool = False) -> str:
         "policy": c.policy.__dict__, "evaluate": c.evaluate.__dict__}
     if c.searched.enabled:  # absent when off: earlier identities hold
         what["searched"] = c.searched.__dict__
+    if c.select.enabled:  # the same
+        what["select"] = c.select.__dict__
     if not legacy:
         what["inputs"] = [list(x) for x in c.inputs]
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=list).encode()).hexdigest()

@@ -162,6 +162,10 @@ def _published(campaign: Campaign) -> list[tuple[Path, Path]]:
     for name in ("searched.policy", "searched.json", "trials.csv", "confirm.csv"):
         if (searched / name).is_file():
             pairs.append((searched / name, out / "searched" / name))
+    selected = d / "selected"  # the select stage's choice and the policy it kept
+    for name in ("selected.policy", "choice.csv", "choice.json"):
+        if (selected / name).is_file():
+            pairs.append((selected / name, out / "selected" / name))
     for rundir in experiments(campaign.batch_log, SEARCHES):
         if (rundir / "plot.png").is_file():
             pairs.append((rundir / "plot.png", out / "search" / f"{rundir.name}.png"))

@@ -123,6 +123,21 @@ def _searched(c: Campaign, conf: list[str]) -> list[str] | None:
             "--seed", str(s.seed), "--out", str(c.dir / "searched")]
 
 
+def _select(c: Campaign, conf: list[str]) -> list[str] | None:
+    s = c.select
+    if not s.enabled:
+        return None
+    labels = c.dir / "labels"
+    if not labels.is_dir() and set(s.kinds) & {"classifier", "combined"}:
+        return None  # nothing labelled to train on: the labels stage measured no site
+    return ["select-policy", *conf, *_tasks(s.benchmarks),
+            *(["--labels", str(labels)] if labels.is_dir() else []),
+            *[a for k in s.kinds for a in ("--kind", k)], "--folds", str(s.folds),
+            "--trials", str(s.trials), "--metric", s.metric, "--size", s.size,
+            "--classifier", s.classifier, "--seed", str(s.seed),
+            "--out", str(c.dir / "selected")]
+
+
 def stage_command(campaign: Campaign, stage: str) -> list[str] | None:
     """The command line of ``stage`` (None: nothing to run: publish, or a stage with nothing
     to do), continuing through the command's own resume where the stage was started before.
@@ -150,4 +165,6 @@ def stage_command(campaign: Campaign, stage: str) -> list[str] | None:
         return _dataset(c, conf, searches)
     if stage == "searched":
         return _searched(c, conf)
+    if stage == "select":
+        return _select(c, conf)
     raise ValueError(f"unknown stage {stage!r}")

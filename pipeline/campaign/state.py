@@ -17,7 +17,7 @@ from pipeline.campaign.plan import Campaign, CampaignError
 STATE_VERSION = 1
 STATE_FILE = "campaign.json"
 STAGES = ("search", "labels", "rewards", "policy", "evaluate", "optimal", "dataset",
-          "searched", "publish")
+          "searched", "select", "publish")
 DESCRIPTIONS = {
     "search": "search the training split (run_training_experiments)",
     "labels": "measure sites: attribute the winners, sweep hot sites (measure-sites)",
@@ -28,6 +28,7 @@ DESCRIPTIONS = {
     "dataset": "the labels, rewards and measured trees as a dataset (export-dataset)",
     "searched": "a policy file's parameters searched for the training split's speedup "
                 "(search-policy)",
+    "select": "the kind of policy kept by leave-fold-out measurement (select-policy)",
     "publish": "write the results (summary.csv, per-program CSVs, policy, README.md)",
 }
 DONE = ("done", "budget", "gate-failed", "skipped")
@@ -105,6 +106,7 @@ class _Stages(BaseModel):
     # absent in a campaign.json written before the stage existed: pending (it then runs, or
     # is skipped when the campaign file does not turn it on)
     searched: _StageRecord = Field(default_factory=lambda: _StageRecord(state="pending"))
+    select: _StageRecord = Field(default_factory=lambda: _StageRecord(state="pending"))
     publish: _StageRecord
 
 
