@@ -129,6 +129,8 @@ def choose_policy(session: Session, request: ChoiceRequest, out: Path,
                      check)
         write_policy_bytes(spec.data, out / SELECTED)
         selected = out / SELECTED
+    else:  # an earlier run's choice is not this one's
+        (out / SELECTED).unlink(missing_ok=True)
     outcome = ChoiceOutcome(choice, groups, gates, held, selected)
     _write(out, request, outcome, aa)
     return outcome
