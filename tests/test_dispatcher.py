@@ -258,6 +258,26 @@ def test_compile_cache_hit_and_override_miss(compiler, store):
         service.close()
 
 
+def test_a_stored_build_is_not_queued_behind_running_compiles(compiler, store, tmp_path):
+    """One compile job, busy with a long build (always-inline's can take the 300 s budget):
+    a build already in the store is answered at once, not after it (run-plugin-benchmark's
+    comparisons waited there for their heuristic builds, stored minutes before)."""
+    import threading
+    bench = resolve_benchmark(str(small_benchmark(tmp_path)))
+    service = CompileService(store, compiler, jobs=1)
+    release = threading.Event()
+    try:
+        stored = service.compile(CompileJob(bench))
+        busy = service._pool.submit(release.wait, 60)  # the only compile job, taken
+        got = service.submit(CompileJob(bench))
+        assert got.done() and got.result().cached
+        assert got.result().artifact.key == stored.artifact.key
+        assert not busy.done()
+    finally:
+        release.set()
+        service.close()
+
+
 def test_identical_jobs_in_flight_compile_once(compiler, store, tmp_path):
     bench = resolve_benchmark(str(small_benchmark(tmp_path)))
     service = CompileService(store, compiler, jobs=2)
