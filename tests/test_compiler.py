@@ -223,7 +223,8 @@ def test_malformed_overrides_file(compiler, tmp_path, kind):
     ov = tmp_path / f"{kind}.sexp"
     ov.write_text(text)
     proc = subprocess.run([str(compiler.ocamlopt), "-O3", "-inlining-overrides", str(ov),
-                           "-c", "main.ml"], cwd=tmp_path, capture_output=True, text=True)
+                           "-c", "main.ml"], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})  # its .s stays here
     assert proc.returncode != 0
     lines = proc.stderr.splitlines()
     assert len(lines) == 1, proc.stderr  # one line, no backtrace
@@ -235,6 +236,7 @@ def test_malformed_overrides_file(compiler, tmp_path, kind):
 def test_missing_overrides_file(compiler, tmp_path):
     (tmp_path / "main.ml").write_text("let () = ()\n")
     proc = subprocess.run([str(compiler.ocamlopt), "-inlining-overrides", "nope.sexp",
-                           "-c", "main.ml"], cwd=tmp_path, capture_output=True, text=True)
+                           "-c", "main.ml"], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
     assert proc.returncode != 0
     assert proc.stderr.startswith("nope.sexp: cannot read") and len(proc.stderr.splitlines()) == 1

@@ -223,8 +223,10 @@ FAILURES = {
 def run_compiler(compiler, workdir: Path, *options: str, env=None):
     (workdir / "main.ml").write_text(FEATURES_ML)
     t0 = time.monotonic()
+    # TMPDIR: the compiler's temporary .s, which it leaves when it stops early, in workdir
     proc = subprocess.run([str(compiler.ocamlopt), "-O3", *options, "-c", "main.ml"],
-                          cwd=workdir, capture_output=True, text=True, timeout=120, env=env)
+                          cwd=workdir, capture_output=True, text=True, timeout=120,
+                          env={**(os.environ if env is None else env), "TMPDIR": str(workdir)})
     return proc, time.monotonic() - t0
 
 
