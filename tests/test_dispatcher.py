@@ -320,6 +320,43 @@ def test_a_compiler_stopped_by_a_ctrl_c_is_an_interruption_not_a_failed_build(tm
         build_benchmark(bench, tmp_path / "out", fake)
 
 
+def test_a_compiler_dies_with_the_master_that_started_it(tmp_path):
+    """A master killed mid-build (SIGKILL: no handler runs) does not leave its compiler
+    running to the end of its build budget: the compiler is started so that it is killed when
+    the thread that started it ends (util-linux's setpriv, PR_SET_PDEATHSIG)."""
+    import signal
+    import textwrap
+    import time
+    if shutil.which("setpriv") is None:
+        pytest.skip("no setpriv (util-linux) on this machine")
+    pid_file = tmp_path / "compiler.pid"
+    master = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import threading
+        from pathlib import Path
+        from dispatcher.build.driver import run_counted
+        threading.Thread(target=run_counted, args=(
+            ["sh", "-c", "echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file} && "
+             "exec sleep 60"], Path("."), {{}}, 120)).start()
+        threading.Event().wait()
+        """)], cwd=Path(__file__).resolve().parent.parent)
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists():
+            assert master.poll() is None and time.monotonic() < deadline, "no compile started"
+            time.sleep(0.05)
+        compiler = Path("/proc") / pid_file.read_text().strip()
+        assert compiler.exists(), "the compiler is not running"
+        master.send_signal(signal.SIGKILL)
+        master.wait(30)
+        deadline = time.monotonic() + 30
+        while compiler.exists() and (compiler / "cmdline").read_bytes().startswith(b"sleep"):
+            assert time.monotonic() < deadline, "the compiler outlived its master"
+            time.sleep(0.05)
+    finally:
+        master.kill()
+        master.wait()
+
+
 def test_a_compiler_that_crashes_is_a_failed_build(tmp_path):
     fake = fake_compiler(tmp_path, "kill -s SEGV $$").ocamlopt
     bench = resolve_benchmark(str(small_benchmark(tmp_path)))

@@ -147,6 +147,13 @@ def _first_error_line(output: str) -> str:
     return f"{error}: {why}" if why and why not in error else error
 
 
+#: util-linux's ``setpriv``: a compiler started through it is killed when the thread that
+#: started it ends, so a master killed mid-build (SIGKILL, SIGTERM) does not leave its
+#: compilers running to the end of their build budget, writing into a store nobody reads
+#: (``PR_SET_PDEATHSIG``, set after the fork and kept across the exec; without it: as before).
+_SETPRIV = shutil.which("setpriv")
+
+
 def run_counted(cmd: list[str], cwd: Path, env: Mapping[str, str], timeout: float
                 ) -> tuple[int, bytes, float]:
     """``cmd`` run to its end -> (its exit status as ``subprocess`` gives it, its output with
@@ -154,7 +161,8 @@ def run_counted(cmd: list[str], cwd: Path, env: Mapping[str, str], timeout: floa
     assembler, the linker).  Read from ``wait4`` of this child alone, so compiles running
     in other threads are not counted in.  subprocess.TimeoutExpired past ``timeout``, the
     child killed; in its own session, so a Ctrl-C meant for the master does not reach it."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=dict(env), stdout=subprocess.PIPE,
+    argv = [_SETPRIV, "--pdeathsig", "KILL", "--", *cmd] if _SETPRIV else cmd
+    proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
     assert proc.stdout is not None
     chunks: list[bytes] = []
