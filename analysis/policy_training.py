@@ -162,7 +162,7 @@ def fold_models(ts: TrainingSet, name: str, seed: int = 0) -> dict[str, Any]:
     """Per held-out benchmark, classifier ``name`` fitted on every other benchmark (nothing
     when there is one benchmark).  Fitted once, then scored on the held-out labels
     (``leave_one_benchmark_out``) and, for --validate measured, exported as that fold's
-    policy (``policy_of``): fitting it twice cost train-policy half its time."""
+    policy (``exported_policy``): fitting it twice cost train-policy half its time."""
     benches = sorted(ts.benchmarks.unique())
     if len(benches) < 2:
         return {}
@@ -218,11 +218,11 @@ def train(ts: TrainingSet, name: str, threshold: float, seed: int = 0,
     """The policy of classifier ``name`` fitted to every site of ``ts``, exported as plain
     data (``dispatcher.build.policy_file``) with each column's training range and the guard
     rails ``margin``, ``ranges`` and ``growth_budget`` (None: none)."""
-    return policy_of(ts, name, _fit(name, ts.features, ts.labels, seed), threshold,
-                     margin=margin, ranges=ranges, growth_budget=growth_budget)
+    return exported_policy(ts, name, _fit(name, ts.features, ts.labels, seed), threshold,
+                           margin=margin, ranges=ranges, growth_budget=growth_budget)
 
 
-def policy_of(ts: TrainingSet, name: str, model: Any, threshold: float, *,
+def exported_policy(ts: TrainingSet, name: str, model: Any, threshold: float, *,
               margin: float = DEFAULT_MARGIN, ranges: bool = True,
               growth_budget: int | None = DEFAULT_GROWTH_BUDGET) -> TrainedPolicy:
     """``model``, classifier ``name`` already fitted to every site of ``ts``, as ``train``

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 from collections.abc import Iterator
 from typing import IO, Any, Callable, NoReturn, TypeVar
 
@@ -18,6 +19,21 @@ from dispatcher.session import Session
 F = TypeVar("F", bound=Callable[..., Any])
 
 USER_ERROR = 2  # the exit status of every bad input, in every command
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A FloatRange that refuses nan and the infinities: ``nan`` compares false with every
+    bound, so a plain range lets it through (and every label would be nonsense).  The type
+    of every command option that is a threshold, a margin or a gate."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
 
 
 class UserError(click.ClickException):

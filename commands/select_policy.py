@@ -16,8 +16,15 @@ from pathlib import Path
 
 import click
 
+from analysis.label_training import DEFAULT_LABEL_THRESHOLD
 from analysis.policy_training import CLASSIFIERS, TrainingSet
-from commands.common import backend_errors_in_one_line, closing_session, fail, show_warnings
+from commands.common import (
+    FiniteFloatRange,
+    backend_errors_in_one_line,
+    closing_session,
+    fail,
+    show_warnings,
+)
 from dispatcher.build.policy_file import DEFAULT_GROWTH_BUDGET, DEFAULT_MARGIN
 from dispatcher.build.toolchain import CompilerNotFound
 from dispatcher.config import ConfigError, load_config, with_metric
@@ -34,7 +41,6 @@ from pipeline.policy.searched import Penalties
 from pipeline.policy.training import TrainingRequest, plan_training, training_table
 
 PROG = "select-policy"
-DEFAULT_LABEL_THRESHOLD = 0.0
 
 
 @click.command()
@@ -56,9 +62,9 @@ DEFAULT_LABEL_THRESHOLD = 0.0
 @click.option("--size", default="tiny", show_default=True)
 @click.option("--classifier", type=click.Choice(CLASSIFIERS), default="mlp",
               show_default=True)
-@click.option("--label-threshold", type=click.FloatRange(0), default=DEFAULT_LABEL_THRESHOLD,
+@click.option("--label-threshold", type=FiniteFloatRange(0), default=DEFAULT_LABEL_THRESHOLD,
               show_default=True, help="Labels: |effect| at or below this does not matter.")
-@click.option("--margin", type=click.FloatRange(0, 1), default=DEFAULT_MARGIN,
+@click.option("--margin", type=FiniteFloatRange(0, 1), default=DEFAULT_MARGIN,
               show_default=True, help="The classifier's margin guard rail.")
 @click.option("--growth-budget", type=click.IntRange(1), default=DEFAULT_GROWTH_BUDGET,
               show_default=True, help="The classifier's growth budget (and the combined "

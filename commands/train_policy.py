@@ -42,7 +42,7 @@ import pandas as pd
 
 from analysis.label_training import DEFAULT_LABEL_THRESHOLD
 from analysis.policy_training import CLASSIFIERS, LABELS, pooled_balanced_accuracy, summary
-from commands.common import backend_errors_in_one_line, fail, show_warnings
+from commands.common import FiniteFloatRange, backend_errors_in_one_line, fail, show_warnings
 from dispatcher.build.policy_file import DEFAULT_GROWTH_BUDGET, DEFAULT_MARGIN, MAX_GROWTH_BUDGET
 from dispatcher.config import MAX_RUNS
 from pipeline.policy.inputs import DEFAULT_THRESHOLD, InputError
@@ -59,20 +59,6 @@ from pipeline.policy.training import (
 )
 
 PROG = "train-policy"
-
-
-class _FiniteFloatRange(click.FloatRange):
-    """A FloatRange that refuses nan and the infinities: ``nan`` compares false with every
-    bound, so a plain range lets it through (and every label would be nonsense)."""
-
-    name = "finite float range"
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number.", param, ctx)
-        return number
 
 
 class _GrowthBudget(click.ParamType):
@@ -117,13 +103,13 @@ class _GrowthBudget(click.ParamType):
 @click.option("--hyper", default="best", show_default=True,
               help="Hyperparameters (a directory name such as gamma0.8-alpha0.01-log), or "
                    "best: per benchmark, the best mean held-out R^2.")
-@click.option("--threshold", type=_FiniteFloatRange(0), default=DEFAULT_THRESHOLD,
+@click.option("--threshold", type=FiniteFloatRange(0), default=DEFAULT_THRESHOLD,
               show_default=True, help="Rewards: |net reward| at or below this: does not "
                                       "matter.")
-@click.option("--label-threshold", type=_FiniteFloatRange(0), default=DEFAULT_LABEL_THRESHOLD,
+@click.option("--label-threshold", type=FiniteFloatRange(0), default=DEFAULT_LABEL_THRESHOLD,
               show_default=True, help="Labels: |effect| (log speedup) at or below this: does "
                                       "not matter.")
-@click.option("--margin", type=_FiniteFloatRange(0, 1), default=DEFAULT_MARGIN,
+@click.option("--margin", type=FiniteFloatRange(0, 1), default=DEFAULT_MARGIN,
               show_default=True,
               help="Guard rail: the policy overrules the heuristic only where the model's "
                    "probability of its answer exceeds that of the heuristic's action by at "
@@ -146,7 +132,7 @@ class _GrowthBudget(click.ParamType):
                    "fold's policy into its held-out benchmark and measure it against the "
                    "heuristic; keep the classifier whose worst held-out speedup is best; "
                    "FAIL (exit 3, the file still written) below --gate.")
-@click.option("--gate", type=_FiniteFloatRange(0, min_open=True),
+@click.option("--gate", type=FiniteFloatRange(0, min_open=True),
               default=GATE, show_default=True,
               help="--validate measured: the lowest worst held-out speedup that passes.")
 @click.option("--size", help="--validate measured: benchmark size (default: config).")

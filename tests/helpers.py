@@ -78,6 +78,15 @@ def search_config(tmp_path: Path, store: Path, measure: dict | None = None,
                    "batch_log": str(tmp_path / "batch.log"), **search}})
 
 
+def campaign_data(tmp_path: Path) -> tuple[dict, Path]:
+    """A campaign file's smallest content (a local config, quick size) and the path it would
+    be read from: what the tests of one stage's section add their keys to."""
+    cfg = write_yaml(tmp_path / "local.yaml", {"backend": "local",
+                                               "store": str(tmp_path / "store")})
+    return ({"config": str(cfg), "dir": "camp", "results": "out", "size": "quick"},
+            tmp_path / "campaign.yaml")
+
+
 def tiny_search_config(tmp_path: Path) -> Path:
     """A config for a few quick random-walk steps on one CPU, everything under ``tmp_path``
     (the searches that rewards, plugins and validation tests start from)."""

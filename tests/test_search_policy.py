@@ -35,7 +35,7 @@ from pipeline.policy.searched import (
     seeds,
     weight_name,
 )
-from tests.helpers import FIRST_CPU, REPO, cli, one_line_error, write_yaml
+from tests.helpers import FIRST_CPU, REPO, campaign_data, cli, one_line_error, write_yaml
 
 
 def random_point(space: Space, rng: random.Random) -> dict[str, float]:
@@ -254,10 +254,7 @@ def test_bad_input_is_one_line(tmp_path):
 def test_the_campaign_stage_is_off_unless_the_file_turns_it_on(tmp_path):
     from pipeline.campaign import plan, stages
     from pipeline.campaign import state as cstate
-    cfg = write_yaml(tmp_path / "local.yaml", {"backend": "local",
-                                               "store": str(tmp_path / "store")})
-    data = {"config": str(cfg), "dir": "camp", "results": "out", "size": "quick"}
-    source = tmp_path / "campaign.yaml"
+    data, source = campaign_data(tmp_path)
     off = plan.parse_campaign(data, source)
     assert stages.stage_command(off, "searched") is None  # skipped: nothing to do
     # the section, off, is the same campaign as no section (earlier identities hold)

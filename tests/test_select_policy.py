@@ -28,7 +28,7 @@ from pipeline.policy.searched import (
     seed_from_labels,
     weight_name,
 )
-from tests.helpers import FIRST_CPU, REPO, one_line_error, sites_table, write_yaml
+from tests.helpers import FIRST_CPU, REPO, campaign_data, one_line_error, sites_table, write_yaml
 
 
 def held(program: str, fold: int, speedup: float | None, *, fallback: str | None = None,
@@ -203,10 +203,7 @@ def test_bad_input_is_one_line(tmp_path):
 def test_the_campaign_stage_is_off_unless_the_file_turns_it_on(tmp_path):
     from pipeline.campaign import plan, stages
     from pipeline.campaign import state as cstate
-    cfg = write_yaml(tmp_path / "local.yaml", {"backend": "local",
-                                               "store": str(tmp_path / "store")})
-    data = {"config": str(cfg), "dir": "camp", "results": "out", "size": "quick"}
-    source = tmp_path / "campaign.yaml"
+    data, source = campaign_data(tmp_path)
     off = plan.parse_campaign(data, source)
     assert stages.stage_command(off, "select") is None  # skipped: nothing to do
     assert plan.parse_campaign({**data, "select": {"enabled": False, "folds": 4}},

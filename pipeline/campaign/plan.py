@@ -304,13 +304,19 @@ def _evaluate(r: Reader, data: dict) -> EvaluateStage:
     return evaluate
 
 
+def _seed(r: Reader, section: dict, name: str, default: int) -> int:
+    """A stage's sampler seed: an integer from 0 to 2**31 - 1 (Optuna's and numpy's range)."""
+    seed = section.get("seed", default)
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 31:
+        raise r.fail(name, "an integer from 0 to 2147483647", seed)
+    return seed
+
+
 def _searched(r: Reader, data: dict, size: str) -> SearchedStage:
     d = SearchedStage()
     sp = r.section(data, "searched", {"enabled", "benchmarks", "trials", "metric", "size",
                                       "confirm_size", "seed", "runs", "max_pairs"})
-    seed = sp.get("seed", d.seed)
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 31:
-        raise r.fail("searched.seed", "an integer from 0 to 2147483647", seed)
+    seed = _seed(r, sp, "searched.seed", d.seed)
     searched = SearchedStage(
         enabled=r.boolean(sp, "enabled", "searched.enabled", d.enabled),
         benchmarks=_benchmarks(r, sp.get("benchmarks", "training"), "searched.benchmarks"),
@@ -332,9 +338,7 @@ def _select(r: Reader, data: dict) -> SelectStage:
     d = SelectStage()
     sp = r.section(data, "select", {"enabled", "benchmarks", "kinds", "folds", "trials",
                                     "metric", "size", "classifier", "seed"})
-    seed = sp.get("seed", d.seed)
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 31:
-        raise r.fail("select.seed", "an integer from 0 to 2147483647", seed)
+    seed = _seed(r, sp, "select.seed", d.seed)
     kinds = sp.get("kinds", list(d.kinds))
     if not isinstance(kinds, list) or not kinds or \
             any(not isinstance(k, str) or k not in KINDS for k in kinds) or \

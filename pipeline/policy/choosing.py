@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis.policy_training import TrainingSet, train
+from analysis.policy_training import TrainingError, TrainingSet, train
 from dispatcher import baselines as base
 from dispatcher.build.manifest import Benchmark, Size
 from dispatcher.build.policies import PolicySpec, learned_spec
@@ -154,9 +154,13 @@ def _make(session: Session, request: ChoiceRequest, kind: str, programs: Sequenc
     """The policy of ``kind`` made from ``programs`` only, its file under ``where``."""
     names = [b.name for b in programs]
     if kind == "classifier":
-        policy = train(_labels_of(request, names, where), request.classifier,
-                       request.rails.threshold, margin=request.rails.margin,
-                       ranges=request.rails.ranges, growth_budget=request.rails.growth_budget)
+        try:
+            policy = train(_labels_of(request, names, where), request.classifier,
+                           request.rails.threshold, margin=request.rails.margin,
+                           ranges=request.rails.ranges,
+                           growth_budget=request.rails.growth_budget)
+        except TrainingError as exc:
+            raise ChoiceError(f"{where}: {exc}") from None
         where.mkdir(parents=True, exist_ok=True)
         spec = learned_spec(policy, source=str((where / "classifier.policy").resolve()))
         write_policy_bytes(spec.data, where / "classifier.policy")
@@ -203,19 +207,15 @@ def _labels_of(request: ChoiceRequest, names: Sequence[str], where: Path) -> Tra
 def _aa(session: Session, request: ChoiceRequest) -> dict[str, Figure]:
     """The heuristic against itself on every training program (ChoiceError naming one
     without a figure)."""
-    contenders = [Contender(b.name, b, CompileJob(b), request.sizes[b.name])
-                  for b in request.benchmarks]
     config = session.config
-    out: dict[str, Figure] = {}
-    with closing(compare_with_heuristic(session, contenders, config.run.runs,
-                                        pairing_policy(config, config.run.runs))) as it:
-        for got in it:
-            m = base.measured_of(session, got)
-            if m.speedup is None or m.low is None:
-                raise ChoiceError(f"{got.contender.bench.name}: the heuristic against itself "
-                                  f"has no figure ({m.error or 'not measured'})")
-            out[got.contender.bench.name] = m
-    return out
+    got = base.measure_all(session, [Contender(b.name, b, CompileJob(b), request.sizes[b.name])
+                                     for b in request.benchmarks],
+                           config.run.runs, pairing_policy(config, config.run.runs))
+    for name, m in got.items():
+        if m.speedup is None or m.low is None:
+            raise ChoiceError(f"{name}: the heuristic against itself has no figure "
+                              f"({m.error or 'not measured'})")
+    return got
 
 
 def _measure(session: Session, request: ChoiceRequest, spec: PolicySpec,

@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.policy_training import TrainingSet, policy_of, train
+from analysis.policy_training import TrainingSet, exported_policy, train
 from analysis.sources import SourcesError, benchmark_of
 from dispatcher.baselines import cost_ratios, past_guard
 from dispatcher.build.manifest import Benchmark, ManifestError, Size, resolve_benchmark
@@ -84,8 +84,8 @@ def fold_policies(ts: TrainingSet, classifiers: Sequence[str], threshold: float,
             fitted = (models or {}).get((name, bench))
             policy = (train(rest, name, threshold, margin=margin, ranges=ranges,
                             growth_budget=growth_budget) if fitted is None else
-                      policy_of(rest, name, fitted, threshold, margin=margin, ranges=ranges,
-                                growth_budget=growth_budget))
+                      exported_policy(rest, name, fitted, threshold, margin=margin,
+                                      ranges=ranges, growth_budget=growth_budget))
             path = folds_dir / f"{name}.{_NAME_BAD.sub('_', bench)}.policy"
             spec = learned_spec(policy, source=str(path.resolve()))
             write_policy_bytes(spec.data, path)
