@@ -216,6 +216,48 @@ def test_the_evaluation_tunes_the_baselines_on_the_searched_programs(tmp_path):
     assert "--baselines" not in stages.stage_command(without, "evaluate")
 
 
+def test_the_kept_stage_measures_the_policy_chosen_by_measurement(tmp_path):
+    """The campaign's answer when a policy is searched: select's choice, else the searched
+    stage's best, measured as the evaluation measures the classifier's, and published apart."""
+    from pipeline.campaign.publish import _published
+    config = simulated_config(tmp_path)
+    c = plan.load_campaign(write_campaign(tmp_path, config, evaluate={"baselines": True}))
+    assert stages.kept_policy(c) is None and stages.stage_command(c, "kept") is None
+    searched = plan.load_campaign(write_campaign(tmp_path, config,
+                                                 evaluate={"baselines": True},
+                                                 searched={"enabled": True}))
+    assert stages.stage_command(searched, "kept") is None  # the study wrote no policy yet
+    best = searched.dir / "searched" / "searched.policy"
+    best.parent.mkdir(parents=True)
+    best.write_text("policy\n")
+    argv = stages.stage_command(searched, "kept")
+    evaluate = stages.stage_command(searched, "evaluate")
+    assert argv[:4] == ["run-plugin-benchmark", "--config", str(c.config), str(best)]
+    assert argv[4:] == [*evaluate[4:5], "--name", "kept", *evaluate[5:]]  # same programs,
+    assert "--baselines" in argv  # baselines (found in the store), pairs and results
+    both = plan.load_campaign(write_campaign(tmp_path, config, searched={"enabled": True},
+                                             select={"enabled": True}))
+    assert stages.stage_command(both, "kept") is None  # select decides: it kept nothing
+    chosen = both.dir / "selected" / "selected.policy"
+    chosen.parent.mkdir(parents=True)
+    chosen.write_text("policy\n")
+    assert stages.stage_command(both, "kept")[3] == str(chosen)
+    measured = both.dir / "results"
+    measured.mkdir()
+    for name in ("plugin_policy.summary.csv", "plugin_kept.summary.csv"):
+        (measured / name).write_text(name)
+    published = {dst.name: src.name for src, dst in _published(both)}
+    assert published["summary.csv"] == "plugin_policy.summary.csv"
+    assert published["summary-kept.csv"] == "plugin_kept.summary.csv"
+    # a campaign.json written before the stage existed is read: the stage pending
+    on_disk = {"version": 1, "identity": c.identity,
+               "stages": {s: {"state": "done"} for s in cstate.STAGES if s != "kept"}}
+    c.dir.mkdir(parents=True, exist_ok=True)
+    (c.dir / cstate.STATE_FILE).write_text(json.dumps(on_disk))
+    st = cstate.read_state(c)
+    assert st.stages["kept"].state == "pending" and st.next_stage() == "kept"
+
+
 def test_a_campaign_directory_of_other_settings_is_refused(tmp_path):
     config = simulated_config(tmp_path)
     c = plan.load_campaign(write_campaign(tmp_path, config))

@@ -2,7 +2,8 @@
 into ``results`` (the repository's, by default), with a README that says what produced it.
 
 Written: ``summary.csv`` (policy or baseline, split, program, speedup, low, high, pairs, binary
-size; the policy against each baseline), per-program CSVs (``<bench>/plugins/``, and the
+size; the policy against each baseline; ``summary-kept.csv`` the same for the policy the
+``select`` or ``searched`` stage kept), per-program CSVs (``<bench>/plugins/``, and the
 optimal trees' ``<bench>/<model>/``), ``global-setting.json``, the policy file with its
 validation scores, the labels tables and their figures (``labels/<bench>/``), the dataset
 (``dataset/``: ``export-dataset``'s), the searches' plots (``search/<rundir>.png``), and
@@ -23,7 +24,7 @@ from dispatcher.core.files import write_text_atomic
 from dispatcher.core.rundir import PLOT_TEMPORARIES
 from pipeline.campaign.budget import WorkerClock
 from pipeline.campaign.plan import SEARCHES, Campaign, CampaignError
-from pipeline.campaign.stages import experiments
+from pipeline.campaign.stages import KEPT, experiments
 from pipeline.campaign.state import STAGES, CampaignState, read_state
 from pipeline.longrun import progress
 
@@ -103,7 +104,8 @@ def readme(campaign: Campaign, state: CampaignState, spent_s: float) -> str:
         lines.append(f"| {name} | {s.state} | {when} | {s.note} |")
     lines += ["", f"Worker budget: {spent_s / 3600:.2f} of {campaign.worker_hours:g} "
               "worker-hours spent running binaries by the search and the sweeps.", ""]
-    for stage, title in (("evaluate", "The policy and the baselines (run-plugin-benchmark)"),
+    for stage, title in (("kept", "The kept policy and the baselines (run-plugin-benchmark)"),
+                         ("evaluate", "The policy and the baselines (run-plugin-benchmark)"),
                          ("policy", "Training and measured validation (train-policy)"),
                          ("optimal", "Optimal trees of the rewards (run-all-benchmarks)")):
         text = _log(campaign, stage)
@@ -141,7 +143,9 @@ def _published(campaign: Campaign) -> list[tuple[Path, Path]]:
         rel = src.relative_to(measured)
         if not src.is_file():
             continue
-        if rel.name.startswith("plugin_") and rel.name.endswith(".summary.csv") \
+        if rel.name == f"plugin_{KEPT}.summary.csv":  # the kept policy's evaluation
+            pairs.append((src, out / "summary-kept.csv"))
+        elif rel.name.startswith("plugin_") and rel.name.endswith(".summary.csv") \
                 and len(rel.parts) == 1:
             pairs.append((src, out / "summary.csv"))
         elif src.suffix in (".csv", ".json", ".png"):

@@ -85,13 +85,41 @@ def _policy(c: Campaign, conf: list[str]) -> list[str]:
             "--max-pairs", str(p.max_pairs), "--out", str(c.policy_file)]
 
 
-def _evaluate(c: Campaign, conf: list[str]) -> list[str]:
+#: The ``--name`` of the kept policy's evaluation: ``results/plugin_kept.summary.csv``.
+KEPT = "kept"
+
+
+def _plugin_benchmark(c: Campaign, conf: list[str], policy: Path,
+                      name: list[str]) -> list[str]:
+    """run-plugin-benchmark of ``policy`` on the evaluation split, with the baselines tuned
+    on the searched programs (a second evaluation finds them in the store and in
+    ``results/global-setting.json``: nothing is measured twice)."""
     e = c.evaluate
     baselines = ["--baselines", *[a for t in c.search.benchmarks for a in ("--tune-on", t)]]
-    return ["run-plugin-benchmark", *conf, str(c.policy_file), *_tasks(e.benchmarks),
+    return ["run-plugin-benchmark", *conf, str(policy), *_tasks(e.benchmarks), *name,
             *(baselines if e.baselines else []),
             "--size", c.size, "--runs", str(e.runs), "--max-pairs", str(e.max_pairs),
             "--results", str(c.dir / "results")]
+
+
+def kept_policy(c: Campaign) -> Path | None:
+    """The policy the campaign answers with when it chooses one by measurement: the select
+    stage's choice, else (select off) the searched stage's best; None when neither stage is
+    on, or the one that decides kept nothing (every kind refused by its gate)."""
+    if c.select.enabled:
+        chosen = c.dir / "selected" / "selected.policy"
+    elif c.searched.enabled:
+        chosen = c.dir / "searched" / "searched.policy"
+    else:
+        return None
+    return chosen if chosen.is_file() else None
+
+
+def _kept(c: Campaign, conf: list[str]) -> list[str] | None:
+    kept = kept_policy(c)
+    if kept is None:
+        return None
+    return _plugin_benchmark(c, conf, kept, ["--name", KEPT])
 
 
 def _optimal(c: Campaign, conf: list[str]) -> list[str] | None:
@@ -158,7 +186,7 @@ def stage_command(campaign: Campaign, stage: str) -> list[str] | None:
     if stage == "policy":
         return _policy(c, conf)
     if stage == "evaluate":
-        return _evaluate(c, conf)
+        return _plugin_benchmark(c, conf, c.policy_file, [])
     if stage == "optimal":
         return _optimal(c, conf)
     if stage == "dataset":
@@ -167,4 +195,6 @@ def stage_command(campaign: Campaign, stage: str) -> list[str] | None:
         return _searched(c, conf)
     if stage == "select":
         return _select(c, conf)
+    if stage == "kept":
+        return _kept(c, conf)
     raise ValueError(f"unknown stage {stage!r}")

@@ -17,7 +17,7 @@ from pipeline.campaign.plan import Campaign, CampaignError
 STATE_VERSION = 1
 STATE_FILE = "campaign.json"
 STAGES = ("search", "labels", "rewards", "policy", "evaluate", "optimal", "dataset",
-          "searched", "select", "publish")
+          "searched", "select", "kept", "publish")
 DESCRIPTIONS = {
     "search": "search the training split (run_training_experiments)",
     "labels": "measure sites: attribute the winners, sweep hot sites (measure-sites)",
@@ -29,6 +29,8 @@ DESCRIPTIONS = {
     "searched": "a policy file's parameters searched for the training split's speedup "
                 "(search-policy)",
     "select": "the kind of policy kept by leave-fold-out measurement (select-policy)",
+    "kept": "the kept policy (select's, else the searched one) and the baselines on the "
+            "evaluation split (run-plugin-benchmark)",
     "publish": "write the results (summary.csv, per-program CSVs, policy, README.md)",
 }
 DONE = ("done", "budget", "gate-failed", "skipped")
@@ -107,6 +109,7 @@ class _Stages(BaseModel):
     # is skipped when the campaign file does not turn it on)
     searched: _StageRecord = Field(default_factory=lambda: _StageRecord(state="pending"))
     select: _StageRecord = Field(default_factory=lambda: _StageRecord(state="pending"))
+    kept: _StageRecord = Field(default_factory=lambda: _StageRecord(state="pending"))
     publish: _StageRecord
 
 
