@@ -155,6 +155,13 @@ def test_the_bundled_campaign_files_load():
     assert quick.dir != full.dir and quick.results != full.results
     assert full.results == (REPO / "results").resolve()
     assert quick.identity != full.identity
+    assert not full.searched.enabled and not full.select.enabled  # documented, off
+    second = plan.load_campaign(REPO / "configs" / "campaign-2.yaml")
+    assert second.searched.enabled and second.select.enabled
+    assert second.search.metric == "cycles" and second.labels.retest
+    assert second.dir != full.dir and second.results == (REPO / "results" / "campaign-2")
+    second_quick = plan.load_campaign(REPO / "configs" / "campaign-2.yaml", quick=True)
+    assert second_quick.dir not in (second.dir, quick.dir)
 
 
 def test_the_defaults_are_their_owners():
