@@ -209,6 +209,54 @@ def test_a_started_stage_continues_through_its_commands_resume(tmp_path):
     assert rewards[-2:] == [str(c.dir / "rundirs/kahan-sa"), str(c.dir / "rundirs/orbit-sa")]
 
 
+def test_the_flipbacks_stage_sets_always_inlines_sites_back_into_the_same_tables(tmp_path):
+    from dispatcher.core.rundir import EXPERIMENT
+    from dispatcher.core.site_records import SitesExperiment
+    config = simulated_config(tmp_path)
+    off = plan.load_campaign(write_campaign(tmp_path, config))
+    assert stages.stage_command(off, "flipbacks") is None  # skipped: nothing to do
+    on = plan.load_campaign(write_campaign(tmp_path, config, flipbacks={
+        "enabled": True, "benchmarks": ["orbit"], "sweep": 3}, labels={"retest": True}))
+    assert on.identity != off.identity
+    assert plan.load_campaign(write_campaign(tmp_path, config, flipbacks={
+        "enabled": False, "sweep": 3})).identity == off.identity  # earlier identities hold
+    argv = stages.stage_command(on, "flipbacks")
+    labels = stages.stage_command(on, "labels")
+    assert argv[:3] == ["measure-sites", "--config", str(on.config)]
+    assert argv[argv.index("--tasks") + 1] == str(on.dir / stages.FLIPBACK_TASKS)
+    assert argv[argv.index("--reference") + 1] == "always-inline"
+    assert argv[argv.index("--sweep") + 1] == "3"
+    for option in ("--labels", "--size", "--runs", "--max-pairs"):  # measured as labels are
+        assert argv[argv.index(option) + 1] == labels[labels.index(option) + 1]
+    assert "--retest" in argv and "--batch-log" not in argv
+    on.dir.mkdir()
+    stages.write_tasks(on)
+    assert (on.dir / stages.FLIPBACK_TASKS).read_text() == "orbit\n"
+    # resumed: each stage takes the labels rundirs of its own reference
+    lines = []
+    for name, reference in (("orbit-sites", None), ("orbit-sites-1", "always-inline")):
+        rundir = on.dir / "rundirs" / name
+        rundir.mkdir(parents=True)
+        (rundir / EXPERIMENT).write_text(json.dumps(SitesExperiment(
+            task="orbit", benchmark="orbit", size="quick", runs=2, max_pairs=2,
+            half_width=0.01, timeout=10, perf=False, aslr=False, worker_class="local",
+            compiler="0" * 64, reference=reference).to_json()))
+        lines.append({"task": "orbit", "rundir": f"rundirs/{name}", "algorithm": "sites",
+                      "version": 1})
+    lines.append({"task": "kahan", "rundir": "rundirs/kahan-sites", "algorithm": "sites",
+                  "version": 1})  # no experiment readable: the labels stage's to resume
+    on.batch_log.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert stages.stage_command(on, "labels")[3:] == [
+        "--labels", str(on.dir / "labels"), "--resume", str(on.dir / "rundirs/orbit-sites"),
+        "--resume", str(on.dir / "rundirs/kahan-sites")]
+    assert stages.stage_command(on, "flipbacks")[3:] == [
+        "--labels", str(on.dir / "labels"), "--resume", str(on.dir / "rundirs/orbit-sites-1")]
+    with pytest.raises(plan.CampaignError, match="flipbacks.reference"):
+        plan.load_campaign(write_campaign(tmp_path, config, flipbacks={"reference": "heuristic"}))
+    with pytest.raises(plan.CampaignError, match="flipbacks.sweep"):
+        plan.load_campaign(write_campaign(tmp_path, config, flipbacks={"sweep": 0}))
+
+
 def test_the_evaluation_tunes_the_baselines_on_the_searched_programs(tmp_path):
     """What the real campaign's evaluation runs with ``evaluate.baselines`` (the baselines
     themselves: tests/test_baselines.py, end to end)."""
@@ -258,11 +306,13 @@ def test_the_kept_stage_measures_the_policy_chosen_by_measurement(tmp_path):
     assert published["summary-kept.csv"] == "plugin_kept.summary.csv"
     # a campaign.json written before the stage existed is read: the stage pending
     on_disk = {"version": 1, "identity": c.identity,
-               "stages": {s: {"state": "done"} for s in cstate.STAGES if s != "kept"}}
+               "stages": {s: {"state": "done"} for s in cstate.STAGES
+                          if s not in ("kept", "flipbacks")}}
     c.dir.mkdir(parents=True, exist_ok=True)
     (c.dir / cstate.STATE_FILE).write_text(json.dumps(on_disk))
     st = cstate.read_state(c)
-    assert st.stages["kept"].state == "pending" and st.next_stage() == "kept"
+    assert st.stages["kept"].state == "pending" and st.next_stage() == "flipbacks"
+    assert st.stages["flipbacks"].state == "pending"
 
 
 def test_a_campaign_directory_of_other_settings_is_refused(tmp_path):

@@ -90,6 +90,6 @@ def stage_budget_s(campaign: Campaign, stage: str) -> float | None:
     budget does not bound it): the search its share, the sweeps the rest."""
     if stage == "search":
         return campaign.budget_s * campaign.search_share
-    if stage == "labels":
+    if stage in ("labels", "flipbacks"):
         return campaign.budget_s
     return None

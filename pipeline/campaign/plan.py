@@ -77,6 +77,20 @@ class LabelsStage:
 
 
 @dataclass(frozen=True)
+class FlipbacksStage:
+    """measure-sites --reference after the labels stage (off unless the file turns it on):
+    the ``sweep`` hottest sites an aggressive build inlined, each set back alone against that
+    build, to learn where inlining hurts (docs/labels.md, "Labels from an aggressive
+    reference"); measured as the labels stage measures (its runs, pairs, retest, metric) into
+    the same tables, which keep both references side by side."""
+
+    enabled: bool = False
+    benchmarks: tuple[str, ...] = ("training",)
+    reference: str = "always-inline"
+    sweep: int = 10
+
+
+@dataclass(frozen=True)
 class PolicyStage:
     classifier: str = "all"
     gate: float = GATE
@@ -146,6 +160,7 @@ class Campaign:
     rewards_plots: bool = True
     search: SearchStage = field(default_factory=SearchStage)
     labels: LabelsStage = field(default_factory=LabelsStage)
+    flipbacks: FlipbacksStage = field(default_factory=FlipbacksStage)
     policy: PolicyStage = field(default_factory=PolicyStage)
     evaluate: EvaluateStage = field(default_factory=EvaluateStage)
     searched: SearchedStage = field(default_factory=SearchedStage)
@@ -176,8 +191,10 @@ class Campaign:
         return self.dir / "policy.policy"
 
 
-_TOP = {"config", "dir", "results", "size", "budget", "search", "labels", "rewards", "policy",
-        "evaluate", "searched", "select", "quick"}
+_TOP = {"config", "dir", "results", "size", "budget", "search", "labels", "flipbacks",
+        "rewards", "policy", "evaluate", "searched", "select", "quick"}
+#: The references the flipbacks stage may set sites back from (a tree is one program's).
+FLIPBACK_REFERENCES = ("always-inline",)
 
 
 def _benchmarks(r: Reader, value: Any, key: str) -> tuple[str, ...]:
@@ -310,6 +327,17 @@ def _seed(r: Reader, section: dict, name: str, default: int) -> int:
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 31:
         raise r.fail(name, "an integer from 0 to 2147483647", seed)
     return seed
+
+
+def _flipbacks(r: Reader, data: dict) -> FlipbacksStage:
+    d = FlipbacksStage()
+    sp = r.section(data, "flipbacks", {"enabled", "benchmarks", "reference", "sweep"})
+    return FlipbacksStage(
+        enabled=r.boolean(sp, "enabled", "flipbacks.enabled", d.enabled),
+        benchmarks=_benchmarks(r, sp.get("benchmarks", "training"), "flipbacks.benchmarks"),
+        reference=_choice(r, sp, "reference", "flipbacks.reference", d.reference,
+                          FLIPBACK_REFERENCES, " or ".join(FLIPBACK_REFERENCES)),
+        sweep=r.positive_int(sp, "sweep", "flipbacks.sweep", d.sweep, most=10_000))
 
 
 def _searched(r: Reader, data: dict, size: str) -> SearchedStage:
@@ -454,6 +482,7 @@ def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
         search_share=_fraction(r, budget, "search_share", "budget.search_share",
                                Campaign.search_share),
         search=_search(r, data, size), labels=_labels(r, data),
+        flipbacks=_flipbacks(r, data),
         rewards_model=_choice(r, rewards, "model", "rewards.model", Campaign.rewards_model,
                               MODELS, " or ".join(MODELS)),
         rewards_bootstrap=r.count(rewards, "bootstrap", "rewards.bootstrap",
@@ -465,6 +494,8 @@ def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
         batch_log_setting=batch_log)
     inputs += _benchmark_inputs(r, (("search.benchmarks", campaign.search.benchmarks),
                                     ("evaluate.benchmarks", campaign.evaluate.benchmarks),
+                                    ("flipbacks.benchmarks", campaign.flipbacks.benchmarks
+                                     if campaign.flipbacks.enabled else ()),
                                     ("searched.benchmarks", campaign.searched.benchmarks
                                      if campaign.searched.enabled else ()),
                                     ("select.benchmarks", campaign.select.benchmarks
@@ -489,7 +520,9 @@ def _identity(c: Campaign, *, legacy: bool = False) -> str:
         "rewards": c.rewards_model if c.rewards_bootstrap == BOOTSTRAP_ROUNDS
         else [c.rewards_model, c.rewards_bootstrap],
         "policy": c.policy.__dict__, "evaluate": c.evaluate.__dict__}
-    if c.searched.enabled:  # absent when off: earlier identities hold
+    if c.flipbacks.enabled:  # absent when off: earlier identities hold
+        what["flipbacks"] = c.flipbacks.__dict__
+    if c.searched.enabled:  # the same
         what["searched"] = c.searched.__dict__
     if c.select.enabled:  # the same
         what["select"] = c.select.__dict__

@@ -205,8 +205,7 @@ def prepare(campaign: Campaign, state: CampaignState) -> None:
     try:
         campaign.dir.mkdir(parents=True, exist_ok=True)
         write_state(campaign, state)
-        if not (campaign.dir / "search.tasks").exists():
-            write_tasks(campaign)
+        write_tasks(campaign)
     except OSError as exc:
         raise CampaignError(f"{campaign.dir}: cannot write the campaign's state "
                             f"({exc.strerror or exc})") from None

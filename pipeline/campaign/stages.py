@@ -9,8 +9,10 @@ from pathlib import Path
 from dispatcher.build.manifest import SPLITS
 from dispatcher.core.files import write_text_atomic
 from dispatcher.core.records import BatchEntry
-from dispatcher.core.rundir import RundirError, rundirs_of_batch_log
-from dispatcher.core.site_records import SITES_KIND
+from dispatcher.core.records import RecordError
+from dispatcher.core.rundir import EXPERIMENT, RundirError, rundirs_of_batch_log
+from dispatcher.core.site_records import HEURISTIC, SITES_KIND, read_sites_experiment, \
+    reference_name
 from pipeline.campaign.plan import SEARCHES, Campaign, CampaignError
 
 SITES = SITES_KIND  # the labels stage's experiments, as the batch log names them
@@ -41,11 +43,35 @@ def _tasks(names: Sequence[str]) -> list[str]:
     return out
 
 
-def write_tasks(campaign: Campaign) -> Path:
-    """The search's tasks file, one benchmark per line."""
-    path = campaign.dir / "search.tasks"
-    write_text_atomic(path, "".join(f"{t}\n" for t in _tasks(campaign.search.benchmarks)))
-    return path
+#: The tasks files the stages read, in the campaign directory: one benchmark per line.
+SEARCH_TASKS, FLIPBACK_TASKS = "search.tasks", "flipbacks.tasks"
+
+
+def write_tasks(campaign: Campaign) -> None:
+    """The search's tasks file and, when that stage is on, the flipbacks', each written once
+    (a resumed stage reads what it started with)."""
+    files = [(SEARCH_TASKS, campaign.search.benchmarks)]
+    if campaign.flipbacks.enabled:
+        files.append((FLIPBACK_TASKS, campaign.flipbacks.benchmarks))
+    for name, benchmarks in files:
+        path = campaign.dir / name
+        if not path.exists():
+            write_text_atomic(path, "".join(f"{t}\n" for t in _tasks(benchmarks)))
+
+
+def labels_against(batch_log: Path, reference: str) -> list[Path]:
+    """The labels rundirs the batch log lists that measure against ``reference`` (as the
+    labels table names it: heuristic, always-inline), in order.  One whose experiment cannot
+    be read counts as the heuristic's: the labels stage's resume says what is wrong with it."""
+    out = []
+    for rundir in experiments(batch_log, [SITES]):
+        try:
+            measured = reference_name(read_sites_experiment(rundir / EXPERIMENT).reference)
+        except RecordError:
+            measured = HEURISTIC
+        if measured == reference:
+            out.append(rundir)
+    return out
 
 
 def _resumed(rundirs: list[Path]) -> list[str]:
@@ -55,23 +81,41 @@ def _resumed(rundirs: list[Path]) -> list[str]:
 def _search(c: Campaign, conf: list[str], searches: list[Path]) -> list[str]:
     if searches:  # started before: each rundir continues (a finished one says so)
         return ["run_training_experiments", *conf, *_resumed(searches)]
-    return ["run_training_experiments", *conf, "--tasks", str(c.dir / "search.tasks"),
+    return ["run_training_experiments", *conf, "--tasks", str(c.dir / SEARCH_TASKS),
             "--algorithm", c.search.algorithm, "--steps", str(c.search.steps),
             "--chains", str(c.search.chains), "--seed", str(c.search.seed),
             "--size", c.search.size,
             *(["--metric", c.search.metric] if c.search.metric != "time" else [])]
 
 
+def _measured_as_labels(c: Campaign) -> list[str]:
+    """How the labels stage measures, which the flipbacks stage shares."""
+    return ["--size", c.size, "--runs", str(c.labels.runs),
+            "--max-pairs", str(c.labels.max_pairs),
+            *(["--retest"] if c.labels.retest else []),
+            *(["--metric", c.labels.metric] if c.labels.metric != "time" else [])]
+
+
 def _labels(c: Campaign, conf: list[str]) -> list[str]:
     labels = ["--labels", str(c.dir / "labels")]
-    started = experiments(c.batch_log, [SITES])
+    started = labels_against(c.batch_log, HEURISTIC)
     if started:
         return ["measure-sites", *conf, *labels, *_resumed(started)]
     return ["measure-sites", *conf, "--batch-log", str(c.batch_log), *labels,
-            "--size", c.size, "--runs", str(c.labels.runs),
-            "--max-pairs", str(c.labels.max_pairs), "--max-tests", str(c.labels.max_tests),
-            "--sweep", str(c.labels.sweep), *(["--retest"] if c.labels.retest else []),
-            *(["--metric", c.labels.metric] if c.labels.metric != "time" else [])]
+            "--max-tests", str(c.labels.max_tests), "--sweep", str(c.labels.sweep),
+            *_measured_as_labels(c)]
+
+
+def _flipbacks(c: Campaign, conf: list[str]) -> list[str] | None:
+    f = c.flipbacks
+    if not f.enabled:
+        return None
+    labels = ["--labels", str(c.dir / "labels")]
+    started = labels_against(c.batch_log, f.reference)
+    if started:
+        return ["measure-sites", *conf, *labels, *_resumed(started)]
+    return ["measure-sites", *conf, "--tasks", str(c.dir / FLIPBACK_TASKS), "--reference",
+            f.reference, "--sweep", str(f.sweep), *labels, *_measured_as_labels(c)]
 
 
 def _policy(c: Campaign, conf: list[str]) -> list[str]:
@@ -177,6 +221,8 @@ def stage_command(campaign: Campaign, stage: str) -> list[str] | None:
         return _search(c, conf, searches)
     if stage == "labels":
         return _labels(c, conf)
+    if stage == "flipbacks":
+        return _flipbacks(c, conf)
     if stage == "rewards":
         if not searches:
             return None

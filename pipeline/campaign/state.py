@@ -16,11 +16,13 @@ from pipeline.campaign.plan import Campaign, CampaignError
 
 STATE_VERSION = 1
 STATE_FILE = "campaign.json"
-STAGES = ("search", "labels", "rewards", "policy", "evaluate", "optimal", "dataset",
+STAGES = ("search", "labels", "flipbacks", "rewards", "policy", "evaluate", "optimal", "dataset",
           "searched", "select", "kept", "publish")
 DESCRIPTIONS = {
     "search": "search the training split (run_training_experiments)",
     "labels": "measure sites: attribute the winners, sweep hot sites (measure-sites)",
+    "flipbacks": "measure sites of an aggressive build set back alone: where inlining hurts "
+                 "(measure-sites --reference)",
     "rewards": "assign rewards to the searches' decisions (assign-rewards)",
     "policy": "train the policy, validated by measurement (train-policy)",
     "evaluate": "the policy and the baselines on the evaluation split (run-plugin-benchmark)",
@@ -100,6 +102,9 @@ class _Stages(BaseModel):
     model_config = _STRICT
     search: _StageRecord
     labels: _StageRecord
+    # absent in a campaign.json written before the stage existed: pending (it then runs, or
+    # is skipped when the campaign file does not turn it on)
+    flipbacks: _StageRecord = Field(default_factory=lambda: _StageRecord(state="pending"))
     rewards: _StageRecord
     policy: _StageRecord
     evaluate: _StageRecord
