@@ -380,6 +380,33 @@ def test_the_worker_clock_counts_timed_runs_once(tmp_path):
     assert clock.seconds([*listed, missing]) == pytest.approx(12.75)
 
 
+def test_a_search_in_an_exact_metric_spends_only_its_timed_runs(tmp_path):
+    """Its candidates' figures are counts (estimated cycles, 1e8 and more), not seconds: the
+    budget counted them as seconds and stopped a campaign screening in cycles at once."""
+    from dispatcher.core.records import StartEvent
+    start = StartEvent(algorithm="sa", seed=0, steps=4, size="tiny", runs=1, baseline_runs=2,
+                       candidates_per_step=1, t_start=1.0, t_end=0.1, remeasure_every=0,
+                       max_flips=1, task="kahan", benchmark="kahan", chain=0,
+                       metric="cycles").to_json()
+    pointer = {"step": 0, "candidate": 0, "dir": "baseline", "energy": 1.0}
+    records = [
+        start,
+        {"event": "baseline", "sha256": "0" * 64, "times": [1.0, 2.0], "geomean": 1.4,
+         "median": 1.5, "ci95": [1.0, 2.0]},
+        {"event": "step", "step": 1, "temperature": None, "chosen": 0, "accepted": True,
+         "incumbent": pointer, "best": pointer, "rng": [], "candidates": [
+             {"candidate": 0, "dir": "s1/c0", "mutation": None, "times": [175891388.0],
+              "reference_times": [175554637.0]}]},
+        {"event": "confirm", "step": 1, "candidate": 0, "dir": "s1/c0", "times": [2.5],
+         "reference_times": [2.0], "speedup": None, "ci95": None, "significant": False},
+    ]
+    search = tmp_path / "search"
+    search.mkdir()
+    (search / "journal.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    listed = [(BatchEntry(rundir="search", algorithm="sa"), search)]
+    assert budget.WorkerClock().seconds(listed) == pytest.approx(3.0 + 4.5)
+
+
 # -- whole campaigns, simulated workers
 
 def test_the_budget_stops_the_search_and_the_campaign_goes_on(tmp_path):

@@ -15,6 +15,7 @@ from dispatcher.core.records import (
     CanaryEvent,
     ConfirmEvent,
     RemeasureEvent,
+    StartEvent,
     StepEvent,
     event_from_json,
 )
@@ -33,15 +34,19 @@ def _timed(times: Iterable[float]) -> float:
     return sum(t for t in times if math.isfinite(t))
 
 
-def event_seconds(event: Any) -> float:
+def event_seconds(event: Any, exact: bool = False) -> float:
     """The worker-seconds one journal event records: a search's timed runs (a baseline's, every
     candidate's and its reference's, a remeasure's, a canary's, a confirmation's; a candidate
-    the store answered costs nothing) or a labels test's CPU seconds."""
+    the store answered costs nothing) or a labels test's CPU seconds.  ``exact``: the search
+    compares in an exact metric, so its candidates', remeasures' and canaries' figures are
+    counts, not seconds, and no timed run (the baseline and the confirmation stay in time)."""
     if isinstance(event, BaselineEvent):
         return _timed(event.times)
     if isinstance(event, StepEvent):
-        return sum(_timed(c.times) + _timed(c.reference_times)
-                   for c in event.candidates if not c.cached)
+        return 0.0 if exact else sum(_timed(c.times) + _timed(c.reference_times)
+                                     for c in event.candidates if not c.cached)
+    if isinstance(event, (RemeasureEvent, CanaryEvent)) and exact:
+        return 0.0
     if isinstance(event, (RemeasureEvent, CanaryEvent, ConfirmEvent)):
         return _timed(event.times) + _timed(event.reference_times)
     if isinstance(event, (SubsetEvent, LabelEvent)):
@@ -71,7 +76,10 @@ class WorkerClock:
             if known is None or known[0] != size:
                 parse = sites_event_from_json if entry.algorithm == SITES else event_from_json
                 try:
-                    spent = sum(event_seconds(e) for e in read_journal(journal, parse))
+                    events = read_journal(journal, parse)
+                    exact = any(isinstance(e, StartEvent) and e.metric != "time"
+                                for e in events[:1])
+                    spent = sum(event_seconds(e, exact) for e in events)
                 except (RundirError, OSError):
                     total += known[1] if known else 0.0
                     continue
