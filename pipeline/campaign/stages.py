@@ -8,8 +8,7 @@ from pathlib import Path
 
 from dispatcher.build.manifest import SPLITS
 from dispatcher.core.files import write_text_atomic
-from dispatcher.core.records import BatchEntry
-from dispatcher.core.records import RecordError
+from dispatcher.core.records import BatchEntry, RecordError
 from dispatcher.core.rundir import EXPERIMENT, RundirError, rundirs_of_batch_log
 from dispatcher.core.site_records import HEURISTIC, SITES_KIND, read_sites_experiment, \
     reference_name
