@@ -121,6 +121,9 @@ def _report(outcome: choosing.ChoiceOutcome, metric: str, out: Path) -> None:
                                      for i, (g, gate) in enumerate(zip(outcome.groups,
                                                                        outcome.gates))))
     for r in outcome.choice.results:
+        if r.figure is None:
+            click.echo(f"  {r.kind:10} {r.refused}")
+            continue
         folds = ", ".join(f"{f:.4f}" for f in r.fold_figures)
         click.echo(f"  {r.kind:10} geometric mean {r.figure:.4f} over every held-out program; "
                    f"folds {folds}" + (f"; not kept: {r.refused}" if r.refused else ""))

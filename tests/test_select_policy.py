@@ -88,6 +88,48 @@ def test_ties_keep_the_kind_asked_first():
     assert choose([one, two]).kept == "classifier" and choose([two, one]).kept == "searched"
 
 
+def test_a_kind_not_made_for_a_fold_is_refused_and_the_others_still_compared(tmp_path,
+                                                                          monkeypatch):
+    """A fold whose other programs' labels have one class only cannot train the classifier:
+    that kind is refused with the reason, and the searched kind is still judged and kept
+    (it stopped the whole select stage of a small campaign before)."""
+    from types import SimpleNamespace
+
+    from dispatcher.core.figures import Figure
+    from pipeline.policy import choosing
+    from pipeline.policy.searched import Penalties
+    benches = tuple(SimpleNamespace(name=n) for n in ("a", "b", "c", "d"))
+    made = []
+
+    def make(session, request, kind, programs, where, say, check):
+        made.append((kind, where.name))
+        if kind == "classifier":
+            raise ChoiceError(f"{where}: the labels of c, d have one class only (inline)")
+        return SimpleNamespace(data=b"policy")
+
+    def measure(session, request, spec, programs, fold):
+        return [held(b.name, fold, 1.1) for b in programs]
+
+    aa = Figure(speedup=1.0, low=1.0, high=1.0)
+    monkeypatch.setattr(choosing, "_make", make)
+    monkeypatch.setattr(choosing, "_measure", measure)
+    monkeypatch.setattr(choosing, "_aa", lambda session, request: {b.name: aa for b in benches})
+    monkeypatch.setattr(choosing, "write_policy_bytes", lambda data, path: None)
+    request = choosing.ChoiceRequest(
+        benches, {}, "tiny", "cycles", 2, 3, ("searched", "classifier"),
+        SimpleNamespace(), "mlp", choosing.Rails(0.01, 0.2, True, None), Penalties())
+    outcome = choosing.choose_policy(None, request, tmp_path)
+    assert outcome.choice.kept == "searched"
+    classifier = {r.kind: r for r in outcome.choice.results}["classifier"]
+    assert classifier.figure is None and classifier.refused.startswith(
+        "not made for fold 0: ") and "one class only" in classifier.refused
+    # not tried again for fold 1; searched made for both folds, then from every program
+    assert made == [("searched", "0"), ("classifier", "0"), ("searched", "1"),
+                    ("searched", "final")]
+    record = json.loads((tmp_path / choosing.CHOICE_JSON).read_text())
+    assert record["kinds"]["classifier"]["figure"] is None
+
+
 def test_the_combined_start_answers_as_the_labels_do():
     space = Space()
     sizes = [5, 10, 20, 80, 120, 200] * 5

@@ -20,6 +20,11 @@ once, so each kind has one counted figure per program.  The rule (docs/policies.
    under another name (the first campaign's kept policy was, on 22 of 24 programs).
 5. Of the kinds left, the one with the best figure is kept (ties: the order asked); none left:
    nothing is kept, and the heuristic stays.
+
+A kind that cannot be made from some fold's training programs (their labels have one class
+only, or give no linear start; a study with no complete trial) has no figure and is refused
+with the reason: it could not be made for programs like that fold's.  The other kinds are
+still compared.
 """
 from __future__ import annotations
 
@@ -79,7 +84,7 @@ class KindResult:
     why it is not eligible (None: it is)."""
 
     kind: str
-    figure: float
+    figure: float | None  # None: not made on some fold (``unmade``)
     fold_figures: tuple[float, ...]
     worst_fold: int
     gate: float
@@ -135,8 +140,14 @@ def judge(kind: str, held: Sequence[HeldOut], groups: Sequence[Sequence[str]],
     return KindResult(kind, figure, folds, worst, gates[worst], refused)
 
 
+def unmade(kind: str, fold: int, gate: float, why: str) -> KindResult:
+    """A kind that could not be made from fold ``fold``'s training programs: no figure, and
+    refused with ``why``."""
+    return KindResult(kind, None, (), fold, gate, f"not made for fold {fold}: {why}")
+
+
 def choose(results: Sequence[KindResult]) -> Choice:
     """Rule 5: the eligible kind with the best figure (ties: the first given)."""
-    eligible = [r for r in results if r.eligible]
-    kept = max(eligible, key=lambda r: r.figure) if eligible else None
+    eligible = [r for r in results if r.eligible and r.figure is not None]
+    kept = max(eligible, key=lambda r: r.figure or 0.0) if eligible else None
     return Choice(tuple(results), None if kept is None else kept.kind)

@@ -48,10 +48,12 @@ from pipeline.policy.choice import (
     Choice,
     ChoiceError,
     HeldOut,
+    KindResult,
     aa_gates,
     choose,
     fold_groups,
     judge,
+    unmade,
 )
 from pipeline.policy.searched import Penalties, Space, over_guard, policy_of, seed_from_labels
 from pipeline.policy.validation import subset
@@ -110,18 +112,27 @@ def choose_policy(session: Session, request: ChoiceRequest, out: Path,
     gates = aa_gates({n: f.low for n, f in aa.items() if f.low is not None}, groups)
     say("A/A gates per fold: " + ", ".join(f"{g:.4f}" for g in gates))
     held: dict[str, list[HeldOut]] = {k: [] for k in request.kinds}
+    not_made: dict[str, KindResult] = {}
     for i, group in enumerate(groups):
         rest = tuple(b for b in request.benchmarks if b.name not in group)
         mine = [b for b in request.benchmarks if b.name in group]
         for kind in request.kinds:
+            if kind in not_made:
+                continue
             check()
-            spec = _make(session, request, kind, rest, out / "folds" / str(i), say, check)
+            try:
+                spec = _make(session, request, kind, rest, out / "folds" / str(i), say, check)
+            except ChoiceError as exc:  # this kind is out; the others go on
+                not_made[kind] = unmade(kind, i, gates[i], str(exc))
+                say(f"fold {i} {kind}: not made ({exc})")
+                continue
             got = _measure(session, request, spec, mine, i)
             held[kind].extend(got)
             say(f"fold {i} {kind}: " + ", ".join(f"{h.program} {h.counted:.4f}"
                                                  + (" (fallback)" if h.fallback else "")
                                                  for h in got))
-    choice = choose([judge(k, held[k], groups, gates) for k in request.kinds])
+    choice = choose([not_made.get(k) or judge(k, held[k], groups, gates)
+                     for k in request.kinds])
     selected = None
     if choice.kept is not None:
         say(f"kept {choice.kept}: made again from every training program")
