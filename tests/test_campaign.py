@@ -251,6 +251,18 @@ def test_the_flipbacks_stage_sets_always_inlines_sites_back_into_the_same_tables
         "--resume", str(on.dir / "rundirs/kahan-sites")]
     assert stages.stage_command(on, "flipbacks")[3:] == [
         "--labels", str(on.dir / "labels"), "--resume", str(on.dir / "rundirs/orbit-sites-1")]
+    # the labels leave the flipbacks their share of the budget
+    budgeted = plan.load_campaign(write_campaign(tmp_path, config, flipbacks={
+        "enabled": True}, budget={"worker_hours": 2, "search_share": 0.5,
+                                  "flipbacks_share": 0.3}))
+    assert budget.stage_budget_s(budgeted, "search") == pytest.approx(3600)
+    assert budget.stage_budget_s(budgeted, "labels") == pytest.approx(0.7 * 7200)
+    assert budget.stage_budget_s(budgeted, "flipbacks") == pytest.approx(7200)
+    assert budget.stage_budget_s(off, "labels") == pytest.approx(3600)  # all of it
+    with pytest.raises(plan.CampaignError, match="budget.flipbacks_share"):
+        plan.load_campaign(write_campaign(tmp_path, config, flipbacks={"enabled": True},
+                                          budget={"search_share": 0.8,
+                                                  "flipbacks_share": 0.3}))
     with pytest.raises(plan.CampaignError, match="flipbacks.reference"):
         plan.load_campaign(write_campaign(tmp_path, config, flipbacks={"reference": "heuristic"}))
     with pytest.raises(plan.CampaignError, match="flipbacks.sweep"):

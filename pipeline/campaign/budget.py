@@ -95,9 +95,12 @@ class WorkerClock:
 
 def stage_budget_s(campaign: Campaign, stage: str) -> float | None:
     """The worker-seconds the campaign may have spent when ``stage`` must stop (None: the
-    budget does not bound it): the search its share, the sweeps the rest."""
+    budget does not bound it): the search its share, the sweeps the rest; with the flipbacks
+    stage on, the labels stop short of its share, which it then has with what they left."""
     if stage == "search":
         return campaign.budget_s * campaign.search_share
+    if stage == "labels" and campaign.flipbacks.enabled:
+        return campaign.budget_s * (1 - campaign.flipbacks_share)
     if stage in ("labels", "flipbacks"):
         return campaign.budget_s
     return None

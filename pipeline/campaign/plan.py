@@ -154,6 +154,8 @@ class Campaign:
     size: str = "full"
     worker_hours: float = 24.0  # shared by the search and the sweeps
     search_share: float = 0.5  # the most of it the search may use
+    # kept for the flipbacks stage (when on): the labels stage stops at the rest
+    flipbacks_share: float = 0.25
     rewards_model: str = "ridge"
     rewards_bootstrap: int = BOOTSTRAP_ROUNDS  # assign-rewards --bootstrap
     # assign-rewards --plots: figures only, so not part of the identity
@@ -472,7 +474,7 @@ def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
     config = path("config", "local.yaml")
     batch_log, inputs = _batch_log_setting(r, config)
     size = _choice(r, data, "size", "size", "full", SIZES, _SIZES_SAID)
-    budget = r.section(data, "budget", {"worker_hours", "search_share"})
+    budget = r.section(data, "budget", {"worker_hours", "search_share", "flipbacks_share"})
     rewards = r.section(data, "rewards", {"model", "bootstrap", "plots"})
     campaign = Campaign(
         source=source, config=config, dir=path("dir", "campaign"),
@@ -481,6 +483,8 @@ def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
                                        Campaign.worker_hours, most=MAX_WORKER_HOURS),
         search_share=_fraction(r, budget, "search_share", "budget.search_share",
                                Campaign.search_share),
+        flipbacks_share=_fraction(r, budget, "flipbacks_share", "budget.flipbacks_share",
+                                  Campaign.flipbacks_share, zero=True),
         search=_search(r, data, size), labels=_labels(r, data),
         flipbacks=_flipbacks(r, data),
         rewards_model=_choice(r, rewards, "model", "rewards.model", Campaign.rewards_model,
@@ -492,6 +496,11 @@ def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
         policy=_policy(r, data), evaluate=_evaluate(r, data),
         searched=_searched(r, data, size), select=_select(r, data), quick=quick,
         batch_log_setting=batch_log)
+    if campaign.flipbacks.enabled and \
+            campaign.search_share + campaign.flipbacks_share > 1 + 1e-9:
+        raise r.fail("budget.flipbacks_share", "a share that leaves the search its own "
+                     f"(search_share {campaign.search_share:g} + flipbacks_share at most 1)",
+                     campaign.flipbacks_share)
     inputs += _benchmark_inputs(r, (("search.benchmarks", campaign.search.benchmarks),
                                     ("evaluate.benchmarks", campaign.evaluate.benchmarks),
                                     ("flipbacks.benchmarks", campaign.flipbacks.benchmarks
