@@ -64,6 +64,7 @@ from dispatcher.core.site_records import (
     SubsetEvent,
     WinnerChoice,
     WinnerEvent,
+    reference_name,
 )
 from dispatcher.core.stats import paired_speedup_ci
 from dispatcher.core.tree import Tree, flippable, split_key
@@ -171,9 +172,9 @@ class SiteLabeller:
             self.status.state = "interrupted"
             self._finish("interrupted")
         except ReferenceFailed as exc:
-            self._fail(f"the heuristic build failed a run: {exc}")
+            self._fail(f"{self._reference_build} failed a run: {exc}")
         except CompileError as exc:
-            self._fail(f"the heuristic build failed to compile: {exc}")
+            self._fail(f"{self._reference_build} failed to compile: {exc}")
         except Exception as exc:  # one line for the user, the rundir kept for --resume
             self._fail(" ".join(str(exc).split()) or type(exc).__name__)
         else:
@@ -231,6 +232,12 @@ class SiteLabeller:
                 self.check_stop()
 
     # -- the reference and the winner
+
+    @property
+    def _reference_build(self) -> str:
+        """The reference build as a failure names it: the heuristic's, or the other one
+        ``--reference`` asked for (a failure of always-inline's build is not the heuristic's)."""
+        return f"the {reference_name(self.rundir.experiment.reference)} build"
 
     def _reference(self, events: list[Any]) -> None:
         self.status.phase = "reference"
