@@ -226,6 +226,18 @@ def test_the_flipbacks_stage_sets_always_inlines_sites_back_into_the_same_tables
     assert argv[argv.index("--tasks") + 1] == str(on.dir / stages.FLIPBACK_TASKS)
     assert argv[argv.index("--reference") + 1] == "always-inline"
     assert argv[argv.index("--sweep") + 1] == "3"
+    # labels.size: the campaign's by default (the identity as before), its own when given
+    assert labels[labels.index("--size") + 1] == on.size
+    assert plan.load_campaign(write_campaign(tmp_path, config, flipbacks={
+        "enabled": True, "benchmarks": ["orbit"], "sweep": 3}, labels={
+        "retest": True, "size": on.size})).identity == on.identity
+    tiny = plan.load_campaign(write_campaign(tmp_path, config, flipbacks={
+        "enabled": True}, labels={"size": "tiny", "metric": "cycles", "retest": True}))
+    assert tiny.identity != on.identity
+    for stage in ("labels", "flipbacks"):
+        argv_tiny = stages.stage_command(tiny, stage)
+        assert argv_tiny[argv_tiny.index("--size") + 1] == "tiny"
+        assert argv_tiny[argv_tiny.index("--metric") + 1] == "cycles"
     for option in ("--labels", "--size", "--runs", "--max-pairs"):  # measured as labels are
         assert argv[argv.index(option) + 1] == labels[labels.index(option) + 1]
     assert "--retest" in argv and "--batch-log" not in argv

@@ -74,6 +74,9 @@ class LabelsStage:
     sweep: int = 4
     retest: bool = True
     metric: str = "time"  # an exact one: tests counted, every label retested in time
+    # the size labels are measured (or counted) at ("": the campaign's); an exact metric's
+    # retests are confirmed in wall time at full size whatever this is
+    size: str = ""
 
 
 @dataclass(frozen=True)
@@ -260,10 +263,10 @@ def _search(r: Reader, data: dict, size: str) -> SearchStage:
                        " | ".join(METRICS)))
 
 
-def _labels(r: Reader, data: dict) -> LabelsStage:
+def _labels(r: Reader, data: dict, size: str) -> LabelsStage:
     d = LabelsStage()
     lab = r.section(data, "labels", {"runs", "max_pairs", "max_tests", "sweep", "retest",
-                                     "metric"})
+                                     "metric", "size"})
     runs = lab.get("runs", d.runs)
     if not isinstance(runs, int) or isinstance(runs, bool) or not 2 <= runs <= MAX_RUNS:
         raise r.fail("labels.runs", f"an integer from 2 to {MAX_RUNS} (a label's interval "
@@ -278,7 +281,8 @@ def _labels(r: Reader, data: dict) -> LabelsStage:
                       what="a number of sites"),
         retest=r.boolean(lab, "retest", "labels.retest", d.retest),
         metric=_choice(r, lab, "metric", "labels.metric", d.metric, METRICS,
-                       " | ".join(METRICS)))
+                       " | ".join(METRICS)),
+        size=_choice(r, lab, "size", "labels.size", size, SIZES, _SIZES_SAID))
     if labels.metric != "time" and not labels.retest:  # a label is kept on the clock too
         raise r.fail("labels.retest", f"true with labels.metric {labels.metric} (every "
                      "exact label is measured again in wall time)", labels.retest)
@@ -485,7 +489,7 @@ def parse_campaign(data: Any, source: Path, *, quick: bool = False) -> Campaign:
                                Campaign.search_share),
         flipbacks_share=_fraction(r, budget, "flipbacks_share", "budget.flipbacks_share",
                                   Campaign.flipbacks_share, zero=True),
-        search=_search(r, data, size), labels=_labels(r, data),
+        search=_search(r, data, size), labels=_labels(r, data, size),
         flipbacks=_flipbacks(r, data),
         rewards_model=_choice(r, rewards, "model", "rewards.model", Campaign.rewards_model,
                               MODELS, " or ".join(MODELS)),
@@ -523,8 +527,9 @@ def _identity(c: Campaign, *, legacy: bool = False) -> str:
               if k != "metric" or v != "time"}  # absent at time: earlier identities hold
     what: dict[str, Any] = {
         "config": str(c.config), "size": c.size, "search": search,
+        # absent at their defaults (time, the campaign's size): earlier identities hold
         "labels": {k: v for k, v in c.labels.__dict__.items()
-                   if k != "metric" or v != "time"},
+                   if (k, v) not in (("metric", "time"), ("size", c.size))},
         # the bootstrap only where it is not the default: earlier identities hold
         "rewards": c.rewards_model if c.rewards_bootstrap == BOOTSTRAP_ROUNDS
         else [c.rewards_model, c.rewards_bootstrap],

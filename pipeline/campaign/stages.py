@@ -89,7 +89,7 @@ def _search(c: Campaign, conf: list[str], searches: list[Path]) -> list[str]:
 
 def _measured_as_labels(c: Campaign) -> list[str]:
     """How the labels stage measures, which the flipbacks stage shares."""
-    return ["--size", c.size, "--runs", str(c.labels.runs),
+    return ["--size", c.labels.size or c.size, "--runs", str(c.labels.runs),
             "--max-pairs", str(c.labels.max_pairs),
             *(["--retest"] if c.labels.retest else []),
             *(["--metric", c.labels.metric] if c.labels.metric != "time" else [])]
