@@ -10,8 +10,12 @@ from dispatcher.build.manifest import SPLITS
 from dispatcher.core.files import write_text_atomic
 from dispatcher.core.records import BatchEntry, RecordError
 from dispatcher.core.rundir import EXPERIMENT, RundirError, rundirs_of_batch_log
-from dispatcher.core.site_records import HEURISTIC, SITES_KIND, read_sites_experiment, \
-    reference_name
+from dispatcher.core.site_records import (
+    HEURISTIC,
+    SITES_KIND,
+    read_sites_experiment,
+    reference_name,
+)
 from pipeline.campaign.plan import SEARCHES, Campaign, CampaignError
 
 SITES = SITES_KIND  # the labels stage's experiments, as the batch log names them
