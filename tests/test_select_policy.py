@@ -107,7 +107,7 @@ def test_a_kind_not_made_for_a_fold_is_refused_and_the_others_still_compared(tmp
             raise ChoiceError(f"{where}: the labels of c, d have one class only (inline)")
         return SimpleNamespace(data=b"policy")
 
-    def measure(session, request, spec, programs, fold):
+    def measure(session, request, spec, programs, fold, check):
         return [held(b.name, fold, 1.1) for b in programs]
 
     aa = Figure(speedup=1.0, low=1.0, high=1.0)
@@ -128,6 +128,38 @@ def test_a_kind_not_made_for_a_fold_is_refused_and_the_others_still_compared(tmp
                     ("searched", "final")]
     record = json.loads((tmp_path / choosing.CHOICE_JSON).read_text())
     assert record["kinds"]["classifier"]["figure"] is None
+
+
+def test_a_swallowed_ctrl_c_ends_the_measurement_at_the_next_comparison(monkeypatch):
+    """The latch's check runs after each comparison of a fold, so a Ctrl-C that a library
+    swallowed stops there and the comparisons still to come are closed, not run."""
+    from types import SimpleNamespace
+
+    from pipeline.policy import choosing
+    yielded, closed = [], []
+
+    def comparisons(session, contenders, runs, pairing):
+        try:
+            for c in contenders:
+                yielded.append(c.tag)
+                yield SimpleNamespace(contender=c)
+        finally:
+            closed.append(True)
+
+    hits = iter([False, True, True])
+
+    def check():
+        if next(hits):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(choosing, "compare_with_heuristic", comparisons)
+    monkeypatch.setattr(choosing, "pairing_policy", lambda config, runs: None)
+    session = SimpleNamespace(config=SimpleNamespace(run=SimpleNamespace(runs=2)))
+    request = SimpleNamespace(sizes={n: None for n in "abc"})
+    programs = [SimpleNamespace(name=n, source_hash=lambda: "0") for n in "abc"]
+    with pytest.raises(KeyboardInterrupt):
+        choosing._measure(session, request, None, programs, 0, check)
+    assert yielded == ["a", "b"] and closed == [True]
 
 
 def test_the_combined_start_answers_as_the_labels_do():

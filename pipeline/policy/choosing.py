@@ -126,7 +126,7 @@ def choose_policy(session: Session, request: ChoiceRequest, out: Path,
                 not_made[kind] = unmade(kind, i, gates[i], str(exc))
                 say(f"fold {i} {kind}: not made ({exc})")
                 continue
-            got = _measure(session, request, spec, mine, i)
+            got = _measure(session, request, spec, mine, i, check)
             held[kind].extend(got)
             say(f"fold {i} {kind}: " + ", ".join(f"{h.program} {h.counted:.4f}"
                                                  + (" (fallback)" if h.fallback else "")
@@ -230,9 +230,12 @@ def _aa(session: Session, request: ChoiceRequest) -> dict[str, Figure]:
 
 
 def _measure(session: Session, request: ChoiceRequest, spec: PolicySpec,
-             programs: Sequence[Benchmark], fold: int) -> list[HeldOut]:
+             programs: Sequence[Benchmark], fold: int,
+             check: Callable[[], None] = lambda: None) -> list[HeldOut]:
     """``spec`` built into each held-out program and compared with its heuristic build; a
-    build that fails or goes past a cost guard counts at the heuristic's figure."""
+    build that fails or goes past a cost guard counts at the heuristic's figure.  ``check``
+    after each comparison: a Ctrl-C a library swallowed ends the measurement there, not at
+    the fold's last program (minutes later)."""
     config = session.config
     contenders = [Contender(b.name, b, CompileJob(b, policy=spec), request.sizes[b.name])
                   for b in programs]
@@ -240,6 +243,7 @@ def _measure(session: Session, request: ChoiceRequest, spec: PolicySpec,
     with closing(compare_with_heuristic(session, contenders, config.run.runs,
                                         pairing_policy(config, config.run.runs))) as it:
         for got in it:
+            check()
             got_all.append(got)
     out = []
     for got in sorted(got_all, key=lambda g: g.contender.bench.name):
