@@ -357,6 +357,36 @@ def test_a_compiler_dies_with_the_master_that_started_it(tmp_path):
         master.wait()
 
 
+def test_a_killed_masters_compile_scratch_is_swept(tmp_path, monkeypatch):
+    """A compile's scratch directory is named after its master's pid, so one that a master
+    killed mid-compile left (SIGKILL runs no cleanup) is removed by the next master; a live
+    master's, its own and one named before the pid was in the name are left alone."""
+    from dispatcher.build import driver
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    names = {"dead": f"ocamlopt-{gone.pid}-a1b2c3d4", "live": f"ocamlopt-{os.getppid()}-e5f6",
+             "own": f"ocamlopt-{os.getpid()}-g7h8", "old": "ocamlopt-i9j0k1l2"}
+    for name in names.values():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "camlasm1234.s").write_text("")
+    assert driver.sweep_stale_scratch(str(tmp_path)) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        n for k, n in names.items() if k != "dead")
+    # and a build's compiles run in a scratch directory named so
+    seen = tmp_path / "tmpdirs"
+    compiler = fake_compiler(tmp_path / "c", f'echo "$TMPDIR" >> {shlex.quote(str(seen))}; '
+                                             'exit 2')
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "caller"))  # gettempdir's
+    (tmp_path / "caller").mkdir()
+    with pytest.raises(BuildError):
+        build_benchmark(resolve_benchmark(str(small_benchmark(tmp_path))), tmp_path / "out",
+                        compiler.ocamlopt)
+    scratch = Path(seen.read_text().split()[0])
+    assert scratch.parent == tmp_path / "caller"
+    assert scratch.name.startswith(f"ocamlopt-{os.getpid()}-") and not scratch.exists()
+
+
 def test_a_compiler_that_crashes_is_a_failed_build(tmp_path):
     fake = fake_compiler(tmp_path, "kill -s SEGV $$").ocamlopt
     bench = resolve_benchmark(str(small_benchmark(tmp_path)))

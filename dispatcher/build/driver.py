@@ -45,6 +45,54 @@ class BuildInterrupted(KeyboardInterrupt):
     so nothing is recorded about the candidate; a resume compiles it again."""
 
 
+# --------------------------------------------------------------------------- compile scratch
+
+#: A compile's temporary directory: ``ocamlopt-<pid of the master>-<random>`` in the temporary
+#: directory, so that one a killed master left (SIGKILL runs no cleanup) can be told from a
+#: live master's and removed.
+SCRATCH_PREFIX = "ocamlopt-"
+_swept = threading.Lock()  # held for good once this process has swept
+
+
+def scratch_prefix() -> str:
+    return f"{SCRATCH_PREFIX}{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive, and not ours to sweep
+        return True
+    return True
+
+
+def sweep_stale_scratch(directory: str | None = None) -> int:
+    """Once per process (``directory`` given: every call): remove the compile scratch
+    directories whose master is gone (the pid in the name names no live process); the number
+    removed.  Names without a pid (from before it was in the name), other users' and live
+    masters' directories are left alone."""
+    if directory is None and not _swept.acquire(blocking=False):
+        return 0
+    removed = 0
+    try:
+        entries = list(Path(directory or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"))
+    except OSError:
+        return 0
+    for entry in entries:
+        pid = entry.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        try:
+            if entry.is_dir() and not entry.is_symlink() and entry.stat().st_uid == os.getuid():
+                shutil.rmtree(entry, ignore_errors=True)
+                removed += 1
+        except OSError:
+            continue
+    return removed
+
+
 # What a terminal or a user's kill sends to stop a command, never a compiler's own failure.
 _INTERRUPTING = {-signal.SIGINT, -signal.SIGTERM, -signal.SIGHUP}
 
@@ -323,7 +371,8 @@ def build_benchmark(
             # Its temporary files (the assembly, the startup code) in a directory of its own,
             # removed after it: a compiler that exits early (a refused policy file) or is
             # killed leaves its empty .s behind, one per compile, which piled up in /tmp.
-            with tempfile.TemporaryDirectory(prefix="ocamlopt-") as scratch:
+            sweep_stale_scratch()
+            with tempfile.TemporaryDirectory(prefix=scratch_prefix()) as scratch:
                 returncode, stdout, cpu = run_counted(cmd, outdir, {**env, "TMPDIR": scratch},
                                                       remaining)
         except subprocess.TimeoutExpired:
