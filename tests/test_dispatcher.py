@@ -361,7 +361,7 @@ def test_a_killed_masters_compile_scratch_is_swept(tmp_path, monkeypatch):
     """A compile's scratch directory is named after its master's pid, so one that a master
     killed mid-compile left (SIGKILL runs no cleanup) is removed by the next master; a live
     master's, its own and one named before the pid was in the name are left alone."""
-    from dispatcher.build import driver
+    from dispatcher.core.files import sweep_orphans
     gone = subprocess.Popen(["true"])
     gone.wait()
     names = {"dead": f"ocamlopt-{gone.pid}-a1b2c3d4", "live": f"ocamlopt-{os.getppid()}-e5f6",
@@ -369,7 +369,7 @@ def test_a_killed_masters_compile_scratch_is_swept(tmp_path, monkeypatch):
     for name in names.values():
         (tmp_path / name).mkdir()
         (tmp_path / name / "camlasm1234.s").write_text("")
-    assert driver.sweep_stale_scratch(str(tmp_path)) == 1
+    assert sweep_orphans("ocamlopt-", tmp_path) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         n for k, n in names.items() if k != "dead")
     # and a build's compiles run in a scratch directory named so

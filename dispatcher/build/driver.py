@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from dispatcher.build.manifest import Benchmark, Unit
+from dispatcher.core.files import owned_prefix, sweep_orphans
 
 
 @dataclass
@@ -47,50 +48,21 @@ class BuildInterrupted(KeyboardInterrupt):
 
 # --------------------------------------------------------------------------- compile scratch
 
-#: A compile's temporary directory: ``ocamlopt-<pid of the master>-<random>`` in the temporary
-#: directory, so that one a killed master left (SIGKILL runs no cleanup) can be told from a
-#: live master's and removed.
+#: A compile's temporary directory: ``ocamlopt-<pid of the master>-<random>``, so that one a
+#: killed master left (SIGKILL runs no cleanup) is removed by a later master.
 SCRATCH_PREFIX = "ocamlopt-"
 _swept = threading.Lock()  # held for good once this process has swept
 
 
 def scratch_prefix() -> str:
-    return f"{SCRATCH_PREFIX}{os.getpid()}-"
+    return owned_prefix(SCRATCH_PREFIX)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive, and not ours to sweep
-        return True
-    return True
-
-
-def sweep_stale_scratch(directory: str | None = None) -> int:
-    """Once per process (``directory`` given: every call): remove the compile scratch
-    directories whose master is gone (the pid in the name names no live process); the number
-    removed.  Names without a pid (from before it was in the name), other users' and live
-    masters' directories are left alone."""
-    if directory is None and not _swept.acquire(blocking=False):
+def sweep_stale_scratch() -> int:
+    """Once per process: the compile scratch directories of masters that are gone, removed."""
+    if not _swept.acquire(blocking=False):
         return 0
-    removed = 0
-    try:
-        entries = list(Path(directory or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"))
-    except OSError:
-        return 0
-    for entry in entries:
-        pid = entry.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
-            continue
-        try:
-            if entry.is_dir() and not entry.is_symlink() and entry.stat().st_uid == os.getuid():
-                shutil.rmtree(entry, ignore_errors=True)
-                removed += 1
-        except OSError:
-            continue
-    return removed
+    return sweep_orphans(SCRATCH_PREFIX)
 
 
 # What a terminal or a user's kill sends to stop a command, never a compiler's own failure.

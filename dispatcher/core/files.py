@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import stat
 import tempfile
 import time
@@ -177,3 +178,44 @@ def append_json_line(path: Path, event: dict) -> None:
         f.write(line.encode() + b"\n")
         f.flush()
         os.fsync(f.fileno())
+
+
+# --------------------------------------------------------------------------- scratch directories
+
+def owned_prefix(prefix: str) -> str:
+    """A temporary directory's name prefix naming this process (``PREFIX<pid>-``), so that one
+    a killed process left (SIGKILL runs no cleanup) can be told from a live one's
+    (``sweep_orphans``)."""
+    return f"{prefix}{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive, and not ours to sweep
+        return True
+    return True
+
+
+def sweep_orphans(prefix: str, directory: str | Path | None = None) -> int:
+    """Remove the directories ``owned_prefix(prefix)`` named in ``directory`` (default: the
+    temporary directory) whose process is gone; the number removed.  Names without a pid,
+    other users' directories and those of live processes (this one's included) are left."""
+    removed = 0
+    try:
+        entries = list(Path(directory or tempfile.gettempdir()).glob(f"{prefix}*-*"))
+    except OSError:
+        return 0
+    for entry in entries:
+        pid = entry.name[len(prefix):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        try:
+            if entry.is_dir() and not entry.is_symlink() and entry.stat().st_uid == os.getuid():
+                shutil.rmtree(entry, ignore_errors=True)
+                removed += 1
+        except OSError:
+            continue
+    return removed

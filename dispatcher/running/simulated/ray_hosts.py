@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dispatcher.core.files import owned_prefix, sweep_orphans
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.running.agent_client import AgentError, WorkerLost
@@ -56,6 +57,7 @@ NOT_IN_CACHE = "not_in_cache"  # the agent's code (workers/agent/protocol.py)
 CONTROL_CALLS = 2  # an actor's threads beyond its slots' jobs: hello, stats, close
 JOB_SLACK_S = 30.0
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+SIM_HOST_PREFIX = "inlining-sim-host-"  # an actor's binary cache, named by its pid
 
 
 # --------------------------------------------------------------------------- on the actor
@@ -68,7 +70,8 @@ class SlotHost:
         self.world = World(config)
         self.slots = {i: SimulatedSlot(i, self.world, config.worker_class, config.depth)
                       for i in indices}
-        self.cache = Path(tempfile.mkdtemp(prefix="inlining-sim-host-"))
+        sweep_orphans(SIM_HOST_PREFIX)  # what actors killed before left
+        self.cache = Path(tempfile.mkdtemp(prefix=owned_prefix(SIM_HOST_PREFIX)))
         self.jobs = 0  # jobs answered (a simulated loss included)
         self.fetched = 0  # binaries taken from the object store
         self._lock = threading.Lock()
