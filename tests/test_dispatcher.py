@@ -361,6 +361,8 @@ def test_a_killed_masters_compile_scratch_is_swept(tmp_path, monkeypatch):
     """A compile's scratch directory is named after its master's pid, so one that a master
     killed mid-compile left (SIGKILL runs no cleanup) is removed by the next master; a live
     master's, its own and one named before the pid was in the name are left alone."""
+    import time
+
     from dispatcher.core.files import sweep_orphans
     gone = subprocess.Popen(["true"])
     gone.wait()
@@ -369,6 +371,10 @@ def test_a_killed_masters_compile_scratch_is_swept(tmp_path, monkeypatch):
     for name in names.values():
         (tmp_path / name).mkdir()
         (tmp_path / name / "camlasm1234.s").write_text("")
+    assert sweep_orphans("ocamlopt-", tmp_path) == 0  # all changed just now
+    old = time.time() - 2 * 3600
+    for name in names.values():
+        os.utime(tmp_path / name, (old, old))
     assert sweep_orphans("ocamlopt-", tmp_path) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         n for k, n in names.items() if k != "dead")

@@ -52,6 +52,7 @@ class BuildInterrupted(KeyboardInterrupt):
 #: killed master left (SIGKILL runs no cleanup) is removed by a later master.
 SCRATCH_PREFIX = "ocamlopt-"
 _swept = threading.Lock()  # held for good once this process has swept
+SCRATCH_AGE_S = 900.0  # unchanged this long (3 build budgets) and its master gone: stale
 
 
 def scratch_prefix() -> str:
@@ -62,7 +63,7 @@ def sweep_stale_scratch() -> int:
     """Once per process: the compile scratch directories of masters that are gone, removed."""
     if not _swept.acquire(blocking=False):
         return 0
-    return sweep_orphans(SCRATCH_PREFIX)
+    return sweep_orphans(SCRATCH_PREFIX, min_age_s=SCRATCH_AGE_S)
 
 
 # What a terminal or a user's kill sends to stop a command, never a compiler's own failure.

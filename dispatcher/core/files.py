@@ -199,10 +199,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def sweep_orphans(prefix: str, directory: str | Path | None = None) -> int:
+def sweep_orphans(prefix: str, directory: str | Path | None = None,
+                  min_age_s: float = 3600.0) -> int:
     """Remove the directories ``owned_prefix(prefix)`` named in ``directory`` (default: the
-    temporary directory) whose process is gone; the number removed.  Names without a pid,
-    other users' directories and those of live processes (this one's included) are left."""
+    temporary directory) whose process is gone and that nothing changed for ``min_age_s``;
+    the number removed.  Names without a pid, other users' directories, those of live
+    processes (this one's included) and recent ones (a process of another pid namespace
+    sharing the directory: its pid means nothing here) are left."""
     removed = 0
     try:
         entries = list(Path(directory or tempfile.gettempdir()).glob(f"{prefix}*-*"))
@@ -213,7 +216,9 @@ def sweep_orphans(prefix: str, directory: str | Path | None = None) -> int:
         if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
             continue
         try:
-            if entry.is_dir() and not entry.is_symlink() and entry.stat().st_uid == os.getuid():
+            st = entry.lstat()
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() \
+                    and time.time() - st.st_mtime >= min_age_s:
                 shutil.rmtree(entry, ignore_errors=True)
                 removed += 1
         except OSError:
