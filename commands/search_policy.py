@@ -27,7 +27,7 @@ from pipeline import evaluation
 from pipeline.evaluation import EvaluationError
 from pipeline.longrun import InterruptLatch, progress
 from pipeline.policy import search
-from pipeline.policy.searched import Penalties
+from pipeline.policy.searched import Penalties, SearchSpaceError, space_with
 
 PROG = "search-policy"
 
@@ -63,6 +63,9 @@ PROG = "search-policy"
 @click.option("--max-size-ratio", type=click.FloatRange(1, 1e6),
               help="The same for binary size (default: config policy.max_size_ratio, else "
                    "1.5).")
+@click.option("--column", "columns", multiple=True, metavar="NAME=SCALE",
+              help="Another feature in the score, divided by SCALE (repeatable; e.g. "
+                   "direct_call_of_indirect=2): a study of another space.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="Config file (default: configs/local.yaml).")
 @backend_errors_in_one_line
@@ -71,7 +74,8 @@ def search_policy(benchmarks: tuple[str, ...], out: Path, trials: int, metric: s
                   runs: int | None, max_pairs: int | None, seed: int,
                   size_allowance: float, size_weight: float, time_allowance: float,
                   time_weight: float, max_compile_ratio: float | None,
-                  max_size_ratio: float | None, config_path: Path | None) -> None:
+                  max_size_ratio: float | None, columns: tuple[str, ...],
+                  config_path: Path | None) -> None:
     """Search a policy file's parameters for the speedup of BENCHMARKS (names, directories or
     training; default training), write OUT/searched.policy and confirm it in wall time."""
     try:
@@ -80,13 +84,14 @@ def search_policy(benchmarks: tuple[str, ...], out: Path, trials: int, metric: s
         confirmed = evaluation.select(confirm_on) if confirm_on else benches
         settings = search.SearchSettings(
             tuple(benches), evaluation.sizes_of(benches, size), size, metric, trials, seed,
+            space=space_with(columns),
             penalties=Penalties(size_allowance, size_weight, time_allowance, time_weight,
                                 max_compile_ratio=max_compile_ratio
                                 or config.policy.max_compile_ratio,
                                 max_size_ratio=max_size_ratio or config.policy.max_size_ratio))
         confirm_sizes = (evaluation.sizes_of(confirmed, confirm_size)
                          if confirm_size != "none" else None)
-    except (ConfigError, EvaluationError) as exc:
+    except (ConfigError, EvaluationError, SearchSpaceError) as exc:
         fail(str(exc))
     show_warnings()
     try:

@@ -233,6 +233,19 @@ def test_a_study_measured_in_cycles_resumes_after_ctrl_c_and_a_kill(compiler, tm
     assert line.startswith(f"search-policy: {out / 'search.json'}: the study was started "
                            'with size "tiny", not "quick"'), line
 
+    # another feature in the score is another space: refused here, a study of its own there
+    wider = subprocess.run(_command(cfg, out, 3, "--column", "direct_call_of_indirect=2"),
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert "the study was started with" in one_line_error(wider)
+    col = tmp_path / "col"
+    own = subprocess.run(_command(cfg, col, 1, "--column", "direct_call_of_indirect=2",
+                                  "--confirm-size", "none"),
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert own.returncode == 0, own.stderr
+    columns = read_policy_file(col / "searched.policy").columns
+    assert [c.name for c in columns][-1] == "direct_call_of_indirect"
+    assert "w_direct_call_of_indirect" in _trials(col)[0]
+
     # a study file that is not a database: one line naming it, not SQLAlchemy's traceback
     db.write_bytes(b"not a database\n")
     damaged = subprocess.run(_command(cfg, out, 3), cwd=REPO, capture_output=True, text=True,
@@ -246,6 +259,13 @@ def test_bad_input_is_one_line(tmp_path):
     assert "no-such-benchmark" in one_line_error(r)
     r = cli("search-policy", "kahan", "--size", "huge", "--out", str(tmp_path / "o"))
     assert "huge" in one_line_error(r)
+    for spec, why in (("nope=2", "'nope' is not a number feature"),
+                      ("callee_size=50", "callee_size is a column already"),
+                      ("direct_call_of_indirect=0", "a scale above 0"),
+                      ("direct_call_of_indirect", "expected NAME=SCALE")):
+        r = cli("search-policy", "kahan", "--column", spec, "--out", str(tmp_path / "o"))
+        assert why in one_line_error(r), spec
+    assert not (tmp_path / "o").exists()  # nothing made before the input is checked
 
 
 # --------------------------------------------------------------------------- the campaign stage

@@ -859,6 +859,11 @@ def _column_features() -> tuple[frozenset[str], dict[str, Any]]:
 _NUMBER_FEATURES, _TEXT_FEATURES = _column_features()
 
 
+def number_features() -> frozenset[str]:
+    """The features a column may name by their name alone (numbers and booleans)."""
+    return _NUMBER_FEATURES
+
+
 def _column_name(name: str, where: _List) -> None:
     """A column name must name a feature of the compiler (``_column_features``)."""
     feature, eq, value = name.partition("=")

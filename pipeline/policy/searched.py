@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dispatcher.build.policy_file import Column, Linear, TrainedPolicy
+from dispatcher.build.policy_file import Column, Linear, TrainedPolicy, number_features
 from dispatcher.core.stats import geomean
 
 #: The features the score reads, each with the scale it is divided by (so every coefficient
@@ -79,6 +79,29 @@ class Space:
         """What a study's resume checks: the same space, or another study."""
         return {"columns": [list(c) for c in self.columns], "weight": self.weight,
                 "budget": list(self.budget)}
+
+
+def space_with(extra: Sequence[str], base: Space = Space()) -> Space:
+    """``base`` with more columns, each ``NAME=SCALE`` (a number feature of the compiler not
+    already a column, a scale above 0): a study of another space (its identity says so);
+    SearchSpaceError, one line, for one that is not."""
+    columns = list(base.columns)
+    for spec in extra:
+        name, eq, scale_text = spec.partition("=")
+        try:
+            scale = float(scale_text) if eq else math.nan
+        except ValueError:
+            scale = math.nan
+        if not (math.isfinite(scale) and scale > 0):
+            raise SearchSpaceError(f"--column {spec}: expected NAME=SCALE with a scale above 0 "
+                                   "(the feature is divided by it, as callee_size by 50)")
+        if name not in number_features():
+            raise SearchSpaceError(f"--column {spec}: {name!r} is not a number feature of the "
+                                   "compiler (docs/policies.md, \"Column names\")")
+        if name in dict(columns):
+            raise SearchSpaceError(f"--column {spec}: {name} is a column already")
+        columns.append((name, scale))
+    return Space(tuple(columns), base.weight, base.budget)
 
 
 def weight_name(column: str) -> str:
