@@ -39,7 +39,7 @@ def show_state(campaign: Campaign, state: CampaignState, spent_s: float) -> None
     for i, name in enumerate(STAGES, 1):
         s = state.stages[name]
         note = f" ({s.note})" if s.note else ""
-        click.echo(f"  {i}. {name:9} {s.state:12} {_when(s.finished if s.done else s.started):16}"
+        click.echo(f"{i:>3}. {name:9} {s.state:12} {_when(s.finished if s.done else s.started):16}"
                    f" {DESCRIPTIONS[name]}{note}")
 
 

@@ -502,6 +502,8 @@ def test_ctrl_c_stops_the_stage_and_a_rerun_continues_it(tmp_path):
     # done stages are skipped and shown
     status = campaign("--config", str(path), "--status", cwd=tmp_path)
     assert status.returncode == 0 and "1. search    done" in status.stdout, status.stdout
+    rows = status.stdout.splitlines()[1:]  # one per stage, the names in one column
+    assert len(rows) == len(cstate.STAGES) and {r.index(". ") for r in rows} == {3}, rows
 
 
 def test_a_simulated_campaign_publishes_reproducibly_and_a_rerun_writes_the_same(tmp_path):
