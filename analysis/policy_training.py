@@ -223,8 +223,8 @@ def train(ts: TrainingSet, name: str, threshold: float, seed: int = 0,
 
 
 def exported_policy(ts: TrainingSet, name: str, model: Any, threshold: float, *,
-              margin: float = DEFAULT_MARGIN, ranges: bool = True,
-              growth_budget: int | None = DEFAULT_GROWTH_BUDGET) -> TrainedPolicy:
+                    margin: float = DEFAULT_MARGIN, ranges: bool = True,
+                    growth_budget: int | None = DEFAULT_GROWTH_BUDGET) -> TrainedPolicy:
     """``model``, classifier ``name`` already fitted to every site of ``ts``, as ``train``
     exports it."""
     try:

@@ -77,8 +77,9 @@ class WorkerClock:
                 parse = sites_event_from_json if entry.algorithm == SITES else event_from_json
                 try:
                     events = read_journal(journal, parse)
-                    exact = any(isinstance(e, StartEvent) and e.metric != "time"
-                                for e in events[:1])
+                    # a search's first event says what it compares in
+                    exact = bool(events) and isinstance(events[0], StartEvent) \
+                        and events[0].metric != "time"
                     spent = sum(event_seconds(e, exact) for e in events)
                 except (RundirError, OSError):
                     total += known[1] if known else 0.0
