@@ -66,6 +66,13 @@ PROG = "search-policy"
 @click.option("--column", "columns", multiple=True, metavar="NAME=SCALE",
               help="Another feature in the score, divided by SCALE (repeatable; e.g. "
                    "direct_call_of_indirect=2): a study of another space.")
+@click.option("--discount", "discounts", multiple=True, metavar="FEATURE",
+              help="Search a growth-budget discount for this number feature (repeatable; "
+                   "e.g. direct_call_of_indirect): a site's growth is its callee_size over "
+                   "1 + weight x feature; a study of another space, policy format 2.")
+@click.option("--start-from", type=click.Path(path_type=Path), metavar="SEARCHED.JSON",
+              help="Try an earlier study's best point first (its searched.json), each "
+                   "discount it lacks at 0, 0.5, 1, 2 and 4.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="Config file (default: configs/local.yaml).")
 @backend_errors_in_one_line
@@ -75,6 +82,7 @@ def search_policy(benchmarks: tuple[str, ...], out: Path, trials: int, metric: s
                   size_allowance: float, size_weight: float, time_allowance: float,
                   time_weight: float, max_compile_ratio: float | None,
                   max_size_ratio: float | None, columns: tuple[str, ...],
+                  discounts: tuple[str, ...], start_from: Path | None,
                   config_path: Path | None) -> None:
     """Search a policy file's parameters for the speedup of BENCHMARKS (names, directories or
     training; default training), write OUT/searched.policy and confirm it in wall time."""
@@ -82,16 +90,18 @@ def search_policy(benchmarks: tuple[str, ...], out: Path, trials: int, metric: s
         config = load_config(config_path)
         benches = evaluation.select(benchmarks or ("training",))
         confirmed = evaluation.select(confirm_on) if confirm_on else benches
+        space = space_with(columns, discounts=discounts)
         settings = search.SearchSettings(
             tuple(benches), evaluation.sizes_of(benches, size), size, metric, trials, seed,
-            space=space_with(columns),
+            space=space,
+            extra_seeds=search.start_from_file(start_from, space) if start_from else (),
             penalties=Penalties(size_allowance, size_weight, time_allowance, time_weight,
                                 max_compile_ratio=max_compile_ratio
                                 or config.policy.max_compile_ratio,
                                 max_size_ratio=max_size_ratio or config.policy.max_size_ratio))
         confirm_sizes = (evaluation.sizes_of(confirmed, confirm_size)
                          if confirm_size != "none" else None)
-    except (ConfigError, EvaluationError, SearchSpaceError) as exc:
+    except (ConfigError, EvaluationError, SearchSpaceError, search.SearchError) as exc:
         fail(str(exc))
     show_warnings()
     try:

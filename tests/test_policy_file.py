@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import os
 import pickle
+import re
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -33,6 +34,7 @@ from dispatcher.build.policies import (
 from dispatcher.build.policy_file import (
     Column,
     Constant,
+    ExportError,
     Node,
     PolicyEvaluation,
     PolicyFileError,
@@ -42,6 +44,7 @@ from dispatcher.build.policy_file import (
     answer,
     decode_policy_file,
     function_of_key,
+    growth,
     policy_text,
     read_policy_file,
     save_policy_file,
@@ -51,6 +54,7 @@ from dispatcher.core.decisions import read_dump
 
 TRAINING = ("kahan", "hamming", "bdd", "lens")
 SMALL_BUDGET = 30  # callee_size units: binds where a function gets a second departure
+DISCOUNT = (("known_args", 0.5), ("in_loop", 1.0))  # format version 2
 OTHERS = ("sieve", "nqueens", "richards")  # never seen in training
 
 
@@ -139,7 +143,9 @@ def policies(sites, tmp_path_factory):
                         ("boosted-bare", {"margin": 0.0, "ranges": False,
                                           "growth_budget": None}),
                         ("boosted-unbudgeted", {"growth_budget": None}),
-                        ("boosted-budget", {"growth_budget": SMALL_BUDGET})):
+                        ("boosted-budget", {"growth_budget": SMALL_BUDGET}),
+                        ("boosted-discount", {"growth_budget": SMALL_BUDGET,
+                                              "growth_discount": DISCOUNT})):
         path = tmp / f"{name}.policy"
         save_policy_file(dataclasses.replace(trained[name.split("-")[0]], **rails), path)
         out[name] = path
@@ -158,7 +164,7 @@ def _build(compiler, bench: str, outdir: Path, policy) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("which", ["boosted", "logistic", "mlp", "boosted-bare", "constant",
-                                   "boosted-budget"])
+                                   "boosted-budget", "boosted-discount"])
 def test_the_compiler_answers_as_the_python_host(compiler, policies, which, tmp_path):
     """For the same file, the compiler's own evaluation and the Python host's answer every
     decision alike: identical dumps (each decision's advice and the heuristic's action) and
@@ -184,7 +190,7 @@ def test_the_compiler_answers_as_the_python_host(compiler, policies, which, tmp_
                     if d.advice is not None:
                         advice[(d.advice, d.heuristic == d.advice, d.reason)] += 1
     print(which, dict(advice))
-    if which == "boosted-budget":
+    if which in ("boosted-budget", "boosted-discount"):
         _check_the_budget_binds(spec.trained, tmp_path)
     asked = sum(advice.values())
     assert asked > 200
@@ -230,22 +236,24 @@ def _check_the_budget_binds(policy: TrainedPolicy, tmp_path: Path) -> None:
     is inline at a site whose advice is default)."""
     assert policy.growth_budget == SMALL_BUDGET
     spent: Counter = Counter()
-    bound = 0
+    bound = discounted = 0
     for path in sorted(tmp_path.glob("*/file/*.decisions.sexp")):
         for d in read_dump(path).decisions:
             if d.advice is None or d.features is None or d.heuristic == "inline":
                 continue
             row = d.features.row()
             if d.advice == "inline":
-                spent[(path.parent.parent.name, path.name, function_of_key(d.key))] += \
-                    row["callee_size"]
+                grows = growth(row, policy.growth_discount)
+                spent[(path.parent.parent.name, path.name, function_of_key(d.key))] += grows
+                discounted += grows < row["callee_size"]
             elif d.advice == "default" and d.reason == "heuristic" \
                     and policy.advise(row, d.heuristic, "heuristic") == "inline":
                 bound += 1
     print(f"budget {SMALL_BUDGET}: {bound} inline answers made default; most spent "
-          f"{max(spent.values(), default=0)}")
+          f"{max(spent.values(), default=0)}; {discounted} departures discounted")
     assert spent and max(spent.values()) <= SMALL_BUDGET
     assert bound > 0
+    assert (discounted > 0) == bool(policy.growth_discount)  # format 2: the discount was used
 
 
 def test_the_guard_rails_keep_the_heuristic_more_often(compiler, policies, tmp_path):
@@ -277,7 +285,7 @@ def test_a_bad_policy_file_is_one_line_from_the_compiler(compiler, policies, tmp
     good = policies["boosted"].read_text()
     cases = [
         (good.replace("(version 1)", "(version 7)"),
-         "policy format version atom 7; this compiler reads 1"),
+         "policy format version atom 7; this compiler reads 1 or 2"),
         (good.replace("(leaf ", "(leaf x", 1), "leaf: expected a finite number, got atom x"),
         (good.replace("(margin 0.2)", "(margin nan)"),
          "margin: expected a finite number, got atom nan"),
@@ -285,7 +293,7 @@ def test_a_bad_policy_file_is_one_line_from_the_compiler(compiler, policies, tmp
         (good.replace("(classes ", "(classes maybe "),
          "classes: expected distinct labels among inline, dont_inline, default"),
         ("(inlining_overrides (version 1) (overrides))",
-         "expected (inlining_policy (version 1) ...), got a list"),
+         "expected (inlining_policy (version 1|2) ...), got a list"),
     ]
     bad = tmp_path / "bad.policy"
     for text, message in cases:
@@ -451,6 +459,51 @@ def test_the_growth_budget_in_the_file(tmp_path):
             in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(PolicyFileError, match="guards: missing \\(growth_budget"):
         decode_policy_file(text.replace(" (growth_budget 30)", "").encode(), "p.policy")
+
+
+def test_the_growth_discount_in_python_and_in_the_file(tmp_path):
+    """Format version 2: a departure spends callee_size / (1 + sum of weight x feature), the
+    feature 0 where absent or negative, a boolean 1 or 0; written as version 2 only where
+    there is a discount, read back as written; a bad discount is one line naming it."""
+    policy = dataclasses.replace(_inline_everywhere(30), growth_discount=(
+        ("direct_call_of_indirect", 1.0), ("in_loop", 0.5)))
+    assert growth({"callee_size": 30}, policy.growth_discount) == 30.0
+    assert growth({"callee_size": 30, "direct_call_of_indirect": 2, "in_loop": True},
+                  policy.growth_discount) == 30.0 / 3.5
+    assert growth({"callee_size": 30, "direct_call_of_indirect": -4, "in_loop": False},
+                  policy.growth_discount) == 30.0
+    e = PolicyEvaluation(policy)
+    f = "D(A.f@a.ml:1:0-99)"
+    site = {"callee_size": 40, "direct_call_of_indirect": 3}  # 40 / 4 = 10
+    assert [e.advise("A", 0, f"{f}/C(B.h@a.ml:{i}:0-5)", site, "dont_inline")
+            for i in range(4)] == ["inline", "inline", "inline", "default"]
+    text = policy_text(policy)
+    assert "(version 2)" in text and \
+        '(growth_discount ("direct_call_of_indirect" 1.0) ("in_loop" 0.5))' in text
+    save_policy_file(policy, tmp_path / "p.policy")
+    assert read_policy_file(tmp_path / "p.policy") == policy
+    assert "(version 1)" in policy_text(_inline_everywhere(30))
+    for bad, why in (('("nope" 1.0)', '"nope" is not a number feature of the compiler'),
+                     ('("inline_attribute" 1.0)', "not a number feature"),
+                     ('("in_loop" -1)', "expected a weight from 0 to 1000, got atom -1"),
+                     ('("in_loop" 1001)', "expected a weight from 0 to 1000"),
+                     ('("in_loop" x)', "growth_discount weight: expected a finite number"),
+                     ('("in_loop" 1) ("in_loop" 2)', '"in_loop" twice'),
+                     ("(in_loop 1)", 'expected ("FEATURE" WEIGHT)'),
+                     ("in_loop", 'expected ("FEATURE" WEIGHT)')):
+        mutated = re.sub(r"\(growth_discount [^\n]*\)\)\)", f"(growth_discount {bad}))",
+                         text, count=1)
+        assert mutated != text
+        with pytest.raises(PolicyFileError) as err:
+            decode_policy_file(mutated.encode(), "p.policy")
+        assert why in str(err.value) and "\n" not in str(err.value), bad
+    with pytest.raises(PolicyFileError, match="guards: missing \\(growth_discount"):
+        decode_policy_file(re.sub(r" \(growth_discount [^\n]*\)\)\)", ")", text,
+                                  count=1).encode(), "p.policy")
+    with pytest.raises(PolicyFileError, match="guards: expected one of"):  # not in version 1
+        decode_policy_file(text.replace("(version 2)", "(version 1)").encode(), "p.policy")
+    with pytest.raises(ExportError, match="growth discount 'nope'"):
+        policy_text(dataclasses.replace(policy, growth_discount=(("nope", 1.0),)))
 
 
 # -- lu as a lesson (docs/policies.md, "lu: one answer that costs everything") ----------------

@@ -14,6 +14,7 @@ device named as a ``.policy`` are one line from ``run-benchmark --policy`` (exit
 the compiler, without waiting on them or reading them without end."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import re
@@ -30,6 +31,8 @@ from dispatcher.build.policy_file import (
     MAX_POLICY_DEPTH,
     PolicyFileError,
     decode_policy_file,
+    policy_bytes,
+    read_policy_file,
 )
 from dispatcher.core.decisions import read_dump
 
@@ -42,9 +45,14 @@ REAL = {
     "boosted": (ROOT / "results" / "first-labels" / "policy-evaluation" /
                 "policy.policy").read_bytes(),
     "constant": ALWAYS_INLINE_FILE,
+    # format version 2: the searched policy with growth discounts
+    "discounted": policy_bytes(dataclasses.replace(
+        read_policy_file(ROOT / "results" / "searched-policy" / "searched.policy"),
+        growth_discount=(("direct_call_of_indirect", 0.5), ("in_loop", 1.25)))),
 }
 KEYWORDS = ("inlining_policy", "version", "classifier", "training", "benchmarks", "sites",
             "table_sha256", "threshold", "guards", "margin", "ranges", "growth_budget",
+            "growth_discount",
             "classes", "columns", "column", "model", "linear", "mean", "scale",
             "coefficients", "intercepts", "mlp", "activation", "layer", "weights", "biases",
             "trees", "baseline", "tree", "leaf", "split", "constant")
@@ -74,7 +82,7 @@ def _targeted() -> list[tuple[str, bytes, str | None]]:
         add(f"{kind}: quoted classifier", _sub(text, r"\(classifier (\w+)",
                                                r'(classifier "\1"'))
         add(f"{kind}: quoted ranges", _sub(text, r"\(ranges (\w+)", r'(ranges "\1"'))
-        add(f"{kind}: quoted version", _sub(text, r"\(version 1\)", '(version "1")'))
+        add(f"{kind}: quoted version", _sub(text, r"\(version (\d)\)", r'(version "\1")'))
         # the guard rails
         for margin, ok in (("-5", False), ("7", False), ("1.0000001", False), ("-0.0", True),
                            ("0", True), ("1", True), ("1e0", True), (".5", True),
@@ -188,10 +196,36 @@ def _targeted() -> list[tuple[str, bytes, str | None]]:
         for cut in (1, 10, len(text) // 3, len(text) // 2, len(text) - 3, len(text) - 2):
             add(f"{kind}: truncated at {cut}", data[:cut])
         # sections
-        add(f"{kind}: version 2", _sub(text, r"\(version 1\)", "(version 2)"), "version")
-        add(f"{kind}: version 01", _sub(text, r"\(version 1\)", "(version 01)"), "version")
-        add(f"{kind}: version 1 1", _sub(text, r"\(version 1\)", "(version 1 1)"), "version")
-        add(f"{kind}: no version", _sub(text, r"\(version 1\)", ""), "version")
+        v2 = "(growth_discount" in text
+        # a version-1 file called 2 lacks the discounts; a version-2 file called 1 has one
+        add(f"{kind}: version 1 <-> 2", _sub(text, r"\(version \d\)",
+                                             "(version 1)" if v2 else "(version 2)"),
+            "guards" if v2 else "growth_discount")
+        add(f"{kind}: version 3", _sub(text, r"\(version \d\)", "(version 3)"), "version")
+        add(f"{kind}: version 01", _sub(text, r"\(version (\d)\)", r"(version 0\1)"),
+            "version")
+        add(f"{kind}: version 1 1", _sub(text, r"\(version (\d)\)", r"(version \1 \1)"),
+            "version")
+        add(f"{kind}: no version", _sub(text, r"\(version \d\)", ""), "version")
+        if v2:  # the discounts
+            for bad, field in (('("in_loop" 0.5)', None), ("", None),
+                               ('("direct_call_of_indirect" 0) ("in_loop" 1000)', None),
+                               ('("in_loop" 1e3)', None), ('("in_loop" 1000.0001)', "weight"),
+                               ('("in_loop" -0.5)', "weight"), ('("in_loop" -0.0)', None),
+                               ('("in_loop" nan)', "weight"), ('("in_loop")', "growth_discount"),
+                               ('("in_loop" 1 2)', "growth_discount"),
+                               ('(in_loop 1)', "growth_discount"),
+                               ('("round" 1)', "round"), ('("evaluation" 1)', "evaluation"),
+                               ('("evaluation=inline" 1)', "evaluation"),
+                               ('("" 1)', "growth_discount"),
+                               ('("in_loop" 1) ("in_loop" 1)', "in_loop"),
+                               ("in_loop", "growth_discount"), ("((x))", "growth_discount")):
+                add(f"{kind}: growth_discount {bad}",
+                    _sub(text, r"\(growth_discount (?:\([^()]*\) ?)*\)",
+                         f"(growth_discount {bad})"), field)
+            add(f"{kind}: growth_discount twice",
+                _sub(text, r"\(growth_discount ", '(growth_discount) (growth_discount '),
+                "growth_discount")
         add(f"{kind}: a section twice", _sub(text, r"(\(threshold [^)]*\))", r"\1 \1"),
             "threshold")
         add(f"{kind}: an unknown section", _sub(text, r"(\(threshold [^)]*\))",

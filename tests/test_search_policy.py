@@ -23,6 +23,7 @@ from dispatcher.build.policy_file import (
     policy_bytes,
     read_policy_file,
 )
+from pipeline.policy.search import SearchError, start_from_file
 from pipeline.policy.searched import (
     BUDGET,
     INTERCEPT,
@@ -30,9 +31,12 @@ from pipeline.policy.searched import (
     ProgramFigure,
     SearchSpaceError,
     Space,
+    discount_name,
     policy_of,
     score,
     seeds,
+    space_with,
+    start_from,
     weight_name,
 )
 from tests.helpers import FIRST_CPU, REPO, campaign_data, cli, one_line_error, write_yaml
@@ -73,6 +77,68 @@ def test_the_score_decides_inline_or_default_within_the_budget():
     heuristic = policy_of(space, seeds(space)[0][1])
     assert heuristic.advise(features, "dont_inline") == "default"
     assert heuristic.advise(features, "inline") == "default"
+
+
+def test_a_space_with_a_discount_writes_format_2_and_charges_the_discounted_growth():
+    """``--discount F``: a weight per feature searched in [0, DISCOUNT_HIGH], written as the
+    file's growth_discount (format version 2, read back byte for byte); a site's growth is
+    callee_size / (1 + d * F), so a site with the feature passes a budget its size alone
+    would not; at weight 0 the answers are the undiscounted policy's."""
+    space = space_with((), discounts=("direct_call_of_indirect",))
+    assert space.identity()["discounts"] == ["direct_call_of_indirect"]
+    assert "discounts" not in Space().identity()  # the studies before resume as they were
+    assert [p.name for p in space.params()][-1] == discount_name("direct_call_of_indirect")
+    base = {INTERCEPT: 1.0, **{weight_name(c): 0.0 for c, _ in space.columns}, BUDGET: 215,
+            discount_name("direct_call_of_indirect"): 0.5}
+    policy = policy_of(space, base)
+    data = policy_bytes(policy)
+    assert b"(version 2)" in data and \
+        b'(growth_discount ("direct_call_of_indirect" 0.5))' in data
+    assert policy_bytes(decode_policy_file(data, "p.policy")) == data
+    fw = {"callee_size": 689, "direct_call_of_indirect": 6}  # floyd_warshall's Fw.run
+    ev = PolicyEvaluation(policy)
+    key = "D(Main.main@main.ml:1:0-9)/C(Fw.run@main.ml:{}:0-9)"
+    assert ev.advise("Main", 0, key.format(1), fw, "dont_inline") == "inline"  # 689 / 4
+    assert ev.spent[(0, "D(Main.main@main.ml:1:0-9)")] == 172.25
+    assert ev.advise("Main", 0, key.format(2), fw, "dont_inline") == "default"  # 344.5
+    plain = PolicyEvaluation(policy_of(space, {**base, discount_name(
+        "direct_call_of_indirect"): 0.0}))
+    assert plain.advise("Main", 0, key.format(1), fw, "dont_inline") == "default"
+    assert b"(version 1)" in policy_bytes(policy_of(Space(), {
+        k: v for k, v in base.items() if not k.startswith("d_")}))
+    for point in [p for _, p in seeds(space)] + [random_point(space, random.Random(3))]:
+        back = decode_policy_file(policy_bytes(policy_of(space, point)), "p.policy")
+        assert back.growth_discount == (("direct_call_of_indirect",
+                                         point[discount_name("direct_call_of_indirect")]),)
+
+
+def test_an_earlier_studys_best_starts_a_study_of_a_larger_space(tmp_path):
+    """``--start-from searched.json``: the earlier best's parameters, a discount it lacks
+    along a ladder of weights from 0 (the earlier policy's own answers), as the study's first
+    points after the heuristic."""
+    space = space_with((), discounts=("direct_call_of_indirect",))
+    earlier = {INTERCEPT: 2.5, **{weight_name(c): 0.25 for c, _ in space.columns},
+               BUDGET: 215}
+    (tmp_path / "searched.json").write_text(json.dumps({"params": earlier}))
+    got = start_from_file(tmp_path / "searched.json", space)
+    assert [name for name, _ in got] == [f"start-from searched.json #{i}" for i in range(5)]
+    d = discount_name("direct_call_of_indirect")
+    assert [dict(point) for _, point in got] == [{**earlier, d: w}
+                                                  for w in (0.0, 0.5, 1.0, 2.0, 4.0)]
+    assert policy_of(space, dict(got[0][1])).growth_discount == \
+        (("direct_call_of_indirect", 0.0),)
+    assert start_from(Space(), earlier) == [earlier]  # nothing new: the point itself
+    assert start_from(space, {**earlier, d: 1.5}) == [{**earlier, d: 1.5}]
+    for text, why in (("{", "not a searched.json"), ("[]", "with the best trial's params"),
+                      (json.dumps({"params": {**earlier, INTERCEPT: 40}}),
+                       "parameter intercept: expected a number from -4 to 4, got 40"),
+                      (json.dumps({"params": {INTERCEPT: 1.0}}), "got None")):
+        (tmp_path / "bad.json").write_text(text)
+        with pytest.raises(SearchError) as err:
+            start_from_file(tmp_path / "bad.json", space)
+        assert str(err.value).startswith(f"{tmp_path / 'bad.json'}: ") and why in str(err.value)
+    with pytest.raises(SearchError, match="no such file"):
+        start_from_file(tmp_path / "absent.json", space)
 
 
 def test_a_point_outside_the_space_is_refused_in_one_line():
@@ -265,6 +331,17 @@ def test_bad_input_is_one_line(tmp_path):
                       ("direct_call_of_indirect", "expected NAME=SCALE")):
         r = cli("search-policy", "kahan", "--column", spec, "--out", str(tmp_path / "o"))
         assert why in one_line_error(r), spec
+    for feature, why in (("nope", "--discount nope: not a number feature"),
+                         ("inline_attribute", "not a number feature")):
+        r = cli("search-policy", "kahan", "--discount", feature, "--out", str(tmp_path / "o"))
+        assert why in one_line_error(r), feature
+    r = cli("search-policy", "kahan", "--discount", "known_args", "--discount", "known_args",
+            "--out", str(tmp_path / "o"))
+    assert "--discount known_args: named twice" in one_line_error(r)
+    (tmp_path / "s.json").write_text('{"params": {"intercept": 1}}')
+    r = cli("search-policy", "kahan", "--start-from", str(tmp_path / "s.json"),
+            "--out", str(tmp_path / "o"))
+    assert f"{tmp_path / 's.json'}: parameter" in one_line_error(r)
     assert not (tmp_path / "o").exists()  # nothing made before the input is checked
 
 

@@ -32,11 +32,16 @@ if TYPE_CHECKING:
 
 POLICY_FORMAT = "inlining_policy"
 POLICY_VERSION = 1
+#: Version 2 adds one guard, the growth budget's discounts; a file without discounts is
+#: written as version 1, byte for byte what it was before version 2 existed.
+POLICY_VERSIONS = (1, 2)
 LABELS = ("inline", "dont_inline", "default")
 DEFAULT_MARGIN = 0.2
 # What the policy's inline answers that depart from the heuristic may add to one function in
 # one round, in callee_size units (docs/policies.md, "Guard rails"): a few mid-sized callees.
 DEFAULT_GROWTH_BUDGET = 100
+#: The largest weight a growth discount may have (both readers).
+MAX_DISCOUNT_WEIGHT = 1000.0
 ACTIVATIONS = ("identity", "logistic", "tanh", "relu")
 
 
@@ -280,6 +285,9 @@ class TrainedPolicy:
     margin: float = DEFAULT_MARGIN
     ranges: bool = True
     growth_budget: int | None = DEFAULT_GROWTH_BUDGET  # None: no budget
+    #: (number feature, weight) in file order: a site's growth is its callee_size divided by
+    #: 1 + sum of weight * feature (format version 2; empty: version 1, no discount)
+    growth_discount: tuple[tuple[str, float], ...] = ()
     _text_values: dict[str, set[str]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -356,7 +364,7 @@ class PolicyEvaluation:
     def __init__(self, policy: TrainedPolicy):
         self.policy = policy
         self.unit: str | None = None
-        self.spent: dict[tuple[int, str], int] = {}
+        self.spent: dict[tuple[int, str], float] = {}
 
     def start_unit(self, unit: str) -> None:
         self.unit = unit
@@ -366,23 +374,38 @@ class PolicyEvaluation:
                heuristic_action: str = "default", heuristic_reason: str = "heuristic"
                ) -> str:
         """``TrainedPolicy.advise``, then the growth budget: an ``inline`` answer where the
-        heuristic did not inline adds the site's ``callee_size`` to its function's spending
-        in this round, and is answered ``default`` instead (adding nothing) where that would
-        take the spending above the budget."""
+        heuristic did not inline adds the site's growth (``growth``) to its function's
+        spending in this round, and is answered ``default`` instead (adding nothing) where
+        that would take the spending above the budget."""
         if unit != self.unit:
             self.start_unit(unit)
         a = self.policy.advise(features, heuristic_action, heuristic_reason)
         budget = self.policy.growth_budget
         if a != "inline" or heuristic_action == "inline" or budget is None:
             return a
-        size = features.get("callee_size")
-        grows = size if isinstance(size, int) and not isinstance(size, bool) else 0
+        grows = growth(features, self.policy.growth_discount)
         where = (round, function_of_key(key))
-        spent = self.spent.get(where, 0)
+        spent = self.spent.get(where, 0.0)
         if spent + grows > budget:
             return "default"
         self.spent[where] = spent + grows
         return a
+
+
+def growth(features: Mapping[str, Any], discount: Sequence[tuple[str, float]]) -> float:
+    """What inlining a site adds to its function's spending: its ``callee_size`` (0 where it
+    has none), divided by 1 plus each discount's weight times its feature (an absent or
+    negative number counts 0, a boolean 1 or 0), summed in file order from the 1 as the
+    compiler sums it; undivided where there is no discount."""
+    size = features.get("callee_size")
+    grows = float(size) if isinstance(size, int) and not isinstance(size, bool) else 0.0
+    divisor = 1.0
+    for name, weight in discount:
+        v = features.get(name)
+        x = (1.0 if v else 0.0) if isinstance(v, bool) else \
+            float(v) if isinstance(v, int) and v > 0 else 0.0
+        divisor = divisor + weight * x
+    return grows / divisor
 
 
 def _class_of(action: str) -> str:
@@ -514,20 +537,39 @@ def _budget_text(budget: int | None) -> str:
     return str(budget)
 
 
+def _discount_text(discount: Sequence[tuple[str, float]]) -> str:
+    """`` (growth_discount ("FEATURE" WEIGHT) ...)``, or "" where there is none (version 1)."""
+    if not discount:
+        return ""
+    names = [n for n, _ in discount]
+    for name, weight in discount:
+        if name not in _NUMBER_FEATURES or names.count(name) > 1:
+            raise ExportError(f"growth discount {name!r}: expected distinct number features "
+                              "of the compiler")
+        if not (isinstance(weight, (int, float)) and 0.0 <= weight <= MAX_DISCOUNT_WEIGHT):
+            raise ExportError(f"growth discount {name}: weight {weight!r}, expected a number "
+                              f"from 0 to {MAX_DISCOUNT_WEIGHT:g}")
+    return " (growth_discount " + " ".join(f"({_str(n)} {_num(float(w))})"
+                                           for n, w in discount) + ")"
+
+
 def policy_text(policy: TrainedPolicy) -> str:
-    """The file's text (docs/policies.md, "The policy file")."""
+    """The file's text (docs/policies.md, "The policy file"): format version 1, or 2 where the
+    policy has growth discounts."""
+    version = 2 if policy.growth_discount else POLICY_VERSION
     lines = [
         f"; an inlining policy written by train-policy: {policy.classifier} trained on "
         f"{policy.sites} call sites",
         f"({POLICY_FORMAT}",
-        f" (version {POLICY_VERSION})",
+        f" (version {version})",
         f" (classifier {policy.classifier})",
         f" (training (benchmarks {' '.join(_str(b) for b in policy.benchmarks)}) "
         f"(sites {policy.sites}) (table_sha256 {_str(policy.table_sha256)}))",
         f" (threshold {_num(policy.threshold)})",
         f" (guards (margin {_num(policy.margin)}) "
         f"(ranges {'true' if policy.ranges else 'false'}) "
-        f"(growth_budget {_budget_text(policy.growth_budget)}))",
+        f"(growth_budget {_budget_text(policy.growth_budget)})"
+        f"{_discount_text(policy.growth_discount)})",
         f" (classes {' '.join(policy.classes)})",
         " (columns",
     ]
@@ -927,7 +969,7 @@ def decode_policy_file(data: bytes, where: object) -> TrainedPolicy:
 
 def _decode(text: str) -> TrainedPolicy:
     forms = _parse(text)
-    expected = f"expected ({POLICY_FORMAT} (version {POLICY_VERSION}) ...)"
+    expected = f"expected ({POLICY_FORMAT} (version 1|2) ...)"
     if not forms:
         raise _Malformed(0, f"empty file, {expected}")
     top = forms[0]
@@ -942,12 +984,12 @@ def _decode(text: str) -> TrainedPolicy:
     version = next((x for x in top[1:] if isinstance(x, _List) and x and x[0] == "version"),
                    None)
     if version is None:
-        raise _fail(top, f"{POLICY_FORMAT}: missing (version {POLICY_VERSION})")
-    if version[1:] != [str(POLICY_VERSION)]:
+        raise _fail(top, f"{POLICY_FORMAT}: missing (version 1|2)")
+    if version[1:] not in (["1"], ["2"]):
         got = "missing" if len(version) == 1 else \
             _short(version[1]) if _is_atom(version[1]) else _describe(version[1])
-        raise _fail(version, f"policy format version {got}; this version reads "
-                             f"{POLICY_VERSION}")
+        raise _fail(version, f"policy format version {got}; this version reads 1 or 2")
+    v2 = version[1] == "2"
     s = _sections(top[1:], POLICY_FORMAT, ("version", "classifier", "training", "threshold",
                                            "guards", "classes", "columns", "model"), top)
     classifier = _keyword(_one(s["classifier"], "classifier"), "classifier", CLASSIFIERS,
@@ -958,7 +1000,8 @@ def _decode(text: str) -> TrainedPolicy:
     if threshold < 0.0:
         raise _fail(s["threshold"], f"threshold: expected a number from 0, got "
                                     f"{_describe(threshold_v)}")
-    g = _sections(s["guards"][1:], "guards", ("margin", "ranges", "growth_budget"), s["guards"])
+    g = _sections(s["guards"][1:], "guards", ("margin", "ranges", "growth_budget") +
+                  (("growth_discount",) if v2 else ()), s["guards"])
     margin_v = _one(g["margin"], "margin")
     margin = _number(margin_v, "margin", g["margin"])
     if not 0.0 <= margin <= 1.0:
@@ -973,6 +1016,7 @@ def _decode(text: str) -> TrainedPolicy:
                                             f"1 to {MAX_GROWTH_BUDGET}, got "
                                             f"{_describe(budget_v)}")
         growth_budget = int(budget_v)
+    discount = _discount(g["growth_discount"]) if v2 else ()
     classes = []
     for c in s["classes"][1:]:
         if not (_is_atom(c) and c in LABELS):
@@ -1002,7 +1046,30 @@ def _decode(text: str) -> TrainedPolicy:
     return TrainedPolicy(classifier=classifier, classes=classes, model=model,
                          columns=columns, threshold=threshold, benchmarks=benchmarks,
                          table_sha256=digest, sites=sites, margin=margin,
-                         ranges=ranges == "true", growth_budget=growth_budget)
+                         ranges=ranges == "true", growth_budget=growth_budget,
+                         growth_discount=discount)
+
+
+def _discount(section: _List) -> tuple[tuple[str, float], ...]:
+    """``(growth_discount ("FEATURE" WEIGHT) ...)``: distinct number features of the compiler,
+    each weight a number from 0 to MAX_DISCOUNT_WEIGHT."""
+    out: list[tuple[str, float]] = []
+    for item in section[1:]:
+        if not (isinstance(item, _List) and len(item) == 2 and _is_string(item[0])):
+            raise _fail(item if isinstance(item, _List) else section,
+                        f'growth_discount: expected ("FEATURE" WEIGHT), got {_describe(item)}')
+        name = _text(item[0])
+        if name not in _NUMBER_FEATURES:
+            raise _fail(item, f'growth_discount: "{_short(name)}" is not a number feature of '
+                              "the compiler")
+        if any(name == n for n, _ in out):
+            raise _fail(item, f'growth_discount: "{_short(name)}" twice')
+        weight = _number(item[1], "growth_discount weight", item)
+        if not 0.0 <= weight <= MAX_DISCOUNT_WEIGHT:
+            raise _fail(item, "growth_discount: expected a weight from 0 to 1000, got "
+                              f"{_describe(item[1])}")
+        out.append((name, weight))
+    return tuple(out)
 
 
 def read_policy_bytes(path: Path | str) -> bytes:

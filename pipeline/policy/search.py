@@ -42,7 +42,7 @@ from dispatcher.compare import (
     pairing_policy,
 )
 from dispatcher.core.figures import Figure, geomean_figure
-from dispatcher.core.files import write_text_atomic
+from dispatcher.core.files import TextFileError, read_regular_bytes, write_text_atomic
 from dispatcher.running.measurement import PairingPolicy
 from dispatcher.session import Session
 from pipeline.policy.searched import (
@@ -54,6 +54,7 @@ from pipeline.policy.searched import (
     policy_of,
     score,
     seeds,
+    start_from,
 )
 
 STUDY = "search-policy"
@@ -73,6 +74,31 @@ STARTUP_TRIALS = 8
 class SearchError(RuntimeError):
     """Input that cannot be searched, a study that cannot be continued, or a trial that
     could not be measured: one line."""
+
+
+def start_from_file(path: Path, space: Space
+                    ) -> tuple[tuple[str, tuple[tuple[str, float], ...]], ...]:
+    """An earlier study's best point (its ``searched.json``) as seeds of a study of ``space``
+    (``searched.start_from``: each new discount along a ladder of weights, from 0), named
+    after the file; SearchError, one line naming the file, where it is not such a file or its
+    point is not one of ``space``."""
+    try:
+        data = json.loads(read_regular_bytes(path, 16 * 1024 * 1024))
+    except FileNotFoundError:
+        raise SearchError(f"{path}: no such file (expected a searched.json)") from None
+    except (OSError, TextFileError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else \
+            str(exc).removeprefix(f"{path}: ")
+        raise SearchError(f"{path}: not a searched.json ({why})") from None
+    params = data.get("params") if isinstance(data, dict) else None
+    if not isinstance(params, dict):
+        raise SearchError(f"{path}: expected a searched.json, with the best trial's params")
+    try:
+        points = start_from(space, params)
+    except SearchSpaceError as exc:
+        raise SearchError(f"{path}: {exc}") from None
+    return tuple((f"start-from {path.name}" + (f" #{i}" if len(points) > 1 else ""),
+                  tuple(sorted(point.items()))) for i, point in enumerate(points))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,9 @@ of the dump, ``s = b + sum_j w_j * x_j / scale_j``; ``inline`` where ``s > 0``, 
 aggressive end is where the baselines found the gains; never-inline's 0.775 says where
 ``dont_inline`` leads), at sites the heuristic decided freely, within a searched growth
 budget (per function and round: the guard rail of the file).  Margin 0 (every answer is the
-model's), no training ranges (there are no training rows).
+model's), no training ranges (there are no training rows).  A space with discounts
+(``--discount FEATURE``) also searches a weight per named feature that makes a site's growth
+cheaper, ``callee_size / (1 + sum_f d_f * x_f)``: a policy file of format version 2.
 """
 from __future__ import annotations
 
@@ -42,6 +44,9 @@ WEIGHT = 4.0  # coefficients and the intercept are searched in [-WEIGHT, WEIGHT]
 BUDGET_LOW, BUDGET_HIGH = 8, 4000
 INTERCEPT = "intercept"
 BUDGET = "growth_budget"
+# a discount's weight, searched in [0, DISCOUNT_HIGH]: at the top a site whose feature is 1
+# costs a fifth of its size (floyd_warshall's Fw.run, direct_call_of_indirect 6, a 25th)
+DISCOUNT_HIGH = 4.0
 #: A column's range in the file: the guard rail is off (ranges false), so only its form
 #: matters; the widest range both readers take.
 _RANGE = (-1.0, 1e9)
@@ -68,23 +73,37 @@ class Space:
     columns: tuple[tuple[str, float], ...] = COLUMNS
     weight: float = WEIGHT
     budget: tuple[int, int] = (BUDGET_LOW, BUDGET_HIGH)
+    discounts: tuple[str, ...] = ()  # features whose growth discount is searched
 
     def params(self) -> list[Param]:
-        """The parameters in a fixed order: the intercept, a weight per column, the budget."""
+        """The parameters in a fixed order: the intercept, a weight per column, the budget,
+        a discount weight per discounted feature."""
         return [Param(INTERCEPT, -self.weight, self.weight),
                 *[Param(weight_name(c), -self.weight, self.weight) for c, _ in self.columns],
-                Param(BUDGET, self.budget[0], self.budget[1], integer=True)]
+                Param(BUDGET, self.budget[0], self.budget[1], integer=True),
+                *[Param(discount_name(f), 0.0, DISCOUNT_HIGH) for f in self.discounts]]
 
     def identity(self) -> dict[str, object]:
         """What a study's resume checks: the same space, or another study."""
-        return {"columns": [list(c) for c in self.columns], "weight": self.weight,
-                "budget": list(self.budget)}
+        got: dict[str, object] = {"columns": [list(c) for c in self.columns],
+                                  "weight": self.weight, "budget": list(self.budget)}
+        if self.discounts:  # (absent otherwise: the studies made before resume as they were)
+            got["discounts"] = list(self.discounts)
+        return got
 
 
-def space_with(extra: Sequence[str], base: Space = Space()) -> Space:
+def space_with(extra: Sequence[str], base: Space = Space(), discounts: Sequence[str] = ()
+               ) -> Space:
     """``base`` with more columns, each ``NAME=SCALE`` (a number feature of the compiler not
-    already a column, a scale above 0): a study of another space (its identity says so);
+    already a column, a scale above 0), and growth discounts searched for ``discounts`` (number
+    features of the compiler): a study of another space (its identity says so);
     SearchSpaceError, one line, for one that is not."""
+    for name in discounts:
+        if name not in number_features():
+            raise SearchSpaceError(f"--discount {name}: not a number feature of the compiler "
+                                   "(docs/policies.md, \"Column names\")")
+        if list(discounts).count(name) > 1 or name in base.discounts:
+            raise SearchSpaceError(f"--discount {name}: named twice")
     columns = list(base.columns)
     for spec in extra:
         name, eq, scale_text = spec.partition("=")
@@ -101,11 +120,15 @@ def space_with(extra: Sequence[str], base: Space = Space()) -> Space:
         if name in dict(columns):
             raise SearchSpaceError(f"--column {spec}: {name} is a column already")
         columns.append((name, scale))
-    return Space(tuple(columns), base.weight, base.budget)
+    return Space(tuple(columns), base.weight, base.budget, (*base.discounts, *discounts))
 
 
 def weight_name(column: str) -> str:
     return f"w_{column}"
+
+
+def discount_name(feature: str) -> str:
+    return f"d_{feature}"
 
 
 def policy_of(space: Space, params: Mapping[str, float], benchmarks: Sequence[str] = ()
@@ -130,7 +153,8 @@ def policy_of(space: Space, params: Mapping[str, float], benchmarks: Sequence[st
         classifier="logistic", classes=["default", "inline"], model=model,
         columns=[Column(c, *_RANGE) for c in names], threshold=0.0,
         benchmarks=list(benchmarks), table_sha256="", sites=0, margin=0.0, ranges=False,
-        growth_budget=int(round(params[BUDGET])))
+        growth_budget=int(round(params[BUDGET])),
+        growth_discount=tuple((f, float(params[discount_name(f)])) for f in space.discounts))
 
 
 def seeds(space: Space) -> list[tuple[str, dict[str, float]]]:
@@ -139,7 +163,8 @@ def seeds(space: Space) -> list[tuple[str, dict[str, float]]]:
     ``inline-within-budget`` (above 0 everywhere: always-inline, held to the largest growth
     budget) and, where the space has ``callee_size``, ``inline-small-callees`` (callees below
     half its scale, within a budget of 100, train-policy's default)."""
-    zero = {weight_name(c): 0.0 for c, _ in space.columns}
+    zero = {**{weight_name(c): 0.0 for c, _ in space.columns},
+            **{discount_name(f): 0.0 for f in space.discounts}}
     out = [("heuristic", {INTERCEPT: -space.weight, **zero, BUDGET: space.budget[0]}),
            ("inline-within-budget", {INTERCEPT: space.weight, **zero,
                                      BUDGET: space.budget[1]})]
@@ -171,7 +196,33 @@ def seed_from_labels(space: Space, features: Mapping[str, Sequence[float]],
         return float(min(w, max(-w, v)))
     return {INTERCEPT: clip(model.intercept_[0]),
             **{weight_name(c): clip(model.coef_[0][j]) for j, c in enumerate(names)},
-            BUDGET: int(min(space.budget[1], max(space.budget[0], budget)))}
+            BUDGET: int(min(space.budget[1], max(space.budget[0], budget))),
+            **{discount_name(f): 0.0 for f in space.discounts}}
+
+
+#: The discount weights an earlier study's best is tried at when the space adds discounts
+#: (``start_from``): a line along the new parameters, from none to the range's top.
+START_LADDER = (0.0, 0.5, 1.0, 2.0, DISCOUNT_HIGH)
+
+
+def start_from(space: Space, params: Mapping[str, object]) -> list[dict[str, float]]:
+    """Points of ``space`` continuing an earlier study's point ``params`` (its best, from its
+    ``searched.json``): the parameters ``space`` shares with it, and each discount it lacks
+    at each weight of ``START_LADDER`` in turn (the first, 0: the earlier policy's own
+    answers); one point where it lacks none.  SearchSpaceError, one line, where it lacks
+    another of the space's parameters or holds one out of its bounds."""
+    new = {discount_name(f) for f in space.discounts} - set(params)
+    point: dict[str, float] = {}
+    for p in space.params():
+        v = params.get(p.name, 0.0 if p.name in new else None)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) \
+                or not p.low <= v <= p.high:
+            raise SearchSpaceError(f"parameter {p.name}: expected a number from {p.low:g} to "
+                                   f"{p.high:g}, got {v!r}")
+        point[p.name] = float(v)
+    if not new:
+        return [point]
+    return [{**point, **{n: w for n in new}} for w in START_LADDER]
 
 
 # --------------------------------------------------------------------------- the objective
