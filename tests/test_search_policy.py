@@ -366,6 +366,22 @@ def test_the_campaign_stage_is_off_unless_the_file_turns_it_on(tmp_path):
     assert argv[argv.index("--confirm-size") + 1] == "quick"  # the campaign's size
     assert argv[argv.index("--out") + 1] == str(on.dir / "searched")
     assert argv[argv.index("--metric") + 1] == "cycles"
+    assert "--discount" not in argv
+    # discounts: the search's flags, in the identity only where there are some
+    searched = {"enabled": True, "benchmarks": ["kahan"], "trials": 3}
+    assert plan.parse_campaign({**data, "searched": {**searched, "discounts": []}},
+                               source).identity == on.identity
+    disc = plan.parse_campaign({**data, "searched": {
+        **searched, "discounts": ["direct_call_of_indirect"]}}, source)
+    assert disc.identity != on.identity
+    argv = stages.stage_command(disc, "searched")
+    assert argv is not None and argv[argv.index("--discount") + 1] == "direct_call_of_indirect"
+    for bad, why in ((["nope"], "searched.discounts: nope: not a number feature"),
+                     ("in_loop", "searched.discounts"), ([3], "searched.discounts[0]"),
+                     (["in_loop", "in_loop"], "in_loop: named twice")):
+        with pytest.raises(plan.CampaignError) as err:
+            plan.parse_campaign({**data, "searched": {"discounts": bad}}, source)
+        assert why in str(err.value) and "\n" not in str(err.value), bad
     with pytest.raises(plan.CampaignError, match="searched.max_pairs"):
         plan.parse_campaign({**data, "searched": {"runs": 4, "max_pairs": 2}}, source)
     with pytest.raises(plan.CampaignError, match="searched.metric"):

@@ -31,10 +31,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 POLICY_FORMAT = "inlining_policy"
+#: The version written for a policy without growth discounts (byte for byte what it was before
+#: version 2 existed); version 2 adds one guard, the growth budget's discounts.  Both are read.
 POLICY_VERSION = 1
-#: Version 2 adds one guard, the growth budget's discounts; a file without discounts is
-#: written as version 1, byte for byte what it was before version 2 existed.
-POLICY_VERSIONS = (1, 2)
 LABELS = ("inline", "dont_inline", "default")
 DEFAULT_MARGIN = 0.2
 # What the policy's inline answers that depart from the heuristic may add to one function in

@@ -37,6 +37,7 @@ from dispatcher.core.validation import (
     load_strict_file,
 )
 from pipeline.policy.choice import KINDS
+from pipeline.policy.searched import SearchSpaceError, space_with
 from pipeline.policy.selection import GATE
 
 SEARCHES: tuple[str, ...] = typing.get_args(Algorithm)  # the search stage's algorithms
@@ -126,6 +127,7 @@ class SearchedStage:
     seed: int = 0
     runs: int = 4
     max_pairs: int = 8
+    discounts: tuple[str, ...] = ()  # features whose growth discount is searched too
 
 
 @dataclass(frozen=True)
@@ -349,7 +351,8 @@ def _flipbacks(r: Reader, data: dict) -> FlipbacksStage:
 def _searched(r: Reader, data: dict, size: str) -> SearchedStage:
     d = SearchedStage()
     sp = r.section(data, "searched", {"enabled", "benchmarks", "trials", "metric", "size",
-                                      "confirm_size", "seed", "runs", "max_pairs"})
+                                      "confirm_size", "seed", "runs", "max_pairs",
+                                      "discounts"})
     seed = _seed(r, sp, "searched.seed", d.seed)
     searched = SearchedStage(
         enabled=r.boolean(sp, "enabled", "searched.enabled", d.enabled),
@@ -363,9 +366,21 @@ def _searched(r: Reader, data: dict, size: str) -> SearchedStage:
         seed=seed,
         runs=r.positive_int(sp, "runs", "searched.runs", d.runs, most=MAX_RUNS),
         max_pairs=r.positive_int(sp, "max_pairs", "searched.max_pairs", d.max_pairs,
-                                 most=MAX_RUNS))
+                                 most=MAX_RUNS),
+        discounts=_discounts(r, sp.get("discounts", [])))
     _pairs(r, "searched", searched.runs, searched.max_pairs)
     return searched
+
+
+def _discounts(r: Reader, value: Any) -> tuple[str, ...]:
+    """``searched.discounts``: distinct number features of the compiler (search-policy
+    --discount), checked now."""
+    names = r.string_list(value, "searched.discounts")
+    try:
+        space_with((), discounts=names)
+    except SearchSpaceError as exc:
+        raise r.error("searched.discounts", str(exc).removeprefix("--discount ")) from None
+    return names
 
 
 def _select(r: Reader, data: dict) -> SelectStage:
@@ -536,8 +551,9 @@ def _identity(c: Campaign, *, legacy: bool = False) -> str:
         "policy": c.policy.__dict__, "evaluate": c.evaluate.__dict__}
     if c.flipbacks.enabled:  # absent when off: earlier identities hold
         what["flipbacks"] = c.flipbacks.__dict__
-    if c.searched.enabled:  # the same
-        what["searched"] = c.searched.__dict__
+    if c.searched.enabled:  # the same, and its discounts only where there are some
+        what["searched"] = {k: v for k, v in c.searched.__dict__.items()
+                            if k != "discounts" or v}
     if c.select.enabled:  # the same
         what["select"] = c.select.__dict__
     if not legacy:

@@ -195,7 +195,8 @@ def _searched(c: Campaign, conf: list[str]) -> list[str] | None:
     return ["search-policy", *conf, *_tasks(s.benchmarks), "--trials", str(s.trials),
             "--metric", s.metric, "--size", s.size, "--confirm-size",
             s.confirm_size or c.size, "--runs", str(s.runs), "--max-pairs", str(s.max_pairs),
-            "--seed", str(s.seed), "--out", str(c.dir / "searched")]
+            "--seed", str(s.seed), *[a for f in s.discounts for a in ("--discount", f)],
+            "--out", str(c.dir / "searched")]
 
 
 def _select(c: Campaign, conf: list[str]) -> list[str] | None:
