@@ -1074,16 +1074,22 @@ def test_pipelined_jobs_survive_an_agent_death(binaries, tmp_path):
     assert slot.depth == 2
     policy = SchedulerConfig(backoff_s=0.05)
     with Scheduler(backend.slots, policy) as scheduler:
-        job = RunJob(sha256_of(triv), triv, (), runs=150, timeout=10, perf=False)
+        job = RunJob(sha256_of(triv), triv, (), runs=400, timeout=10, perf=False)
         scheduler.submit(RunJob(job.sha256, triv, (), runs=1, timeout=10)).result()
         first_agent = slot._agent.process
         futures = [scheduler.submit(job) for _ in range(2)]
-        time.sleep(0.1)  # the first job runs, the second waits in the agent
+        # both handed to the slot's runners (on a loaded machine that can take more than a
+        # fixed sleep), then a moment for the second to reach the agent's queue
+        deadline = time.monotonic() + 30
+        while not all(f.running() for f in futures) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.05)  # the first job runs (400 runs: longer than this), the second waits
+        assert not any(f.done() for f in futures)
         first_agent.kill()
         results = [f.result(timeout=60) for f in futures]
         assert scheduler.lost_jobs == 2
         for r in results:
-            assert len(r.records) == 150 and r.failed == 0
+            assert len(r.records) == 400 and r.failed == 0
         assert slot._agent.process is not first_agent
         # and the slot's busy time counts overlapping jobs once
         assert scheduler.busy_s[slot.name] < 60
