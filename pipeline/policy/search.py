@@ -42,7 +42,7 @@ from dispatcher.compare import (
     pairing_policy,
 )
 from dispatcher.core.figures import Figure, geomean_figure
-from dispatcher.core.files import TextFileError, read_regular_bytes, write_text_atomic
+from dispatcher.core.files import TextFileError, read_regular_text, write_text_atomic
 from dispatcher.running.measurement import PairingPolicy
 from dispatcher.session import Session
 from pipeline.policy.searched import (
@@ -83,7 +83,7 @@ def start_from_file(path: Path, space: Space
     after the file; SearchError, one line naming the file, where it is not such a file or its
     point is not one of ``space``."""
     try:
-        data = json.loads(read_regular_bytes(path, 16 * 1024 * 1024))
+        data = json.loads(read_regular_text(path, 16 * 1024 * 1024))
     except FileNotFoundError:
         raise SearchError(f"{path}: no such file (expected a searched.json)") from None
     except (OSError, TextFileError, ValueError) as exc:

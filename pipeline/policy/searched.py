@@ -65,6 +65,15 @@ class Param:
     high: float
     integer: bool = False
 
+    def check(self, v: object) -> float:
+        """``v`` as a point's value of this parameter; SearchSpaceError, one line, where it is
+        not a finite number within the bounds."""
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) \
+                or not self.low <= v <= self.high:
+            raise SearchSpaceError(f"parameter {self.name}: expected a number from "
+                                   f"{self.low:g} to {self.high:g}, got {v!r}")
+        return float(v)
+
 
 @dataclass(frozen=True)
 class Space:
@@ -137,11 +146,7 @@ def policy_of(space: Space, params: Mapping[str, float], benchmarks: Sequence[st
     was searched on, recorded in its ``training`` section); SearchSpaceError for a point
     outside the space."""
     for p in space.params():
-        v = params.get(p.name)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) \
-                or not p.low <= v <= p.high:
-            raise SearchSpaceError(f"parameter {p.name}: expected a number from {p.low:g} to "
-                                   f"{p.high:g}, got {v!r}")
+        p.check(params.get(p.name))
     extra = set(params) - {p.name for p in space.params()}
     if extra:
         raise SearchSpaceError(f"unknown parameter(s) {', '.join(sorted(extra))}")
@@ -214,12 +219,7 @@ def start_from(space: Space, params: Mapping[str, object]) -> list[dict[str, flo
     new = {discount_name(f) for f in space.discounts} - set(params)
     point: dict[str, float] = {}
     for p in space.params():
-        v = params.get(p.name, 0.0 if p.name in new else None)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) \
-                or not p.low <= v <= p.high:
-            raise SearchSpaceError(f"parameter {p.name}: expected a number from {p.low:g} to "
-                                   f"{p.high:g}, got {v!r}")
-        point[p.name] = float(v)
+        point[p.name] = p.check(params.get(p.name, 0.0 if p.name in new else None))
     if not new:
         return [point]
     return [{**point, **{n: w for n in new}} for w in START_LADDER]
