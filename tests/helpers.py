@@ -691,3 +691,40 @@ class AgentProc:
             if f is not None:
                 f.close()
         self.sel.close()
+
+
+# ---------------------------------------------------------------------- answering slots
+
+class AnsweringAdapter:
+    """A blocking test slot seen as an ``AnsweringSlot``: each start runs the slot's ``run``
+    on a thread of its own and answers from there, so the scheduler's thread-less runners
+    meet the same scripted losses, probes and gates as its runner threads."""
+
+    def __init__(self, slot: Any):
+        self._slot = slot
+
+    def __getattr__(self, name: str) -> Any:  # name, worker_class, cpu, depth, probe, close...
+        return getattr(self._slot, name)
+
+    def run(self, job: Any) -> Any:
+        return self._slot.run(job)
+
+    def start(self, job: Any, answer: Callable[[Any], None]) -> None:
+        import threading
+
+        def go() -> None:
+            try:
+                outcome = self._slot.run(job)
+            except BaseException as exc:  # as run raises it: the scheduler tells them apart
+                outcome = exc
+            answer(outcome)
+
+        threading.Thread(target=go, daemon=True, name=f"answer {self._slot.name}").start()
+
+
+def answering_scheduler(scheduler_class: type) -> type:
+    """``scheduler_class`` whose slots are given to it as ``AnsweringAdapter``s."""
+    class Answering(scheduler_class):  # type: ignore[valid-type, misc]
+        def __init__(self, slots: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__([AnsweringAdapter(s) for s in slots], *args, **kwargs)
+    return Answering

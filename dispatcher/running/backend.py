@@ -16,11 +16,12 @@ its own merits (run it again elsewhere), ``PermanentLoss`` that retrying this sl
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 from dispatcher.build.toolchain import Compiler
 from dispatcher.core.jobs import RunJob
@@ -31,8 +32,9 @@ from dispatcher.running.agent_client import AgentError, WorkerLost
 if TYPE_CHECKING:
     from dispatcher.build.service import Builder
 
-__all__ = ["AgentError", "Backend", "BackendSpec", "BackendUnavailable", "MODULES",
-           "PermanentLoss", "Slot", "WorkerLost", "backend_spec"]
+__all__ = ["AgentError", "Answer", "AnsweringSlot", "Backend", "BackendSpec",
+           "BackendUnavailable", "MODULES", "PermanentLoss", "Slot", "WorkerLost",
+           "backend_spec", "run_by_start"]
 
 
 class PermanentLoss(WorkerLost):
@@ -60,6 +62,42 @@ class Slot(Protocol):
         """Make sure the worker answers (after a loss); WorkerLost if not."""
 
     def close(self) -> None: ...
+
+
+# What a started job comes to: its result, or the exception ``Slot.run`` would have raised.
+Answer = Callable[["RunResult | BaseException"], None]
+
+
+@runtime_checkable
+class AnsweringSlot(Slot, Protocol):
+    """A slot that starts a job and answers later, on a thread of its backend's.  The
+    scheduler then keeps no thread per job a slot may hold: hundreds of slots (Ray actors,
+    simulated CPUs) cost it no more threads than one.
+
+    ``start`` returns at once (it may block briefly, never for a job's duration: a slot whose
+    worker must first be started does that on a thread of its own).  ``answer`` is called
+    exactly once for each start, with the result or with the exception ``run`` would have
+    raised (WorkerLost, AgentError, the job's own failure), never from inside ``start``, and
+    it may start the slot's next job: the backend's thread must not hold a lock of its own
+    while it answers.  Closing the slot answers every job in flight (with WorkerLost) soon."""
+
+    def start(self, job: RunJob, answer: Answer) -> None: ...
+
+
+def run_by_start(slot: AnsweringSlot, job: RunJob) -> RunResult:
+    """``run`` for a slot that answers by itself: its job started, its answer waited for."""
+    answered = threading.Event()
+    outcome: list[RunResult | BaseException] = []
+
+    def answer(given: RunResult | BaseException) -> None:
+        outcome.append(given)
+        answered.set()
+
+    slot.start(job, answer)
+    answered.wait()
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
 
 
 class Backend(Protocol):

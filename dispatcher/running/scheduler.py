@@ -1,10 +1,16 @@
 """The scheduler: hands run jobs to free worker slots and returns futures.
 
 ``Slot.run`` blocks, so each slot has one thread per job it may hold at once (its ``depth``):
-a *runner*.  Which runner takes which job is decided by a ``JobBoard``, which has no threads:
-a runner that finishes a job takes the next one meant for its slot, or else the oldest one
-meant for any slot of its class (or for any slot); a job submitted while runners wait is
-handed to one of them (of the slot with the fewest jobs), and only that runner is woken.
+a *runner*.  A slot that answers by itself (``AnsweringSlot``: Ray actors, simulated CPUs)
+gets runners without threads instead: a job handed to one is started on its slot, and the
+slot's answer (on its backend's thread) ends the job and starts the runner's next one, so the
+scheduler's threads do not grow with the slots (a thread lives only while a lost slot backs
+off and is probed).
+
+Which runner takes which job is decided by a ``JobBoard``, which has no threads: a runner
+that finishes a job takes the next one meant for its slot, or else the oldest one meant for
+any slot of its class (or for any slot); a job submitted while runners wait is handed to
+one of them (of the slot with the fewest jobs), and only that runner is woken.
 So a slot never idles while work is queued for it, and no submit wakes more than one thread
 (``bench/scheduler_core``, instant runs, 2 CPUs: 1,000 slots of depth 2 took 75 jobs/s when
 every submit woke every thread, as this module did before, and take 17,800 now).  Backends
@@ -20,17 +26,19 @@ is resolved exactly once, so no measurement is lost or recorded twice.
 from __future__ import annotations
 
 import collections
+import contextlib
+import functools
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, Union
 
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
-from dispatcher.running.backend import PermanentLoss, Slot, WorkerLost
+from dispatcher.running.backend import AnsweringSlot, PermanentLoss, Slot, WorkerLost
 
 log = logging.getLogger(__name__)
 
@@ -277,6 +285,25 @@ class _Runner:
         self.gate.release()
 
 
+@dataclass(eq=False)
+class _Answerer:
+    """A runner of an ``AnsweringSlot``, without a thread: handing it a job queues the job's
+    start (made by whoever handed it, once it has let the scheduler's lock go), and the
+    slot's answer ends the job."""
+
+    slot: AnsweringSlot
+    starts: collections.deque[tuple[_Answerer, _Queued]]
+    losses: int = 0  # in a row
+
+    def wake(self, item: _Queued | None = None) -> None:
+        """As ``_Runner.wake``; without a job (it is to stop) there is nothing to do."""
+        if item is not None:
+            self.starts.append((self, item))
+
+
+_AnyRunner = Union[_Runner, _Answerer]
+
+
 class Scheduler:
     def __init__(self, slots: Sequence[Slot], policy: SchedulerConfig | None = None):
         if not slots:
@@ -284,7 +311,7 @@ class Scheduler:
         self.slots = list(slots)
         self.policy = policy or SchedulerConfig()
         self._lock = threading.Lock()  # the board and the state below
-        self._board: JobBoard[_Runner] = JobBoard(
+        self._board: JobBoard[_AnyRunner] = JobBoard(
             (slot.name, slot.worker_class, slot.depth) for slot in self.slots)
         self._class_of = {slot.name: slot.worker_class for slot in self.slots}
         self._in_service = collections.Counter(slot.worker_class for slot in self.slots)
@@ -298,12 +325,25 @@ class Scheduler:
         self.down: dict[str, str] = {}  # slots backing off after a loss -> why (until a probe
         # succeeds; then they serve again)
         # A slot with ``depth`` > 1 takes that many jobs at once (it queues them on its worker).
-        self._runners = {slot.name: [_Runner(slot) for _ in range(slot.depth)]
-                         for slot in self.slots}
+        self._starts: collections.deque[tuple[_Answerer, _Queued]] = collections.deque()
+        self._starting = threading.local()  # .on: this thread is starting handed jobs
+        self._runners: dict[str, list[_AnyRunner]] = {
+            slot.name: [_Answerer(slot, self._starts) if isinstance(slot, AnsweringSlot)
+                        else _Runner(slot) for _ in range(slot.depth)]
+            for slot in self.slots}
+        self._answering = {slot.name for slot in self.slots if isinstance(slot, AnsweringSlot)}
         self._in_flight = {slot.name: [0, 0.0] for slot in self.slots}  # [jobs, since]
+        self._answers_due = 0  # jobs held by answering slots' runners
+        self._settled = threading.Condition(self._lock)  # ... fell to 0
         self._threads = [threading.Thread(target=self._serve, args=(runner,), daemon=True,
                                           name=f"slot {runner.slot.name}")
-                         for runners in self._runners.values() for runner in runners]
+                         for runners in self._runners.values() for runner in runners
+                         if isinstance(runner, _Runner)]
+        self._recovering: set[threading.Thread] = set()  # answering slots' back-offs
+        for runners in self._runners.values():  # they wait for their first jobs
+            for runner in runners:
+                if isinstance(runner, _Answerer):
+                    self._board.take(runner.slot.name, runner)
         for t in self._threads:
             t.start()
 
@@ -341,9 +381,20 @@ class Scheduler:
             self._handoffs += 1
             let_go = self._handoffs % _LET_GO_EVERY == 0 and self._board.idle > _LET_GO_ABOVE
         runner.wake(item)  # no one else hands this runner a job: no need for the lock
+        if self._starts:
+            self._start_handed()
         if let_go:
             time.sleep(0)
         return future
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The lock, for code that may hand jobs to answering runners: their starts are made
+        once it is let go."""
+        with self._lock:
+            yield
+        if self._starts:
+            self._start_handed()
 
     # ------------------------------------------------------------------ runner threads
 
@@ -353,7 +404,7 @@ class Scheduler:
         if runner is not None:
             self._hand([(runner, item)])
 
-    def _hand(self, handed: Iterable[tuple[_Runner, _Queued]]) -> None:
+    def _hand(self, handed: Iterable[tuple[_AnyRunner, _Queued]]) -> None:
         """Wake runners the board handed jobs to; they hold them from now (lock held)."""
         for runner, item in handed:
             self._count(runner.slot.name, +1)
@@ -404,11 +455,7 @@ class Scheduler:
                     log.warning("%s: still unavailable (%s)", slot.name, exc)
                     self._mark_down(slot, exc)  # again, if a sibling's probe set it in
                     continue
-                with self._lock:
-                    # (unless a sibling runner set it in already, or quarantined it)
-                    if (self.down.pop(slot.name, None) is not None
-                            and slot.name not in self.quarantined):
-                        self._hand(self._board.set_in(slot.name))
+                self._set_in(slot)
             item = self._next(runner, held)
             if item is None:
                 return
@@ -418,25 +465,147 @@ class Scheduler:
             try:
                 result = slot.run(item.job)
             except WorkerLost as exc:
-                with self._lock:
-                    self._count(slot.name, -1)  # not while it backs off
                 held = False
-                if self._aborting:  # closed under the job on purpose: not a lost worker
-                    self._fail(item, RuntimeError(f"scheduler stopped during the job ({exc})"))
-                    return
                 losses += 1
-                self._mark_down(slot, exc)
-                self._retry(item, slot, exc)
-                if self._give_up(slot, exc, losses):
+                if not self._lost(item, slot, exc, losses):
                     return
             except BaseException as exc:  # the job's own failure: reported through the future
                 losses = 0
                 item.future.set_exception(exc)
             else:
                 losses = 0
-                if item.losses:
-                    result = result.model_copy(update={"lost_on": tuple(item.losses)})
-                item.future.set_result(result)
+                self._succeed(item, result)
+
+    def _set_in(self, slot: Slot) -> None:
+        """A lost slot answered its probe: it serves again (unless a sibling runner set it in
+        already, or quarantined it)."""
+        with self._locked():
+            if self.down.pop(slot.name, None) is not None and slot.name not in self.quarantined:
+                self._hand(self._board.set_in(slot.name))
+
+    def _lost(self, item: _Queued, slot: Slot, exc: WorkerLost, losses: int) -> bool:
+        """``item`` was lost with its slot's worker (the ``losses``-th time in a row for this
+        runner): put it back, mark the slot down.  False: the runner stops (its slot was
+        quarantined, or the scheduler closed under the job on purpose)."""
+        with self._locked():
+            self._count(slot.name, -1)  # not while it backs off
+        if self._aborting:  # closed under the job on purpose: not a lost worker
+            self._fail(item, RuntimeError(f"scheduler stopped during the job ({exc})"))
+            return False
+        self._mark_down(slot, exc)
+        self._retry(item, slot, exc)
+        return not self._give_up(slot, exc, losses)
+
+    @staticmethod
+    def _succeed(item: _Queued, result: RunResult) -> None:
+        if item.losses:
+            result = result.model_copy(update={"lost_on": tuple(item.losses)})
+        item.future.set_result(result)
+
+    # ------------------------------------------------------------------ answering slots
+
+    def _start_handed(self) -> None:
+        """Start the jobs handed to answering runners (by this thread or another).  A thread
+        already starting them goes on with those added meanwhile: an answer given while a
+        job starts (a start that failed) never nests a start in a start."""
+        if getattr(self._starting, "on", False):
+            return
+        self._starting.on = True
+        try:
+            while True:
+                try:
+                    runner, item = self._starts.popleft()
+                except IndexError:
+                    return
+                self._launch(runner, item)
+        finally:
+            self._starting.on = False
+
+    def _launch(self, runner: _Answerer, item: _Queued) -> None:
+        if not item.losses and not item.future.set_running_or_notify_cancel():
+            self._resume(runner, held=True)  # cancelled while queued
+            return
+        try:
+            runner.slot.start(item.job, functools.partial(self._answered, runner, item))
+        except BaseException as exc:  # as run would have raised it
+            self._answered(runner, item, exc)
+
+    def _answered(self, runner: _Answerer, item: _Queued,
+                  outcome: RunResult | BaseException) -> None:
+        """A started job's answer (on the slot's thread, or a start that failed): as a
+        runner thread ends a job, then the runner's next job."""
+        slot = runner.slot
+        try:
+            if isinstance(outcome, WorkerLost):
+                runner.losses += 1
+                if self._lost(item, slot, outcome, runner.losses):
+                    self._recover_later(runner)
+                return
+            if isinstance(outcome, BaseException):
+                runner.losses = 0
+                item.future.set_exception(outcome)
+            else:
+                runner.losses = 0
+                self._succeed(item, outcome)
+            self._resume(runner, held=True)
+        except Exception:  # the backend's thread must go on answering the other slots
+            log.exception("%s: the scheduler failed to take a job's answer", slot.name)
+        finally:
+            self._start_handed()
+
+    def _resume(self, runner: _Answerer, held: bool) -> None:
+        """As ``_next`` without the wait: ``runner``'s next job is queued to start, or it waits
+        on the board until one is handed to it (or it stops)."""
+        name = runner.slot.name
+        with self._lock:
+            if held:
+                self._count(name, -1)
+            if name in self.quarantined:
+                self._board.withdraw(name, runner)
+                return
+            item = self._board.take(name, runner)
+            if item is None:
+                if self._closing:
+                    self._board.withdraw(name, runner)
+                return
+            self._count(name, +1)
+        self._starts.append((runner, item))
+
+    def _recover_later(self, runner: _Answerer) -> None:
+        """Back off, probe the lost slot and serve again, on a thread of its own (as a runner
+        thread does after a loss): one per slot down, none otherwise."""
+        thread = threading.Thread(target=self._recover, args=(runner,), daemon=True,
+                                  name=f"slot {runner.slot.name} probe")
+        with self._lock:  # (started under it: close joins only started threads)
+            if self._closing:
+                return
+            self._recovering.add(thread)
+            thread.start()
+
+    def _recover(self, runner: _Answerer) -> None:
+        slot = runner.slot
+        try:
+            while True:
+                if self._stopping.wait(self._backoff(runner.losses)):
+                    return
+                try:
+                    slot.probe()
+                except WorkerLost as exc:
+                    runner.losses += 1
+                    if self._give_up(slot, exc, runner.losses):
+                        return
+                    log.warning("%s: still unavailable (%s)", slot.name, exc)
+                    self._mark_down(slot, exc)
+                    continue
+                self._set_in(slot)
+                self._resume(runner, held=False)
+                self._start_handed()
+                return
+        finally:
+            with self._lock:
+                self._recovering.discard(threading.current_thread())
+
+    # ------------------------------------------------------------------ accounting, losses
 
     def _count(self, name: str, delta: int) -> None:
         """busy_s counts the time a slot holds at least one job, however many (lock held)."""
@@ -446,10 +615,14 @@ class Scheduler:
         entry[0] += delta
         if entry[0] == 0:
             self.busy_s[name] += time.monotonic() - entry[1]
+        if name in self._answering:
+            self._answers_due += delta
+            if self._answers_due == 0:
+                self._settled.notify_all()
 
     def _mark_down(self, slot: Slot, exc: WorkerLost) -> None:
         """Jobs that prefer a lost slot go to the others while it backs off."""
-        with self._lock:
+        with self._locked():
             if slot.name in self.quarantined:  # by a sibling runner meanwhile
                 return
             self.down[slot.name] = str(exc)
@@ -461,7 +634,7 @@ class Scheduler:
     def _retry(self, item: _Queued, slot: Slot, exc: WorkerLost) -> None:
         """Put a job lost with its worker back at the front of the queue, or fail it."""
         item.losses.append(f"{slot.name}: {exc}")
-        with self._lock:
+        with self._locked():
             self.lost_jobs += 1
             if len(item.losses) >= self.policy.attempts:
                 self._fail(item, WorkerLost(
@@ -477,7 +650,7 @@ class Scheduler:
         """Quarantine the slot if retrying is hopeless; True if it was quarantined."""
         if not (isinstance(exc, PermanentLoss) or losses >= self.policy.quarantine_after):
             return False
-        with self._lock:
+        with self._locked():
             if slot.name in self.quarantined:  # a sibling runner of this slot got here first:
                 self._fail_orphans()  # a job it put back meanwhile must not wait forever
                 return True
@@ -549,8 +722,19 @@ class Scheduler:
                         slot.close()
                     except Exception:  # a broken slot must not keep the others running
                         pass
+        deadline = time.monotonic() + 5 if abort else None
         for t in self._threads:
             t.join(timeout=5 if abort else None)
+        with self._lock:
+            recovering = list(self._recovering)
+        for t in recovering:  # their back-off ends with _stopping
+            t.join(timeout=5)
+        with self._lock:  # answering slots' jobs in flight end (abort: their slots answer)
+            while self._answers_due > 0:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._settled.wait(left)
         with self._lock:  # left by slots that stopped while backing off
             leftovers = self._board.drain()
         for item in leftovers:

@@ -25,6 +25,7 @@ node that has left the cluster (a Ray node id never comes back) is ``PermanentLo
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -50,13 +51,16 @@ from dispatcher.running.agent_client import (
     result_from_response,
 )
 from dispatcher.running.backend import (
+    Answer,
     BackendContext,
     BackendSpec,
     BackendUnavailable,
     PermanentLoss,
+    run_by_start,
 )
 from dispatcher.running.ray.connection import parse_connection
 from dispatcher.running.ray.local_session import auto_address
+from dispatcher.running.ray.replies import NoReply, Outcome, Replies
 from workers.agent.protocol import CHECKSUM_MISMATCH, DEFAULT_LOCK_WAIT_S, NOT_IN_CACHE
 
 if TYPE_CHECKING:
@@ -114,7 +118,9 @@ class RayNode:
 
 
 class RaySlot:
-    """One CPU of one node: an actor hosting the agent, started on first use."""
+    """One CPU of one node: an actor hosting the agent, started on first use.  It answers by
+    itself (``AnsweringSlot``): a job is sent to the actor and its reply taken on the
+    backend's one replies thread (``replies``), not on a thread of the scheduler's."""
 
     depth = 2
 
@@ -228,51 +234,95 @@ class RaySlot:
         return hello.get("exact") or {}, self.node.name
 
     def run(self, job: RunJob) -> RunResult:
+        return run_by_start(self, job)
+
+    def start(self, job: RunJob, answer: Answer) -> None:
+        """Send ``job`` to the actor; its reply is taken on the backend's replies thread (an
+        actor not up yet is started first, on a thread of its own)."""
+        with self._lock:
+            actor = self._actor
+        if actor is None:
+            threading.Thread(target=self._start_on_new_actor, args=(job, answer), daemon=True,
+                             name=f"slot {self.name} actor start").start()
+            return
+        self._send(actor, job, answer, 1)
+
+    def _start_on_new_actor(self, job: RunJob, answer: Answer) -> None:
+        try:
+            self._send(self._ensure(), job, answer, 1)
+        except BaseException as exc:  # as run would raise it
+            answer(exc)
+
+    def _send(self, actor: Any, job: RunJob, answer: Answer, attempt: int) -> None:
+        with self.node.lock:
+            ship = job.sha256 not in self.node.cached
+        binary = [self.backend.binary_ref(job.sha256, job.binary)] if ship else None
+        own = job.runs * job.timeout * 1.5
+        with self._lock:  # a queued job also waits for the one ahead of it
+            self._budget += own
+            deadline = self._budget + JOB_SLACK_S
+        try:
+            ref = actor.run.remote(job.request(self.cpu), binary)
+        except BaseException:
+            with self._lock:
+                self._budget -= own
+            raise
+        self.backend.replies.expect(ref, deadline, self, functools.partial(
+            self._replied, actor, job, answer, attempt, ship, own, deadline))
+
+    def _replied(self, actor: Any, job: RunJob, answer: Answer, attempt: int, ship: bool,
+                 own: float, deadline: float, outcome: Outcome) -> None:
+        """The actor's reply (on the replies thread): the job's answer, or the job sent again
+        with its binary (removed or damaged on the node)."""
         ray = self.backend.ray
-        actor = self._ensure()
-        request = job.request(self.cpu)
-        for attempt in (1, 2):
+        with self._lock:
+            self._budget -= own
+        if isinstance(outcome, NoReply):
+            self._drop(actor)
+            answer(WorkerLost(f"{self.name}: no answer within {deadline:.0f} s; the actor is "
+                              "presumed hung"))
+            return
+        if isinstance(outcome, BaseException):  # abandoned: the slot closed
+            answer(outcome)
+            return
+        try:
+            response = outcome.result()
+        except ray.exceptions.RayTaskError as exc:  # the actor's own code failed
+            answer(WorkerLost(f"{self.name}: {_one_line(exc)}"))
+            return
+        except ray.exceptions.RayError as exc:  # the actor, its node or an object is gone
+            self._drop(actor)
+            answer(WorkerLost(f"{self.name}: actor lost: {_one_line(exc)}"))
+            return
+        if "lost" in response:
+            self._drop(actor)
+            answer(WorkerLost(f"{self.name}: {response['lost']}"))
+            return
+        if not response.get("ok"):
+            code = response.get("code")
+            if attempt == 1 and code in (NOT_IN_CACHE, CHECKSUM_MISMATCH):
+                with self.node.lock:  # removed or damaged on the node: send it again
+                    self.node.cached.discard(job.sha256)
+                try:
+                    self._send(actor, job, answer, 2)
+                except BaseException as exc:
+                    answer(exc)
+                return
+            answer(AgentError(f"{self.name}: {response.get('error', 'request refused')}",
+                              code=code))
+            return
+        if ship:
             with self.node.lock:
-                ship = job.sha256 not in self.node.cached
-            binary = [self.backend.binary_ref(job.sha256, job.binary)] if ship else None
-            own = job.runs * job.timeout * 1.5
-            with self._lock:  # a queued job also waits for the one ahead of it
-                self._budget += own
-                deadline = self._budget + JOB_SLACK_S
-            try:
-                response = ray.get(actor.run.remote(request, binary), timeout=deadline)
-            except ray.exceptions.GetTimeoutError:
-                self._drop(actor)
-                raise WorkerLost(f"{self.name}: no answer within {deadline:.0f} s; the actor "
-                                 "is presumed hung") from None
-            except ray.exceptions.RayTaskError as exc:  # the actor's own code failed
-                raise WorkerLost(f"{self.name}: {_one_line(exc)}") from None
-            except ray.exceptions.RayError as exc:  # the actor, its node or an object is gone
-                self._drop(actor)
-                raise WorkerLost(f"{self.name}: actor lost: {_one_line(exc)}") from None
-            finally:
-                with self._lock:
-                    self._budget -= own
-            if "lost" in response:
-                self._drop(actor)
-                raise WorkerLost(f"{self.name}: {response['lost']}")
-            if not response.get("ok"):
-                code = response.get("code")
-                if attempt == 1 and code in (NOT_IN_CACHE, CHECKSUM_MISMATCH):
-                    with self.node.lock:  # removed or damaged on the node: send it again
-                        self.node.cached.discard(job.sha256)
-                    continue
-                raise AgentError(f"{self.name}: {response.get('error', 'request refused')}",
-                                 code=code)
-            if ship:
-                with self.node.lock:
-                    self.node.cached.add(job.sha256)
-            return result_from_response(job, self, response)
-        raise AssertionError("unreachable")
+                self.node.cached.add(job.sha256)
+        try:
+            answer(result_from_response(job, self, response))
+        except Exception as exc:  # a malformed response: the job's own failure, as run had it
+            answer(exc)
 
     def close(self) -> None:
         with self._lock:
             actor, self._actor = self._actor, None
+        self.backend.replies.abandon(self, WorkerLost(f"{self.name}: closed"))
         if actor is None:
             return
         try:  # the agent kills a run in progress on EOF
@@ -372,6 +422,7 @@ class RayBackend:
         self._closed = False
         self.ray = connect(config)
         self._binaries = BinaryRefs(self.ray)
+        self.replies = Replies()  # of every slot's jobs
         try:
             from dispatcher.running.ray import actor as ray_actor
             from dispatcher.running.ray import build as ray_build
@@ -390,6 +441,7 @@ class RayBackend:
             self.slots = slots[:config.slots] if config.slots else slots
             self.ray.cloudpickle.register_pickle_by_value(ray_build)
         except BaseException:
+            self.replies.close()
             self.ray.shutdown()
             raise
 
@@ -437,6 +489,7 @@ class RayBackend:
             for slot in self.slots:
                 slot.close()
         finally:
+            self.replies.close()
             self._binaries.clear()
             self.ray.shutdown()
 

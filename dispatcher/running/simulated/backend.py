@@ -42,14 +42,13 @@ from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult, SampleProfile
 from dispatcher.core.validation import MAX_PARALLEL, KeyPathError, Reader, load_strict
 from dispatcher.running.agent_client import AgentError, WorkerLost
-from dispatcher.running.backend import EXACT_CLASS
+from dispatcher.running.backend import EXACT_CLASS, Answer
 from dispatcher.running.exact import IDENTITY
 from dispatcher.running.simulated.elf import ElfError, Layout, elf_bytes, layout, read_note
 from dispatcher.running.simulated.model import (
     ELSEWHERE_SHARE,
     RUNTIME_SHARE,
     Model,
-    ProgramModel,
     count_run,
     draw_run,
     parse_model,
@@ -67,6 +66,7 @@ from dispatcher.running.simulated.programs import (
     unknown_sites,
 )
 from dispatcher.running.simulated.ray_settings import RayHosts, parse_section
+from dispatcher.running.simulated.timers import Timers
 
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) \
     / "inlining-orchestrator" / "simulated"
@@ -165,6 +165,7 @@ class World:
         # master; None: the builds have them to themselves.
         self.compile_cpus: Optional[threading.Semaphore] = None
         self.waited_s = 0.0  # wall seconds lent slots' jobs waited for a compile CPU
+        self.timers = Timers()  # when the slots' jobs answer
 
     def spent(self, cpu_s: float, build_s: float | None = None, waited_s: float = 0.0
               ) -> None:
@@ -248,11 +249,12 @@ class World:
             time.sleep(model_s * self.config.time_scale)
 
 
-class SimulatedSlot:
-    """One simulated worker CPU.  ``depth`` 2 as the real slots (the second job waits on the
-    slot, as in an agent's queue); one job runs at a time.  At depth 2 the slot's two runner
-    threads may take a round's two runs of one binary in either order, which changes the
-    pairs a comparison makes of the same draws; at depth 1 jobs run in the order they came."""
+class SimulatedCpu:
+    """One simulated worker CPU, run by the scheduler's runner threads.  ``depth`` 2 as the
+    real slots (the second job waits on the slot, as in an agent's queue); one job runs at a
+    time.  At depth 2 the slot's two runner threads may take a round's two runs of one binary
+    in either order, which changes the pairs a comparison makes of the same draws; at depth 1
+    jobs run in the order they came."""
 
     def __init__(self, index: int, world: World, worker_class: str, depth: int = 2):
         self.cpu = index
@@ -260,7 +262,8 @@ class SimulatedSlot:
         self.worker_class = worker_class
         self.depth = depth
         self._world = world
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the draws
+        self._busy = threading.Lock()  # held while a job takes its time (run)
         self._closed = False
         self._jobs: dict[str, int] = {}  # jobs of each binary (and kind) run here so far
 
@@ -277,7 +280,9 @@ class SimulatedSlot:
         self._jobs[key] = n + 1
         return random.Random(f"{self._world.model.seed}/{self.name}/{key}/{n}")
 
-    def run(self, job: RunJob) -> RunResult:
+    def _draw(self, job: RunJob) -> tuple[RunResult | WorkerLost, float]:
+        """The job's outcome (its result, or the loss of its worker) and the model seconds
+        it takes; AgentError if its binary cannot run, WorkerLost if the slot is closed."""
         cpu0 = time.thread_time()
         world, noise = self._world, self._world.model.noise
         binary = world.binary(job)
@@ -287,38 +292,38 @@ class SimulatedSlot:
                 raise WorkerLost(f"{self.name}: closed")
             rng = self._rng(job.sha256, bool(job.profile_period_ns), job.exact)
             if rng.random() < noise.lost:
-                world.sleep(binary.run_s * job.runs * rng.random())
-                raise WorkerLost(f"{self.name}: simulated loss of the worker")
-            if job.exact:
-                return self._count(job, binary, program, cpu0)
-            records = []
-            for _ in range(job.runs):
-                rec = draw_run(rng, binary.run_s, program, noise, self.cpu, job.aslr,
-                               job.expected_output is not None)
-                if job.profile_period_ns:
-                    rec = rec.model_copy(update={"profile": binary.sampled(
-                        rng, rec.wall_s, job.profile_period_ns)})
-                records.append(rec)
-            result = RunResult(sha256=job.sha256, args=job.args, worker=self.name,
-                               worker_class=self.worker_class, cpu=self.cpu,
-                               records=tuple(records))
-            world.spent(time.thread_time() - cpu0)
-            world.sleep(noise.job_overhead_s + sum(r.wall_s for r in records))
-        return result
-
-    def _count(self, job: RunJob, binary: SimulatedBinary, program: ProgramModel,
-               cpu0: float) -> RunResult:
-        """An exact job's runs: the same counts each time, after their modelled cost (on a
-        lent slot, once a compile CPU is free)."""
-        world = self._world
-        records = tuple(count_run(binary.run_s, program, self.cpu,
-                                  job.expected_output is not None) for _ in range(job.runs))
+                return (WorkerLost(f"{self.name}: simulated loss of the worker"),
+                        binary.run_s * job.runs * rng.random())
+            if job.exact:  # the same counts each time, after their modelled cost
+                records = tuple(count_run(binary.run_s, program, self.cpu,
+                                          job.expected_output is not None)
+                                for _ in range(job.runs))
+            else:
+                drawn = []
+                for _ in range(job.runs):
+                    rec = draw_run(rng, binary.run_s, program, noise, self.cpu, job.aslr,
+                                   job.expected_output is not None)
+                    if job.profile_period_ns:
+                        rec = rec.model_copy(update={"profile": binary.sampled(
+                            rng, rec.wall_s, job.profile_period_ns)})
+                    drawn.append(rec)
+                records = tuple(drawn)
         result = RunResult(sha256=job.sha256, args=job.args, worker=self.name,
                            worker_class=self.worker_class, cpu=self.cpu, records=records)
-        with self._cpu() as waited:
-            world.spent(time.thread_time() - cpu0, waited_s=waited)
-            world.sleep(world.model.noise.job_overhead_s + sum(r.wall_s for r in records))
-        return result
+        world.spent(time.thread_time() - cpu0)
+        return result, noise.job_overhead_s + sum(r.wall_s for r in records)
+
+    def run(self, job: RunJob) -> RunResult:
+        outcome, model_s = self._draw(job)
+        with self._busy:
+            if isinstance(outcome, WorkerLost):
+                self._world.sleep(model_s)
+                raise outcome
+            with self._cpu() as waited:
+                if waited:
+                    self._world.spent(0.0, waited_s=waited)
+                self._world.sleep(model_s)
+        return outcome
 
     def _cpu(self) -> contextlib.AbstractContextManager[float]:
         """Where this slot's job takes its time: its own CPU (the lent slots: a compile
@@ -341,10 +346,34 @@ class SimulatedSlot:
         self._closed = True
 
 
-class LentSlot(SimulatedSlot):
+class SimulatedSlot(SimulatedCpu):
+    """A simulated worker CPU that answers by itself (``AnsweringSlot``): a job's outcome is
+    drawn when it starts, and answered on the world's timer thread once its modelled time
+    has passed after the slot's previous job, so the scheduler keeps no thread for it.  Jobs
+    run in the order they started, at any depth (as ``SimulatedCpu`` at depth 1)."""
+
+    def __init__(self, index: int, world: World, worker_class: str, depth: int = 2):
+        super().__init__(index, world, worker_class, depth)
+        self._free_at = 0.0  # time.monotonic() when its last job started ends
+
+    def start(self, job: RunJob, answer: Answer) -> None:
+        outcome, model_s = self._draw(job)
+        with self._lock:
+            began = max(time.monotonic(), self._free_at)
+            self._free_at = began + max(model_s, 0.0) * self._world.config.time_scale
+            ends = self._free_at
+        self._world.timers.at(ends, self, answer, outcome)
+
+    def close(self) -> None:
+        super().close()
+        self._world.timers.flush(self, WorkerLost(f"{self.name}: closed"))
+
+
+class LentSlot(SimulatedCpu):
     """A compile CPU lent to exact jobs (``EXACT_CLASS``), as the local backend's
     ``ExactSlot``: it refuses a timed job, and its counts take a compile CPU while they take
-    model time, so builds and counts share the ``compile_jobs`` CPUs."""
+    model time, so builds and counts share the ``compile_jobs`` CPUs (a wait for one: which
+    is why its runners are threads)."""
 
     def __init__(self, index: int, world: World, depth: int = 2):
         super().__init__(index, world, EXACT_CLASS, depth)
@@ -411,7 +440,7 @@ class SimulatedBackend:
         """``exact``: the session measures in an exact metric; with ``config.lend`` the
         compile CPUs are lent to its exact jobs (``LentSlot``), as the local backend's."""
         self.world = World(config)
-        self.slots: list[SimulatedSlot] = [
+        self.slots: list[SimulatedCpu] = [
             SimulatedSlot(i, self.world, config.worker_class, config.depth)
             for i in range(config.slots)]
         if exact and config.lend:
@@ -427,6 +456,7 @@ class SimulatedBackend:
     def close(self) -> None:
         for slot in self.slots:
             slot.close()
+        self.world.timers.stop()
 
 
 def simulated_compiler(config: SimulatedConfig) -> Compiler:

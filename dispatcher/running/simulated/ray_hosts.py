@@ -28,6 +28,7 @@ locally.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import re
@@ -42,7 +43,8 @@ from dispatcher.core.files import owned_prefix, sweep_orphans
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.running.agent_client import AgentError, WorkerLost
-from dispatcher.running.backend import BackendUnavailable
+from dispatcher.running.backend import Answer, BackendUnavailable, run_by_start
+from dispatcher.running.ray.replies import NoReply, Outcome, Replies
 from dispatcher.running.simulated.backend import (
     BINARY_FORMAT,
     EXACT_INFO,
@@ -195,6 +197,11 @@ class Host:
             self.starts += 1
         return life
 
+    def current(self) -> Incarnation | None:
+        """Its actor's life now, None while none is up."""
+        with self._lock:
+            return self._life
+
     def ensure(self) -> Incarnation:
         with self._lock:
             if self._life is not None:
@@ -244,7 +251,8 @@ class Host:
 
 class HostedSlot:
     """Simulated slot ``index`` (named as the local simulated backend names it, so its draws
-    are the same), run by its host's actor."""
+    are the same), run by its host's actor.  It answers by itself (``AnsweringSlot``): a job
+    is sent to the actor and its reply taken on the backend's one replies thread."""
 
     def __init__(self, host: Host, index: int, worker_class: str, depth: int):
         self.host = host
@@ -255,41 +263,71 @@ class HostedSlot:
         self._closed = False
 
     def run(self, job: RunJob) -> RunResult:
+        return run_by_start(self, job)
+
+    def start(self, job: RunJob, answer: Answer) -> None:
         if self._closed:
             raise WorkerLost(f"{self.name}: closed")
-        ray = self.host.backend.ray
+        life = self.host.current()
+        if life is None:  # its actor starts first, on a thread of its own (it may take long)
+            threading.Thread(target=self._start_on_new_actor, args=(job, answer), daemon=True,
+                             name=f"slot {self.name} actor start").start()
+            return
+        self._send(life, job, answer, 1)
+
+    def _start_on_new_actor(self, job: RunJob, answer: Answer) -> None:
+        try:
+            self._send(self.host.ensure(), job, answer, 1)
+        except BaseException as exc:  # as run would raise it
+            answer(exc)
+
+    def _send(self, life: Incarnation, job: RunJob, answer: Answer, attempt: int) -> None:
         timeout = self.depth * job.runs * job.timeout * 1.5 + JOB_SLACK_S
-        for attempt in (1, 2):
-            life = self.host.ensure()
-            with life.lock:
-                ship = job.sha256 not in life.cached
-            binary = [self.host.backend.binary_ref(job.sha256, job.binary)] if ship else None
-            try:
-                reply = ray.get(life.actor.run.remote(self.cpu, job, binary), timeout=timeout)
-            except ray.exceptions.GetTimeoutError:
-                self.host.drop(life)
-                raise WorkerLost(f"{self.name}: no answer within {timeout:.0f} s from "
-                                 f"{self.host.name}; it is presumed hung") from None
-            except ray.exceptions.RayTaskError as exc:  # the actor's own code failed
-                raise WorkerLost(f"{self.name}: {_one_line(exc)}") from None
-            except ray.exceptions.RayError as exc:  # the actor or its node is gone
-                self.host.drop(life)
-                raise WorkerLost(f"{self.name}: actor {self.host.name} lost: "
-                                 f"{_one_line(exc)}") from None
-            if reply[0] == "ok":
-                if ship:
-                    with life.lock:
-                        life.cached.add(job.sha256)
-                return reply[1]
-            if reply[0] == "lost":
-                raise WorkerLost(reply[1])
-            _, why, code = reply
-            if attempt == 1 and code == NOT_IN_CACHE:
+        with life.lock:
+            ship = job.sha256 not in life.cached
+        binary = [self.host.backend.binary_ref(job.sha256, job.binary)] if ship else None
+        ref = life.actor.run.remote(self.cpu, job, binary)
+        self.host.backend.replies.expect(ref, timeout, self, functools.partial(
+            self._replied, life, job, answer, attempt, ship))
+
+    def _replied(self, life: Incarnation, job: RunJob, answer: Answer, attempt: int,
+                 ship: bool, outcome: Outcome) -> None:
+        """The actor's reply (on the replies thread): the job's answer, or the job sent again
+        with its binary (the actor's cache lost it)."""
+        ray = self.host.backend.ray
+        if isinstance(outcome, NoReply):
+            self.host.drop(life)
+            answer(WorkerLost(f"{self.name}: {outcome} from {self.host.name}; it is presumed "
+                              "hung"))
+            return
+        if isinstance(outcome, BaseException):  # abandoned: the slot closed
+            answer(outcome)
+            return
+        try:
+            reply = outcome.result()
+        except ray.exceptions.RayTaskError as exc:  # the actor's own code failed
+            answer(WorkerLost(f"{self.name}: {_one_line(exc)}"))
+            return
+        except ray.exceptions.RayError as exc:  # the actor or its node is gone
+            self.host.drop(life)
+            answer(WorkerLost(f"{self.name}: actor {self.host.name} lost: {_one_line(exc)}"))
+            return
+        if reply[0] == "ok":
+            if ship:
                 with life.lock:
-                    life.cached.discard(job.sha256)
-                continue
-            raise AgentError(why, code=code)
-        raise AssertionError("unreachable")
+                    life.cached.add(job.sha256)
+            answer(reply[1])
+        elif reply[0] == "lost":
+            answer(WorkerLost(reply[1]))
+        elif attempt == 1 and reply[2] == NOT_IN_CACHE:
+            with life.lock:
+                life.cached.discard(job.sha256)
+            try:
+                self._send(life, job, answer, 2)
+            except BaseException as exc:
+                answer(exc)
+        else:
+            answer(AgentError(reply[1], code=reply[2]))
 
     def exact_info(self) -> tuple[dict, str]:
         """Its actor's slot counts as the local simulated slot does (the same model, checked
@@ -307,6 +345,7 @@ class HostedSlot:
 
     def close(self) -> None:
         self._closed = True
+        self.host.backend.replies.abandon(self, WorkerLost(f"{self.name}: closed"))
 
 
 class RayHostedBackend:
@@ -325,6 +364,7 @@ class RayHostedBackend:
         self.ray = connect(RayConfig(address=self.hosts.address, auth=self.hosts.auth,
                                      token_file=self.hosts.token_file))
         self._binaries = BinaryRefs(self.ray)
+        self.replies = Replies()  # of every slot's jobs
         try:
             self.actor_class = self.ray.remote(SlotHost)
             n = self.hosts.actors
@@ -365,6 +405,7 @@ class RayHostedBackend:
             for host in getattr(self, "host_list", ()):
                 host.close()
         finally:
+            self.replies.close()
             self._binaries.clear()
             self.ray.shutdown()
 
