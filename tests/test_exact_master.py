@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from pathlib import Path
 
@@ -481,6 +482,27 @@ def test_a_cpu_lent_to_exact_jobs_refuses_a_timed_one(tmp_path):
                            exact_cpus=(0,))
     assert [s.name for s in backend.slots] == ["local/cpu1", "local/cpu0/exact"]
     backend.close()
+
+
+def test_a_lent_cpus_agent_runs_at_the_lowest_priority_and_a_timing_one_does_not(tmp_path):
+    """A compile CPU lent to counts: its agent (and so every thread and run it starts) at nice
+    19, so the compiles on that CPU go first; a timing slot's agent keeps the master's."""
+    from dispatcher.running.local import ExactSlot, LocalSlot
+
+    def nice_of_threads(pid: int) -> set[int]:
+        return {int(Path(task, "stat").read_text().rsplit(")", 1)[1].split()[16])
+                for task in Path(f"/proc/{pid}/task").iterdir()}
+
+    lent = ExactSlot(0, tmp_path / "cache", lock_dir=tmp_path / "locks")
+    timing = LocalSlot(0, tmp_path / "cache", "local", lock_dir=tmp_path / "locks2")
+    try:
+        lent.exact_info()  # starts its agent
+        timing.exact_info()
+        assert nice_of_threads(lent._agent.process.pid) == {19}  # noqa: SLF001
+        assert nice_of_threads(timing._agent.process.pid) == {os.nice(0)}  # noqa: SLF001
+    finally:
+        lent.close()
+        timing.close()
 
 
 @pytest.mark.parametrize("command", [

@@ -9,6 +9,7 @@ import math
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -45,9 +46,10 @@ from dispatcher.session import GC_THRESHOLD0, Session
 LU = resolve_benchmark("lu")
 
 
-def config(tmp: Path, model: dict | None = None, **sections) -> object:
+def config(tmp: Path, model: dict | None = None, slots: int = 4, time_scale: float = 0.001,
+           **sections) -> object:
     data = {"backend": "simulated", "store": str(tmp / "store"),
-            "simulated": {"slots": 4, "time_scale": 0.001, "compile_jobs": 2,
+            "simulated": {"slots": slots, "time_scale": time_scale, "compile_jobs": 2,
                           "cache_dir": str(tmp / "sim-cache"), "model": model or {}},
             "scheduler": {"backoff_s": 0.01, "backoff_max_s": 0.05},
             "search": {"rundirs": str(tmp / "rundirs"), "batch_log": str(tmp / "batch.log"),
@@ -245,6 +247,40 @@ def test_a_lost_slot_is_retried(tmp_path):
     for r in retried:  # run again on another slot, whole
         assert len(r.records) == 2 and all(rec.usable for rec in r.records)
         assert all("simulated loss" in why for why in r.lost_on)
+
+
+def test_a_thousand_slots_answer_without_a_thread_each_one_job_at_a_time(tmp_path):
+    """Simulated slots answer by themselves (AnsweringSlot): a thousand of them at depth 2
+    cost the scheduler no thread each (before: two per slot), and a slot still runs its jobs
+    one after the other: the second of a slot's two jobs answers no sooner than two jobs'
+    time after both were submitted (together, they would answer after one)."""
+    cfg = config(tmp_path, {"default": {"run_s": 1.0}, "noise": {"cv": 0.0}}, slots=1000,
+                 time_scale=0.5)
+    before = threading.active_count()
+    with Session(cfg) as session:
+        session.start_workers()
+        base = session.builds.compile(CompileJob(LU))
+        job = RunJob(sha256=base.sha256, binary=base.binary, args=("1",), runs=1, timeout=60)
+        threads = threading.active_count() - before
+        answered: dict[str, list[float]] = {}
+        lock = threading.Lock()
+
+        def mark(future) -> None:
+            with lock:
+                answered.setdefault(future.result().worker, []).append(time.monotonic())
+
+        t0 = time.monotonic()
+        futures = [session.scheduler.submit(job, worker_class="simulated")
+                   for _ in range(2000)]
+        for f in futures:
+            f.add_done_callback(mark)
+        results = [f.result(timeout=120) for f in futures]
+        threads = max(threads, threading.active_count() - before)
+    assert threads < 20  # the compile pool and the answers' thread, not 2,000 runners
+    assert {r.worker for r in results} == {f"sim/cpu{i}" for i in range(1000)}
+    job_s = 1.005 * 0.5  # a run and the job's overhead, in model seconds, scaled
+    assert all(len(times) == 2 and max(times) - t0 >= 2 * job_s
+               for times in answered.values())
 
 
 def test_a_search_runs_through_the_real_chain(tmp_path):

@@ -21,7 +21,7 @@ from dispatcher.planning import Overrides, plan_chains
 from dispatcher.running.backend import EXACT_CLASS
 from dispatcher.running.exact import IDENTITY, exact_job
 from dispatcher.running.measurement import PairingPolicy
-from dispatcher.running.simulated.backend import SimulatedBinary
+from dispatcher.running.simulated.backend import CompileCpus, SimulatedBinary
 from dispatcher.running.simulated.model import (
     CLOCK_HZ,
     CompileTime,
@@ -189,3 +189,31 @@ def test_without_lending_an_exact_session_has_only_its_slots(tmp_path):
             sha256=base.sha256, binary=base.binary, args=("1",), runs=1, timeout=60)),
             worker_class=None).result(timeout=60)
     assert result.records[0].counts is not None
+
+
+def test_a_waiting_build_takes_a_lent_compile_cpu_before_a_waiting_count():
+    """The compiles go first on the CPUs they lend to counts (as the local backend's lent
+    agents run at nice 19): a count waits while a build waits, whichever came first."""
+    import threading
+
+    from dispatcher.running.simulated.backend import CompileCpus
+
+    cpus = CompileCpus(1)
+    order: list[str] = []
+
+    def take(build: bool) -> None:
+        with cpus.hold(build):
+            order.append("build" if build else "count")
+
+    with cpus.hold(build=False):  # a count's slice holds the only CPU
+        count = threading.Thread(target=take, args=(False,))
+        count.start()
+        build = threading.Thread(target=take, args=(True,))
+        build.start()
+        for _ in range(3000):  # until the build waits (a guard against hanging, no more)
+            if cpus._builds_waiting:  # noqa: SLF001
+                break
+            threading.Event().wait(0.01)
+    count.join(30)
+    build.join(30)
+    assert order == ["build", "count"]

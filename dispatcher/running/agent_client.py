@@ -174,17 +174,21 @@ class LocalAgent:
 
     def __init__(self, name: str, cache_dir: Path, worker_class: str,
                  cpus: frozenset[int] | None = None, lock: Path | None = None,
-                 lock_wait: float = DEFAULT_LOCK_WAIT_S):
+                 lock_wait: float = DEFAULT_LOCK_WAIT_S, background: bool = False):
         """``cpus``: the agent's CPU mask (default: this thread's).  The master may keep its
         own threads off the worker CPUs; the agent must still be allowed to pin runs there.
         ``lock``: the slot's lock file, which the agent holds for its life, waiting up to
         ``lock_wait`` s for another agent to let it go; SlotLockBusy if none does (checked by
-        a hello, so the constructor returns once the agent holds it)."""
+        a hello, so the constructor returns once the agent holds it).  ``background``: the
+        agent and its runs at the lowest priority (nice 19), on a CPU whose compiles go
+        first."""
         zipapp = agent_zipapp()
         command = [sys.executable, str(zipapp), "--cache-dir", str(cache_dir),
                    "--worker-class", worker_class]
         if lock is not None:
             command += ["--lock", str(lock), "--lock-wait", str(lock_wait)]
+        if background:
+            command.append("--background")
         saved = os.sched_getaffinity(0)
         if cpus:
             os.sched_setaffinity(0, cpus)  # this thread only; the agent inherits it

@@ -113,6 +113,7 @@ class LocalSlot:
     """
 
     depth = 2
+    background = False  # its agent at the lowest priority (a CPU lent by the compiles)
 
     def probe(self) -> None:
         """Nothing to do: a dead agent is replaced by the next ``run``."""
@@ -179,7 +180,8 @@ class LocalSlot:
                                 f"{self._lock_dir}: {exc.strerror or exc}") from None
         try:
             return LocalAgent(self.name, self._cache_dir, self.worker_class, cpus=agent_cpus(),
-                              lock=lock, lock_wait=self._lock_wait)
+                              lock=lock, lock_wait=self._lock_wait,
+                              background=self.background)
         except SlotLockBusy as exc:
             raise PermanentLoss(
                 f"{self.name}: CPU {self.cpu} is in use by another master on this machine "
@@ -205,7 +207,12 @@ class ExactSlot(LocalSlot):
     counts do not depend on what else runs there, and it times nothing.  Its agent holds the
     CPU's lock like any slot's (not waiting for it: a CPU another master times on is not
     lent), so a timed run's own CPU stays isolated; the scheduler hands it no timed job (their
-    class is never this one), and it refuses one if it gets it."""
+    class is never this one), and it refuses one if it gets it.  Its agent and counts run at
+    the lowest priority (nice 19): a compile takes the CPU whenever it needs it and the counts
+    have what the compiles leave, so lending never slows the compiles (the split between the
+    two is the kernel's, moment by moment)."""
+
+    background = True
 
     def __init__(self, cpu: int, cache_dir: Path, lock_dir: Path | None = None):
         super().__init__(cpu, cache_dir, EXACT_CLASS, lock_dir, lock_wait=0.0)

@@ -149,7 +149,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="lock file of this worker slot, held while the agent lives")
     parser.add_argument("--lock-wait", type=float, default=DEFAULT_LOCK_WAIT_S,
                         help="seconds to wait for a slot lock held by an exiting agent")
+    parser.add_argument("--background", action="store_true",
+                        help="run everything at the lowest priority (nice 19): a CPU lent to "
+                             "counts, whose compiles go first")
     opts = parser.parse_args(argv)
+    if opts.background:  # before any thread or child: they inherit it
+        os.nice(19 - os.nice(0))
     if opts.lock:
         hold_slot_lock(opts.lock, opts.lock_wait)
 

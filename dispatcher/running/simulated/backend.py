@@ -144,6 +144,48 @@ class SimulatedBinary:
                              offsets=dict(sorted(offsets.items())), elsewhere=elsewhere)
 
 
+# A lent count takes a compile CPU for this much model time at once, then lets a waiting
+# build have it: the compiles go first, as they do over the local backend's counts at nice 19.
+COUNT_SLICE_S = 0.1
+
+
+class CompileCpus:
+    """The compile CPUs where they are lent to counts: a build takes a free one at once; a
+    count takes one only while no build waits, a slice at a time (``COUNT_SLICE_S``), so a
+    build never waits longer than a slice behind the counts.  Each ``hold`` -> the wall
+    seconds it waited."""
+
+    def __init__(self, cpus: int):
+        self._lock = threading.Lock()
+        self._for_builds = threading.Condition(self._lock)
+        self._for_counts = threading.Condition(self._lock)
+        self._free = cpus
+        self._builds_waiting = 0
+
+    @contextlib.contextmanager
+    def hold(self, build: bool) -> Iterator[float]:
+        t0 = time.monotonic()
+        with self._lock:
+            if build:
+                self._builds_waiting += 1
+                while self._free == 0:
+                    self._for_builds.wait()
+                self._builds_waiting -= 1
+            else:
+                while self._free == 0 or self._builds_waiting:
+                    self._for_counts.wait()
+            self._free -= 1
+        try:
+            yield time.monotonic() - t0
+        finally:
+            with self._lock:
+                self._free += 1
+                if self._builds_waiting:
+                    self._for_builds.notify()
+                else:
+                    self._for_counts.notify()
+
+
 class World:
     """What the slots and the builder of one simulated backend share: the model, the programs
     (read once each) and the binaries seen (by sha256, as an agent's cache)."""
@@ -161,9 +203,9 @@ class World:
         self.builds = 0
         self.build_s = 0.0  # wall seconds of the builds, their sleeps included
         # The compile CPUs, where they are lent to exact jobs (``LentSlot``): a build or a
-        # count holds one while it takes model time, so the two share them as on the real
-        # master; None: the builds have them to themselves.
-        self.compile_cpus: Optional[threading.Semaphore] = None
+        # count holds one while it takes model time, the builds first, so the two share them
+        # as on the real master; None: the builds have them to themselves.
+        self.compile_cpus: Optional[CompileCpus] = None
         self.waited_s = 0.0  # wall seconds lent slots' jobs waited for a compile CPU
         self.timers = Timers()  # when the slots' jobs answer
 
@@ -176,20 +218,12 @@ class World:
                 self.builds += 1
                 self.build_s += build_s
 
-    @contextlib.contextmanager
-    def compile_cpu(self) -> Iterator[float]:
-        """Hold one of the compile CPUs (where they are shared with lent slots) -> the wall
-        seconds waited for it."""
+    def compile_cpu(self, build: bool = True) -> contextlib.AbstractContextManager[float]:
+        """Hold one of the compile CPUs (where they are shared with lent slots; ``build``:
+        for a build, which goes first, else for a slice of a count) -> the wall seconds
+        waited for it."""
         cpus = self.compile_cpus
-        if cpus is None:
-            yield 0.0
-            return
-        t0 = time.monotonic()
-        cpus.acquire()
-        try:
-            yield time.monotonic() - t0
-        finally:
-            cpus.release()
+        return contextlib.nullcontext(0.0) if cpus is None else cpus.hold(build)
 
     def program(self, bench: Benchmark) -> Program:
         where = bench.directory.resolve()
@@ -319,16 +353,12 @@ class SimulatedCpu:
             if isinstance(outcome, WorkerLost):
                 self._world.sleep(model_s)
                 raise outcome
-            with self._cpu() as waited:
-                if waited:
-                    self._world.spent(0.0, waited_s=waited)
-                self._world.sleep(model_s)
+            self._take_time(model_s)
         return outcome
 
-    def _cpu(self) -> contextlib.AbstractContextManager[float]:
-        """Where this slot's job takes its time: its own CPU (the lent slots: a compile
-        CPU's)."""
-        return contextlib.nullcontext(0.0)
+    def _take_time(self, model_s: float) -> None:
+        """A job's time, on its own CPU (the lent slots: on a compile CPU's)."""
+        self._world.sleep(model_s)
 
     def exact_info(self) -> tuple[dict, str]:
         """As an agent answers ``hello`` with ``exact: true``: it counts (the model's
@@ -372,8 +402,9 @@ class SimulatedSlot(SimulatedCpu):
 class LentSlot(SimulatedCpu):
     """A compile CPU lent to exact jobs (``EXACT_CLASS``), as the local backend's
     ``ExactSlot``: it refuses a timed job, and its counts take a compile CPU while they take
-    model time, so builds and counts share the ``compile_jobs`` CPUs (a wait for one: which
-    is why its runners are threads)."""
+    model time, a slice at a time and only while no build waits, so builds and counts share
+    the ``compile_jobs`` CPUs with the builds first (waits for a CPU: which is why its runners
+    are threads)."""
 
     def __init__(self, index: int, world: World, depth: int = 2):
         super().__init__(index, world, EXACT_CLASS, depth)
@@ -384,8 +415,15 @@ class LentSlot(SimulatedCpu):
             raise ValueError(f"{self.name}: a timed job on a CPU lent to exact jobs only")
         return super().run(job)
 
-    def _cpu(self) -> contextlib.AbstractContextManager[float]:
-        return self._world.compile_cpu()
+    def _take_time(self, model_s: float) -> None:
+        """A slice at a time on a compile CPU, each slice once no build waits for one."""
+        while model_s > 0:
+            piece = min(model_s, COUNT_SLICE_S)
+            with self._world.compile_cpu(build=False) as waited:
+                if waited:
+                    self._world.spent(0.0, waited_s=waited)
+                self._world.sleep(piece)
+            model_s -= piece
 
 
 class SimulatedBuilder:
@@ -444,7 +482,7 @@ class SimulatedBackend:
             SimulatedSlot(i, self.world, config.worker_class, config.depth)
             for i in range(config.slots)]
         if exact and config.lend:
-            self.world.compile_cpus = threading.Semaphore(config.compile_jobs)
+            self.world.compile_cpus = CompileCpus(config.compile_jobs)
             self.slots += [LentSlot(config.slots + i, self.world, config.depth)
                            for i in range(config.compile_jobs)]
         self.builder = SimulatedBuilder(self.world, config.compile_jobs)
