@@ -194,10 +194,6 @@ def test_without_lending_an_exact_session_has_only_its_slots(tmp_path):
 def test_a_waiting_build_takes_a_lent_compile_cpu_before_a_waiting_count():
     """The compiles go first on the CPUs they lend to counts (as the local backend's lent
     agents run at nice 19): a count waits while a build waits, whichever came first."""
-    import threading
-
-    from dispatcher.running.simulated.backend import CompileCpus
-
     cpus = CompileCpus(1)
     order: list[str] = []
 
