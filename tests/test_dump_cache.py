@@ -10,7 +10,7 @@ import pytest
 from dispatcher.core import decisions
 from dispatcher.core.decisions import DecisionFileError, parse_dump
 from dispatcher.core.dump_cache import DumpCache
-from dispatcher.core.tree import Tree, TreeError
+from dispatcher.core.tree import Tree, TreeError, count
 from dispatcher.running.simulated.programs import DUMPS_DIR
 
 TESTS = Path(__file__).resolve().parent
@@ -107,3 +107,21 @@ def test_the_cache_keeps_its_capacity_and_a_bad_dump_is_an_error_each_time(tmp_p
     for _ in range(2):
         with pytest.raises(TreeError, match="its parent call"):
             cache.tree({"main.0.decisions.sexp": bad.encode()}, "here")
+
+
+def test_a_builds_counts_are_its_trees_without_making_the_tree():
+    """A search journals every candidate's decision counts but draws from the trees of those
+    it keeps only: the counts come from the decisions, equal to the tree's, and no round tree
+    is made until the tree is asked for."""
+    by_program: dict[str, dict[str, bytes]] = {}
+    for name, text in bundled_dumps(47).items():
+        program, dump = name.split("/")
+        by_program.setdefault(program, {})[dump] = text.encode()
+    assert len(by_program) >= 40
+    for program, files in by_program.items():
+        cache = DumpCache()
+        built = cache.build(files, program)
+        counts = built.counts()
+        assert not any(p._tree for p in cache._entries.values())  # noqa: SLF001
+        assert counts == count(built.tree) and sum(counts) > 0, program
+        assert all(p._tree for p in cache._entries.values())  # noqa: SLF001

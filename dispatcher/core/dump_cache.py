@@ -4,7 +4,9 @@ The master reads the tree of every candidate it measures (what the compiler real
 most of a candidate's dumps are its parent's, byte for byte: a flip changes the dumps of its
 own unit, and a unit compiled with the same overrides dumps the same decisions.  So each dump
 is kept here, parsed (without its features: no tree needs them) and as its round tree, under
-the sha256 of its bytes, and only a dump whose digest is not known is parsed.
+the sha256 of its bytes, and only a dump whose digest is not known is parsed.  A dump's round
+tree is made when first asked for (``Build.tree``): a search journals every candidate's
+decision counts, which the decisions give, but draws from the trees of those it accepts only.
 
 Bounded, the least recently used going first: the dumps of the trees the chains draw from
 are used again by every candidate drawn from them, and stay.  One cache per process
@@ -16,21 +18,73 @@ import collections
 import hashlib
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from dispatcher.core.decisions import DUMP_NAME, DecisionDump, dump_files, parse_dump
-from dispatcher.core.tree import RoundTree, Tree, round_tree
+from dispatcher.core.tree import INLINE, RoundTree, Tree, round_tree
 
 #: Dumps kept: a program has tens of them (units x rounds), a chain holds a few trees, and a
 #: candidate brings a few new ones.
 CAPACITY = 4096
 
 
-@dataclass(frozen=True)
 class _Parsed:
-    dump: DecisionDump  # its decisions without their features
-    tree: RoundTree
+    """One dump: its decisions without their features; its round tree and decision counts,
+    each made once, when first asked for (two threads may make one at once: equal
+    results, either kept)."""
+
+    __slots__ = ("dump", "_tree", "_counts")
+
+    def __init__(self, dump: DecisionDump):
+        self.dump = dump
+        self._tree: RoundTree | None = None
+        self._counts: tuple[int, int, int] | None = None
+
+    @property
+    def tree(self) -> RoundTree:
+        """TreeError if its keys do not form a tree."""
+        if self._tree is None:
+            self._tree = round_tree(self.dump)
+        return self._tree
+
+    @property
+    def counts(self) -> tuple[int, int, int]:
+        """(inlined, not_inlined, prevented) over its decisions, as its round tree counts
+        its call nodes (``RoundTree.counts``: each decision is one)."""
+        if self._counts is None:
+            if self._tree is not None:
+                self._counts = self._tree.counts
+            else:
+                inlined = not_inlined = prevented = 0
+                for d in self.dump.decisions:
+                    if d.reason == "prevented":
+                        prevented += 1
+                    elif d.action == INLINE:
+                        inlined += 1
+                    else:
+                        not_inlined += 1
+                self._counts = (inlined, not_inlined, prevented)
+        return self._counts
+
+
+class Build:
+    """A build's dumps, parsed: its decision counts at once, its tree when asked for."""
+
+    def __init__(self, parsed: list[_Parsed]):
+        self._parsed = parsed
+        self._tree: Tree | None = None
+
+    @property
+    def tree(self) -> Tree:
+        """``Tree.from_dumps``'s; TreeError if a dump's keys do not form a tree."""
+        if self._tree is None:
+            self._tree = Tree(tuple(p.tree for p in self._parsed))
+        return self._tree
+
+    def counts(self) -> tuple[int, int, int]:
+        """(inlined, not_inlined, prevented): ``tree.count`` of its tree, without making it."""
+        each = [p.counts for p in self._parsed]
+        return (sum(c[0] for c in each), sum(c[1] for c in each), sum(c[2] for c in each))
 
 
 class DumpCache:
@@ -52,8 +106,7 @@ class DumpCache:
                 self.hits += 1
                 return entry
         # Parsed outside the lock (two threads may parse one dump at once: the same result).
-        dump = parse_dump(data.decode(), source, features=False)
-        entry = _Parsed(dump, round_tree(dump))
+        entry = _Parsed(parse_dump(data.decode(), source, features=False))
         with self._lock:
             self.misses += 1
             self._entries[digest] = entry
@@ -72,9 +125,13 @@ class DumpCache:
         """The dumps among ``files`` without their features, sorted by (unit, round)."""
         return [p.dump for p in self._all(files, where)]
 
+    def build(self, files: Mapping[str, bytes], where: str) -> Build:
+        """The build whose dumps are among ``files``: its counts now, its tree when asked."""
+        return Build(self._all(files, where))
+
     def tree(self, files: Mapping[str, bytes], where: str) -> Tree:
         """The tree of the build whose dumps are among ``files`` (``Tree.from_dumps``'s)."""
-        return Tree(tuple(p.tree for p in self._all(files, where)))
+        return self.build(files, where).tree
 
     def tree_of_dir(self, directory: Path) -> Tree:
         """The tree of a directory holding a build's dumps (``Tree.from_dir``'s)."""

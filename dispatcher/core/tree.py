@@ -458,7 +458,25 @@ def _unit_pins(unit: str, parts: Sequence[RoundTree], rounds: int | None
                     if has is not None and n.key in has:
                         break
                     pins[(later, n.key)] = DONT_INLINE
-    return tuple(Override(unit, r, key, action) for (r, key), action in sorted(pins.items()))
+    return tuple(_pin(unit, r, key, action) for (r, key), action in sorted(pins.items()))
+
+
+#: Pins made so far, by (unit, round, key, action).  A flip's unit has its pins made again for
+#: every candidate (most programs are one or two units: most of their pins), and the same
+#: object carries its line of the canonical text (``Override.line``) from one to the next.
+#: Bounded by the sites of the programs searched; emptied if that ever passes ``_PINS_MAX``.
+_PINS: dict[tuple[str, int, str, str], Override] = {}
+_PINS_MAX = 1_000_000
+
+
+def _pin(unit: str, round: int, key: str, action: str) -> Override:
+    k = (unit, round, key, action)
+    pin = _PINS.get(k)
+    if pin is None:  # (two threads may make one at once: equal objects, either kept)
+        if len(_PINS) >= _PINS_MAX:
+            _PINS.clear()
+        pin = _PINS[k] = Override(unit, round, key, action)
+    return pin
 
 
 

@@ -98,14 +98,14 @@ class AsyncSearch:
             temp = temperature(step, p.steps, p.t_start, p.t_end) if p.algorithm == "sa" else None
             entry = Candidate(candidate=0, dir=candidate_dir(step, 0),
                               mutation=flight.proposal.mutation, error=flight.error)
-            entry, tree = chain.record(step, entry, flight.compiled, flight.compared)
+            entry, built = chain.record(step, entry, flight.compiled, flight.compared)
             verdict = judge(p.algorithm, step, entry, incumbent, best, current, temp,
                             flight.proposal.u)
             if verdict.best is not best:
                 status.best_ci = entry.ci95
             incumbent, best, current = verdict.incumbent, verdict.best, verdict.current
-            if tree is not None and verdict.accepted:
-                trees[entry.dir] = tree
+            if built is not None and verdict.accepted:  # (a rejected one's is never made)
+                trees[entry.dir] = built.tree
             if (p.algorithm == "sa" and p.remeasure_every and step % p.remeasure_every == 0
                     and incumbent.step > 0):
                 incumbent = chain.remeasure(step, incumbent)

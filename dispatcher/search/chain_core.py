@@ -20,7 +20,7 @@ from dispatcher.build.manifest import Benchmark
 from dispatcher.build.service import CompileJob, CompileResult, CompileService
 from dispatcher.core.comparison import Comparison, share_range
 from dispatcher.core.decisions import read_overrides
-from dispatcher.core.dump_cache import DUMPS
+from dispatcher.core.dump_cache import DUMPS, Build
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import (
     BaselineEvent,
@@ -43,7 +43,6 @@ from dispatcher.core.records import (
 )
 from dispatcher.core.rundir import Rundir
 from dispatcher.core.stats import geomean, geomean_ci, paired_speedup_ci
-from dispatcher.core.tree import Tree, count
 from dispatcher.running.measurement import Measured, MeasurementService, PairingPolicy, Pending
 from dispatcher.search.focus import hot_functions_of, profile_job
 from dispatcher.storage.store import Artifact
@@ -75,8 +74,8 @@ class Interrupted(Exception):
     pass
 
 
-def counts(tree: Tree) -> DecisionCounts:
-    inlined, not_inlined, prevented = count(tree)
+def counts(built: Build) -> DecisionCounts:
+    inlined, not_inlined, prevented = built.counts()
     return DecisionCounts(inlined=inlined, not_inlined=not_inlined, prevented=prevented)
 
 
@@ -193,14 +192,15 @@ class ChainCore:
     # -- the rundir
 
     def save_candidate(self, d: Path, compiled: CompileResult,
-                       results: list[RunResult] | Comparison) -> Tree:
+                       results: list[RunResult] | Comparison) -> Build:
         """A compiled candidate's dumps, overrides.sexp (uncompressed) and measurements into
-        its dir -> the tree the compiler really produced, read from the dumps in hand (each
-        parsed once per content: ``dump_cache``), not back from the files."""
+        its dir -> what the compiler really did (its counts; its tree when asked for), read
+        from the dumps in hand (each parsed once per content: ``dump_cache``), not back from
+        the files."""
         outputs = compiled.artifact.outputs()
         compiled.artifact.export(d, outputs)
         self.rundir.write_measurements(d, results)
-        return DUMPS.tree(outputs, str(d))
+        return DUMPS.build(outputs, str(d))
 
     def resumed(self, from_step: int) -> None:
         """Journal that this chain goes on from ``from_step``, naming any setting it took
@@ -219,26 +219,27 @@ class ChainCore:
                 else f"{self.status.error}; {why}"
 
     def record(self, step: int, entry: Candidate, c: CompileResult | None,
-               compared: Comparison | None) -> tuple[Candidate, Tree | None]:
-        """A measured (or failed) candidate into its dir -> its record, and the tree the
-        compiler really produced (None: it did not compile)."""
+               compared: Comparison | None) -> tuple[Candidate, Build | None]:
+        """A measured (or failed) candidate into its dir -> its record, and the build the
+        compiler really produced, whose ``tree`` the search asks for if it keeps the
+        candidate (None: it did not compile)."""
         d = self.rundir.fresh_candidate_dir(step, entry.candidate)
         if c is None or compared is None:
             return entry, None
-        tree = self.save_candidate(d, c, compared)  # what the compiler really did
+        built = self.save_candidate(d, c, compared)  # what the compiler really did
         speedup, low, high = compared.interval  # None when unresolved: never accepted
         if not compared.resolved:
             self.status.unresolved += 1
         reference, times = paired_if_resolved(compared)
         return entry.model_copy(update=dict(
-            sha256=c.sha256, artifact=c.artifact.key, decisions=counts(tree),
+            sha256=c.sha256, artifact=c.artifact.key, decisions=counts(built),
             times=times, reference_times=reference, failed=compared.failed,
             speedup=speedup, ci95=interval(low, high), worker=compared.worker,
             stopped=compared.stopped,
             energy=None if speedup is None else 1.0 / speedup,
             error=entry.error or (f"{compared.failed} failed run(s)"
                                   if compared.failed else None)
-            or (None if compared.resolved else compared.unresolved_line()))), tree
+            or (None if compared.resolved else compared.unresolved_line()))), built
 
     # -- the baseline
 
@@ -268,11 +269,11 @@ class ChainCore:
         if self.settings.focus == "hot":
             self.profile(compiled, times)
         d = self.rundir.fresh_candidate_dir(0, 0)
-        tree = self.save_candidate(d, compiled, results)
+        built = self.save_candidate(d, compiled, results)
         baseline = BaselineEvent(sha256=compiled.sha256, dir=candidate_dir(0, 0),
                                  artifact=compiled.artifact.key, times=times,
                                  geomean=geomean(times), median=sorted(times)[len(times) // 2],
-                                 ci95=geomean_ci(times), decisions=counts(tree))
+                                 ci95=geomean_ci(times), decisions=counts(built))
         self.rundir.append(baseline)
         return baseline
 

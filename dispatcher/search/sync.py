@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from dispatcher.build.service import CompileError, CompileJob, CompileResult
-from dispatcher.core.dump_cache import DUMPS
+from dispatcher.core.dump_cache import DUMPS, Build
 from dispatcher.core.records import BaselineEvent, Candidate, Pointer, StepEvent, candidate_dir
 from dispatcher.core.tree import Tree, to_overrides
 from dispatcher.search.chain_core import ChainCore
@@ -79,7 +79,7 @@ class SyncSearch:
                 accepted = True
             if accepted and chosen is not None:
                 incumbent = chosen.pointer(step)
-                incumbent_tree = trees[chosen.candidate]
+                incumbent_tree = trees[chosen.candidate].tree
                 current_dir, current_tree = chosen.dir, incumbent_tree
             for c in scored:
                 if c.energy is not None and c.energy < best.energy:
@@ -105,9 +105,9 @@ class SyncSearch:
         return best
 
     def candidates(self, step: int, origin: Tree, rng: random.Random,
-                   incumbent_energy: float) -> tuple[list[Candidate], dict[int, Tree]]:
-        """Propose, compile and measure one step's candidates -> their records and the trees
-        the compiler really produced (by candidate index)."""
+                   incumbent_energy: float) -> tuple[list[Candidate], dict[int, Build]]:
+        """Propose, compile and measure one step's candidates -> their records and the builds
+        the compiler really produced (by candidate index; a tree is made for the one kept)."""
         chain, p = self.chain, self.chain.settings
         n = p.candidates_per_step if p.algorithm == "sa" else 1
         proposals = [propose(origin, rng, p.max_flips, hot=chain.hot) for _ in range(n)]
@@ -133,8 +133,8 @@ class SyncSearch:
             entry = Candidate(candidate=k, dir=candidate_dir(step, k), mutation=mutation,
                               error=errors[k])
             compared = chain.wait(pending[k]) if c is not None else None
-            entry, tree = chain.record(step, entry, c, compared)
-            if tree is not None:
-                trees[k] = tree
+            entry, built = chain.record(step, entry, c, compared)
+            if built is not None:
+                trees[k] = built
             candidates.append(entry)
         return candidates, trees
