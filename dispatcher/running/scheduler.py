@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar, Union
 
@@ -51,6 +51,10 @@ log = logging.getLogger(__name__)
 # meanwhile without being woken at all (100 slots: 24,000 jobs/s without, 13,000 with).
 _LET_GO_EVERY = 32  # hand-offs
 _LET_GO_ABOVE = 256  # runners waiting
+# Threads that resolve the futures of answering slots' jobs.  A future's callbacks store its
+# result (a file written and fsynced, ``MeasurementService``): on the backend's one answering
+# thread those waits would come one after another; here they overlap, a bounded few at once.
+_RESOLVERS = 8
 
 
 @dataclass(frozen=True)
@@ -340,6 +344,8 @@ class Scheduler:
                          for runners in self._runners.values() for runner in runners
                          if isinstance(runner, _Runner)]
         self._recovering: set[threading.Thread] = set()  # answering slots' back-offs
+        self._resolver = (ThreadPoolExecutor(_RESOLVERS, thread_name_prefix="slot results")
+                          if self._answering else None)
         for runners in self._runners.values():  # they wait for their first jobs
             for runner in runners:
                 if isinstance(runner, _Answerer):
@@ -541,17 +547,28 @@ class Scheduler:
                 if self._lost(item, slot, outcome, runner.losses):
                     self._recover_later(runner)
                 return
-            if isinstance(outcome, BaseException):
-                runner.losses = 0
-                item.future.set_exception(outcome)
-            else:
-                runner.losses = 0
-                self._succeed(item, outcome)
+            runner.losses = 0
+            self._resolve(item, outcome)
             self._resume(runner, held=True)
         except Exception:  # the backend's thread must go on answering the other slots
             log.exception("%s: the scheduler failed to take a job's answer", slot.name)
         finally:
             self._start_handed()
+
+    def _resolve(self, item: _Queued, outcome: RunResult | BaseException) -> None:
+        """Resolve ``item``'s future with a job's answer, on the resolvers' pool (inline
+        once it is shut: an answer that came after close gave up waiting)."""
+        def resolve() -> None:
+            if isinstance(outcome, BaseException):
+                item.future.set_exception(outcome)
+            else:
+                self._succeed(item, outcome)
+        assert self._resolver is not None
+        try:
+            self._resolver.submit(resolve)
+        except RuntimeError:  # shut down
+            if not item.future.done():
+                resolve()
 
     def _resume(self, runner: _Answerer, held: bool) -> None:
         """As ``_next`` without the wait: ``runner``'s next job is queued to start, or it waits
@@ -735,6 +752,8 @@ class Scheduler:
                 if left is not None and left <= 0:
                     break
                 self._settled.wait(left)
+        if self._resolver is not None:  # their futures resolved
+            self._resolver.shutdown(wait=True)
         with self._lock:  # left by slots that stopped while backing off
             leftovers = self._board.drain()
         for item in leftovers:

@@ -71,6 +71,7 @@ COMPILER_OUTPUT = "compiler-output.txt"
 LOCK = "lock"
 USERS = "users"
 AREAS = ("compiled", "units", "measurements", "comparisons", "worker-cache", "failures", USERS)
+_LOCK_STRIPES = 64  # locks of the measurement files (``Store.add_measurement``)
 
 
 class StoreError(RuntimeError):
@@ -288,7 +289,10 @@ class Store:
         self.worker_cache = self.root / "worker-cache"
         self.units = self.root / "units"
         self.failures = self.root / "failures"
-        self._lock = threading.Lock()
+        # A measurement file is read, extended and rewritten under the lock of its stripe:
+        # two results of one job never race, and results of different jobs are written (and
+        # fsynced) side by side instead of one after the other.
+        self._locks = tuple(threading.Lock() for _ in range(_LOCK_STRIPES))
         if self.root.exists() and not self.root.is_dir():
             raise StoreError(f"{self.root}: the store must be a directory; this is not one")
         try:
@@ -615,7 +619,7 @@ class Store:
         """Store ``result``, measured for ``job`` (on ``result.worker_class``); StoreError
         (one line) if it cannot be written."""
         path = self._measurement_path(job, result.worker_class)
-        with self._lock:
+        with self._locks[hash(path.name) % _LOCK_STRIPES]:
             existing = _read_results(path)
             try:
                 write_json_atomic(path, {"job": job.measurement_identity(),
