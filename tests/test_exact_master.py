@@ -169,6 +169,35 @@ def test_an_exact_comparison_is_one_counted_run_of_each_with_equal_bounds(world)
     assert sorted(j.runs for j in slot.ran) == [1, 2]
 
 
+def test_exact_comparisons_in_flight_hold_no_thread_each(tmp_path):
+    """An exact comparison waits for its two counts by callbacks: forty of them held at
+    their counts run on no comparison thread (a timed one's pairs still take a thread)."""
+    gate = threading.Event()
+    cands = [f"{i:02x}" * 32 for i in range(40)]
+
+    class Held(CountingSlot):
+        def run(self, job: RunJob) -> RunResult:
+            gate.wait(30)
+            return super().run(job)
+
+    slots = [Held(f"local/cpu{i}", {sha: [counts(1000 + i)] for i, sha in
+                                    enumerate([REF, *cands])}, {}) for i in range(4)]
+    scheduler = Scheduler(slots)
+    service = MeasurementService(scheduler, Store(tmp_path / "store"), min_cpu_share=0.0)
+    try:
+        futures = [service.compare(job(REF), job(c), "local", POLICY, metric="cycles")
+                   for c in cands]
+        assert not [t for t in threading.enumerate() if t.name.startswith("compare")]
+        gate.set()
+        compared = [f.result(30) for f in futures]
+        assert [c.interval[0] for c in compared] == pytest.approx(
+            [1000 / (1001 + i) for i in range(40)])
+    finally:
+        gate.set()
+        service.close()
+        scheduler.close()
+
+
 def test_cycles_are_the_models_estimate(world):
     service, _ = world({REF: [counts(1000, Bcm=10)], CAND: [counts(1000)]})
     compared = service.compare(job(REF), job(CAND), "local", POLICY,

@@ -319,62 +319,107 @@ class MeasurementService:
             running = self._comparing.get(key) if reuse else None
             if running is not None and not (running.done() and running.exception()):
                 return running
+            exact: Future[Comparison] = Future()
             if metric != "time":
                 self._class_slots(worker_class)
-                exact = self._comparisons.submit(self._compare_exact, key, reference,
-                                                 candidate, worker_class, policy, reuse,
-                                                 trial, metric)
+                exact.set_running_or_notify_cancel()
                 self._comparing[key] = exact
-                return exact
-            stored = self._stored(key, policy) if reuse else None
-            if stored is not None:
-                done: Future[Comparison] = Future()
-                done.set_result(stored)
-                return done
-            self._class_slots(worker_class)  # none of the class: KeyError, here and now
-            # Its place in the line for a slot is taken now, in the order comparisons are
-            # asked for (not when a pool thread happens to start it).
-            ticket = object()
-            self._waiting.setdefault(worker_class, collections.deque()).append(ticket)
-            future = self._comparisons.submit(self._compare_and_store, key, reference,
-                                              candidate, worker_class, ticket, policy)
-            self._comparing[key] = future
+            else:
+                stored = self._stored(key, policy) if reuse else None
+                if stored is not None:
+                    done: Future[Comparison] = Future()
+                    done.set_result(stored)
+                    return done
+                self._class_slots(worker_class)  # none of the class: KeyError, here and now
+                # Its place in the line for a slot is taken now, in the order comparisons
+                # are asked for (not when a pool thread happens to start it).
+                ticket = object()
+                self._waiting.setdefault(worker_class, collections.deque()).append(ticket)
+                future = self._comparisons.submit(self._compare_and_store, key, reference,
+                                                  candidate, worker_class, ticket, policy)
+                self._comparing[key] = future
+        if metric != "time":  # (its jobs submitted outside the lock: they take it)
+            self._compare_exact(exact, key, reference, candidate, worker_class, policy, reuse,
+                                trial, metric)
+            return exact
         # A comparison cancelled before it started must not hold its place (outside the
         # lock: the callback takes it, and runs here if the future is done already).
         future.add_done_callback(lambda _f: self._leave_line(worker_class, ticket))
         return future
 
-    def _compare_exact(self, key: str, reference: RunJob, candidate: RunJob,
-                       worker_class: str, policy: PairingPolicy, reuse: bool,
-                       trial: str | None, metric: str) -> Comparison:
+    def _compare_exact(self, future: Future[Comparison], key: str, reference: RunJob,
+                       candidate: RunJob, worker_class: str, policy: PairingPolicy,
+                       reuse: bool, trial: str | None, metric: str) -> None:
         """One exact run of each binary (both at once, on any slots of the class), the
-        figure the ratio of their ``metric_value``; a binary found not deterministic makes it
-        a timed comparison (one warning line)."""
+        figure the ratio of their ``metric_value``, into ``future``; a binary found not
+        deterministic makes it a timed comparison (one warning line).  No thread waits for
+        the counts: the last of the two jobs to land finishes the comparison (on the thread
+        that resolved it), so comparisons in flight cost no thread each."""
         try:
-            ref_job, cand_job = (exact_job(reference, self.exact_identity),
-                                 exact_job(candidate, self.exact_identity))
-            asked = [self._exact_submit(job, worker_class, reuse)
-                     for job in (ref_job, cand_job)]
+            asked = [self._exact_submit(exact_job(job, self.exact_identity), worker_class, reuse)
+                     for job in (reference, candidate)]
+        except BaseException as exc:
+            self._exact_end(key, future, exc)
+            return
+        pending = [a.future for a in asked if isinstance(a, Pending) and a.future is not None]
+        left = [len(pending)]
+
+        def landed(_job: Future) -> None:
+            with self._lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                self._exact_finish(future, key, asked, reference, candidate, worker_class,
+                                   policy, reuse, trial, metric)
+
+        if not pending:
+            self._exact_finish(future, key, asked, reference, candidate, worker_class, policy,
+                               reuse, trial, metric)
+        for job in pending:
+            job.add_done_callback(landed)
+
+    def _exact_finish(self, future: Future[Comparison], key: str,
+                      asked: list[list[RunResult] | Pending], reference: RunJob,
+                      candidate: RunJob, worker_class: str, policy: PairingPolicy,
+                      reuse: bool, trial: str | None, metric: str) -> None:
+        """Both counts are in: the comparison."""
+        try:
             (ref, ref_reused), (cand, cand_reused) = [self._exact_wait(a) for a in asked]
             try:
                 ref_value = self._exact_value(ref, metric, reference=True)
                 cand_value = self._exact_value(cand, metric, reference=False)
             except NotDeterministic as exc:
                 log.warning("%s; this comparison falls back to time", exc)
-                return self._timed_fallback(reference, candidate, worker_class, policy, reuse,
-                                            trial)
+                timed = self._comparisons.submit(self._timed_fallback, reference, candidate,
+                                                 worker_class, policy, reuse, trial)
+                timed.add_done_callback(lambda f: self._exact_end(
+                    key, future, f.exception() or f.result()))
+                return
             results = [*ref, *cand]
             if cand_value is None:  # the candidate's run failed
-                return Comparison(worker=cand[-1].worker, reference_times=[],
-                                  candidate_times=[], results=results, stopped="failed",
-                                  failed=sum(r.failed for r in cand), metric=metric)
-            assert ref_value is not None
-            return Comparison(worker=cand[-1].worker, reference_times=[ref_value],
-                              candidate_times=[cand_value], results=results, stopped="exact",
-                              min_pairs=1, metric=metric, reused=ref_reused and cand_reused)
-        finally:
-            with self._lock:
-                self._comparing.pop(key, None)
+                compared = Comparison(worker=cand[-1].worker, reference_times=[],
+                                      candidate_times=[], results=results, stopped="failed",
+                                      failed=sum(r.failed for r in cand), metric=metric)
+            else:
+                assert ref_value is not None
+                compared = Comparison(worker=cand[-1].worker, reference_times=[ref_value],
+                                      candidate_times=[cand_value], results=results,
+                                      stopped="exact", min_pairs=1, metric=metric,
+                                      reused=ref_reused and cand_reused)
+        except BaseException as exc:
+            self._exact_end(key, future, exc)
+        else:
+            self._exact_end(key, future, compared)
+
+    def _exact_end(self, key: str, future: Future[Comparison],
+                   outcome: Comparison | BaseException) -> None:
+        with self._lock:
+            if self._comparing.get(key) is future:
+                del self._comparing[key]
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
 
     def _exact_submit(self, job: RunJob, worker_class: str,
                       reuse: bool) -> list[RunResult] | Pending:
