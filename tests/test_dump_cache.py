@@ -125,3 +125,40 @@ def test_a_builds_counts_are_its_trees_without_making_the_tree():
         assert not any(p._tree for p in cache._entries.values())  # noqa: SLF001
         assert counts == count(built.tree) and sum(counts) > 0, program
         assert all(p._tree for p in cache._entries.values())  # noqa: SLF001
+
+
+def test_a_cached_attribute_computed_in_one_thread_holds_up_no_other_object():
+    """``dispatcher.core.lazy.cached`` takes no lock: while one thread computes an object's
+    value (gated here), another thread gets another object's at once (with Python 3.11's
+    ``functools.cached_property`` it would wait for the first), and each value is kept."""
+    import threading
+
+    from dispatcher.core.lazy import cached
+
+    gate = threading.Event()
+    calls: list[int] = []
+
+    class Thing:
+        def __init__(self, n: int, slow: bool):
+            self.n, self.slow = n, slow
+
+        @cached
+        def value(self) -> int:
+            calls.append(self.n)
+            if self.slow:
+                assert gate.wait(30)
+            return self.n * 10
+
+    slow, quick = Thing(1, True), Thing(2, False)
+    got: list[int] = []
+    t = threading.Thread(target=lambda: got.append(slow.value))
+    t.start()
+    for _ in range(3000):  # until the slow one is computing (a guard against hanging)
+        if 1 in calls:
+            break
+        t.join(0.01)
+    assert quick.value == 20  # not held up by the slow one
+    gate.set()
+    t.join(30)
+    assert got == [10] and slow.value == 10 and quick.value == 20
+    assert calls == [1, 2]  # each computed once, then kept

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import logging
 import os
 import shutil
@@ -60,6 +59,7 @@ from dispatcher.build.policies import (
 from dispatcher.build.policy_host import PolicyHost
 from dispatcher.build.toolchain import Compiler
 from dispatcher.core.decisions import DUMP_NAME, Override, canonical_lines, overrides_file
+from dispatcher.core.lazy import cached
 from dispatcher.storage.store import (
     Artifact,
     CompileFailure,
@@ -133,16 +133,16 @@ class CompileJob:
     def effective_flags(self) -> tuple[str, ...]:
         return tuple(self.benchmark.flags if self.flags is None else self.flags)
 
-    @functools.cached_property
+    @cached
     def source_hash(self) -> str:
         """Its benchmark's ``source_hash``, read once per job (its key and its submission)."""
         return self.benchmark.source_hash()
 
-    @functools.cached_property
+    @cached
     def _canonical(self) -> tuple[tuple[Override, ...], tuple[str, ...]]:
         return canonical_lines(self.overrides)
 
-    @functools.cached_property
+    @cached
     def canonical_overrides(self) -> str:
         """The overrides' canonical text (``overrides_text``), made once per job: its compile
         key, its proposal file and its build's overrides.sexp are this text."""
@@ -345,7 +345,10 @@ class CompileService:
         cached = self.store.artifact(key)
         if cached is not None:
             done: Future[CompileResult] = Future()
-            done.set_result(CompileResult(cached, True, time.monotonic() - t0))
+            result = CompileResult(cached, True, time.monotonic() - t0)
+            with self._lock:
+                self._held_sha.setdefault(key, result.sha256)
+            done.set_result(result)
             return done
         with self._lock:
             running = self._inflight.get(key)
@@ -355,7 +358,7 @@ class CompileService:
             self._inflight[key] = future
         # Outside the lock: a cache hit can finish before this line, and then the callback
         # runs right here, in this thread, and takes the lock itself.
-        future.add_done_callback(lambda _f: self._forget(key))
+        future.add_done_callback(lambda f: self._forget(key, f))
         return future
 
     def compile(self, job: CompileJob) -> CompileResult:
@@ -366,7 +369,11 @@ class CompileService:
         calling thread as ``submit`` holds what it compiles."""
         with self._lock:
             self._holders.setdefault(key, set()).add(threading.get_ident())
-        return self.store.artifact(key)
+        artifact = self.store.artifact(key)
+        if artifact is not None:
+            with self._lock:
+                self._held_sha.setdefault(key, artifact.sha256)
+        return artifact
 
     def release(self, keep: set[str | None]) -> None:
         """The calling thread no longer runs the binaries it holds, but those of ``keep``.
@@ -386,32 +393,30 @@ class CompileService:
             if not free or self.store.others_open():
                 self._forget_shas(free)
                 return
-            held_shas = {self._sha_of(k) for k in self._holders}
+            # The binaries still held, by the sha256 each was stored with (a key still
+            # compiling has none yet): no file is read here, under the lock every submit
+            # and release of every chain takes.
+            held_shas = {self._held_sha.get(k) for k in self._holders}
             for key in free:
                 # an agents' copy of the same content may serve a binary still held
-                agent_copy = self._sha_of(key) not in held_shas
-                if self.store.drop_binary(key, agent_copy=agent_copy):
+                sha = self._held_sha.get(key)
+                agent_copy = sha is not None and sha not in held_shas
+                if self.store.drop_binary(key, agent_copy=agent_copy, sha=sha):
                     self.binaries_dropped += 1
             self._forget_shas(free)
-
-    def _sha_of(self, key: str) -> str | None:
-        """The sha256 of held key ``key``'s binary (lock held): its meta.json is read once
-        while it is held, not at every release (they grow with the candidates in flight)."""
-        if key not in self._held_sha:
-            sha = self.store.artifact_sha(key)
-            if sha is None:
-                return None  # not stored yet: asked again next time
-            self._held_sha[key] = sha
-        return self._held_sha[key]
 
     def _forget_shas(self, released: list[str]) -> None:
         for key in released:
             if key not in self._holders:
                 self._held_sha.pop(key, None)
 
-    def _forget(self, key: str) -> None:
+    def _forget(self, key: str, done: Future[CompileResult]) -> None:
+        """A compile ended: not in flight any more; its binary's sha256 kept while held."""
+        result = done.result() if not done.cancelled() and done.exception() is None else None
         with self._lock:
             self._inflight.pop(key, None)
+            if result is not None and key in self._holders:
+                self._held_sha.setdefault(key, result.sha256)
 
     def _compile(self, key: str, job: CompileJob, source_hash: str) -> CompileResult:
         t0 = time.monotonic()

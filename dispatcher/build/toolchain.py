@@ -6,13 +6,13 @@ artifacts made by another one.
 """
 from __future__ import annotations
 
-import functools
 import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from dispatcher.core.files import sha256_file
+from dispatcher.core.lazy import cached
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "compiler" / "build"
@@ -35,7 +35,7 @@ class Compiler:
     def ocamlopt(self) -> Path:
         return self.bin_dir / "ocamlopt.opt"
 
-    @functools.cached_property
+    @cached
     def identity(self) -> str:
         """sha256 of the ocamlopt binary: changes whenever the compiler does."""
         return sha256_file(self.ocamlopt)

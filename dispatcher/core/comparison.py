@@ -6,11 +6,11 @@ running layer.
 """
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass, field
 
 from dispatcher.core.files import json_text, nested_json
+from dispatcher.core.lazy import cached
 from dispatcher.core.records import RunResult, results_to_json
 from dispatcher.core.stats import paired_speedup_ci
 
@@ -77,7 +77,7 @@ class Comparison:
     def to_json(self) -> dict:
         return {**self.to_json_head(), "results": results_to_json(self.results)}
 
-    @functools.cached_property
+    @cached
     def results_text(self) -> str:
         """Its runs as a measurements.json holds them (``json_text``), serialised once: the
         stored comparison holds the same list (``text``)."""

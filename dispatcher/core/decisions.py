@@ -7,7 +7,6 @@ the same keys, so a tool copies a dump, flips actions, feeds it back.
 """
 from __future__ import annotations
 
-import functools
 import operator
 import re
 from collections.abc import Iterable, Sequence
@@ -23,6 +22,7 @@ from dispatcher.core.files import (
     utf8_text,
     write_text_atomic,
 )
+from dispatcher.core.lazy import cached
 from dispatcher.core.sexp import INT_ATOM, STRING_BODY, read_sexp, unescape
 
 FORMAT_VERSION = 1  # of the overrides file
@@ -238,7 +238,7 @@ class Override:
         if self.action not in ACTIONS:
             raise ValueError(f"override action {self.action!r}: expected one of {ACTIONS}")
 
-    @functools.cached_property
+    @cached
     def line(self) -> str:
         """Its line in the canonical text (``overrides_text``), made once per object: the
         overrides of a unit a flip left alone are the same objects from one candidate to the

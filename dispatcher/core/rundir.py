@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import functools
 import json
 import os
 import shutil
@@ -57,6 +56,7 @@ from dispatcher.core.files import (
     write_json_atomic,
     write_text_atomic,
 )
+from dispatcher.core.lazy import cached
 from dispatcher.core.records import (
     PROPOSALS_DIR,
     BaselineEvent,
@@ -410,7 +410,7 @@ class Rundir:
     def journal_path(self) -> Path:
         return self.path / JOURNAL
 
-    @functools.cached_property
+    @cached
     def experiment(self) -> Experiment:
         """Read once: what was asked of a chain never changes while it runs, and a master
         must not stop over an edit of the file under it."""
@@ -585,7 +585,7 @@ class Rundir:
         """How its journal's lines are read: a search's events (a labels rundir's its own)."""
         return event_from_json
 
-    @functools.cached_property
+    @cached
     def _journal(self) -> JournalReader:
         return JournalReader(self.journal_path, self.event_parser())
 
@@ -674,7 +674,7 @@ class SitesRundir(Rundir):
     fsynced journal, atomic writes, a whole rundir or none), with its own records
     (``dispatcher.core.site_records``) and no steps."""
 
-    @functools.cached_property
+    @cached
     def experiment(self) -> SitesExperiment:  # type: ignore[override]
         try:
             return read_sites_experiment(self.path / EXPERIMENT)

@@ -14,7 +14,6 @@ inlined body are decided by the compiler, so the next state of a search is alway
 """
 from __future__ import annotations
 
-import functools
 import random
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import NamedTuple, TypeVar
 
 from dispatcher.core.decisions import Decision, DecisionDump, Override, dump_files, read_dumps
+from dispatcher.core.lazy import cached
 
 T = TypeVar("T")
 
@@ -121,24 +121,24 @@ class RoundTree:
 
     # Computed once per round tree: a round tree is immutable, and the dumps' cache
     # (``dispatcher.core.dump_cache``) shares one between every build that dumped it.
-    @functools.cached_property
+    @cached
     def preorder(self) -> tuple[Node, ...]:
         """Every node, parent before children."""
         return tuple(n for r in self.roots for n in r.walk())
 
-    @functools.cached_property
+    @cached
     def keys(self) -> frozenset[str]:
         """The keys of its nodes."""
         return frozenset(n.key for n in self.preorder)
 
-    @functools.cached_property
+    @cached
     def pins_memo(self) -> dict[tuple[int | None, tuple[int, ...]],
                                 tuple[tuple[RoundTree, ...], tuple[Override, ...]]]:
         """``to_overrides``' pins of this unit, when this is its first round, by ``rounds``
         and the ids of its later round trees (held in the entry, so their ids stay theirs)."""
         return {}
 
-    @functools.cached_property
+    @cached
     def counts(self) -> tuple[int, int, int]:
         """(inlined, not_inlined, prevented) over its call nodes (``count``)."""
         inlined = not_inlined = prevented = 0
@@ -227,15 +227,15 @@ class Tree:
         return len(self._index)
 
     # ---- identity
-    @functools.cached_property
+    @cached
     def _decision_set(self) -> frozenset[tuple[str, int, str, str]]:
         return frozenset(self.decisions())
 
-    @functools.cached_property
+    @cached
     def _parts_by_id(self) -> dict[tuple[str, int], RoundTree]:
         return {(p.unit, p.round): p for p in self.parts}
 
-    @functools.cached_property
+    @cached
     def _index(self) -> dict[tuple[str, int, str], Node]:
         return {(u, r, n.key): n for u, r, n in self.nodes()}
 

@@ -472,15 +472,16 @@ class Store:
         for p in plain.values():
             p.unlink()
 
-    def drop_binary(self, key: str, agent_copy: bool = False) -> int:
+    def drop_binary(self, key: str, agent_copy: bool = False, sha: str | None = None) -> int:
         """Remove the binary of entry ``key`` (its outputs and measurements stay); the next
         compile of it makes it again.  ``agent_copy``: remove the local agents' copy too if
-        it is a link of this very file (no agent may be about to run it).  -> bytes freed
-        (0 while another link keeps them)."""
+        it is a link of this very file (no agent may be about to run it); ``sha``: its
+        sha256 if known (else read from its meta).  -> bytes freed (0 while another link
+        keeps them)."""
         binary = self._artifact_dir(key) / "binary"
         try:
             st = binary.stat()
-            copy = self.worker_cache / str(self.artifact_sha(key))
+            copy = self.worker_cache / str(sha if sha is not None else self.artifact_sha(key))
             if agent_copy and copy.exists() and os.path.samefile(copy, binary):
                 copy.unlink()
                 st = binary.stat()
