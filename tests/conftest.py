@@ -60,3 +60,15 @@ def bundled_builds(compiler, tmp_path_factory):
     root = tmp_path_factory.getbasetemp().parent / "bundled-builds"
     return BundledBuilds(compiler, root, int(worker.removeprefix("gw") or 0),
                          int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
+@pytest.fixture(params=["runner threads", "answering slots"])
+def both_slot_kinds(request, monkeypatch):
+    """A test module's ``Scheduler`` as it is (slots run by its runner threads) and as one
+    whose slots answer by themselves (``AnsweringSlot``: runners without a thread), so each
+    test that uses it runs over both (``pytestmark = pytest.mark.usefixtures(...)``)."""
+    if request.param == "answering slots":
+        from tests.helpers import answering_scheduler
+        monkeypatch.setattr(request.module, "Scheduler",
+                            answering_scheduler(request.module.Scheduler))
+    return request.param

@@ -13,16 +13,9 @@ from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.running.backend import AgentError, PermanentLoss, Slot, WorkerLost
 from dispatcher.running.scheduler import NoWorkers, Scheduler
-from tests.helpers import answering_scheduler
 
-
-@pytest.fixture(autouse=True, params=["runner threads", "answering slots"])
-def slot_kind(request, monkeypatch):
-    """Every test twice: slots run by the scheduler's runner threads, and slots that answer
-    by themselves (``AnsweringSlot``), whose runners have no thread."""
-    if request.param == "answering slots":
-        monkeypatch.setattr(f"{__name__}.Scheduler", answering_scheduler(Scheduler))
-    return request.param
+# Every test twice: runner threads, and slots that answer by themselves (conftest.py).
+pytestmark = pytest.mark.usefixtures("both_slot_kinds")
 
 JOB = RunJob("0" * 64, Path("/nonexistent"), ("x",), runs=1, timeout=1)
 FAST = SchedulerConfig(attempts=3, quarantine_after=2, backoff_s=0.01, backoff_max_s=0.02)

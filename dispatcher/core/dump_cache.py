@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from dispatcher.core.decisions import DUMP_NAME, DecisionDump, dump_files, parse_dump
-from dispatcher.core.tree import INLINE, RoundTree, Tree, round_tree
+from dispatcher.core.tree import RoundTree, Tree, round_tree, tally
 
 #: Dumps kept: a program has tens of them (units x rounds), a chain holds a few trees, and a
 #: candidate brings a few new ones.
@@ -52,18 +52,7 @@ class _Parsed:
         """(inlined, not_inlined, prevented) over its decisions, as its round tree counts
         its call nodes (``RoundTree.counts``: each decision is one)."""
         if self._counts is None:
-            if self._tree is not None:
-                self._counts = self._tree.counts
-            else:
-                inlined = not_inlined = prevented = 0
-                for d in self.dump.decisions:
-                    if d.reason == "prevented":
-                        prevented += 1
-                    elif d.action == INLINE:
-                        inlined += 1
-                    else:
-                        not_inlined += 1
-                self._counts = (inlined, not_inlined, prevented)
+            self._counts = tally(self.dump.decisions)
         return self._counts
 
 

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from dispatcher.core.decisions import Decision, DecisionDump, Override, dump_files, read_dumps
 from dispatcher.core.lazy import cached
@@ -141,17 +141,31 @@ class RoundTree:
     @cached
     def counts(self) -> tuple[int, int, int]:
         """(inlined, not_inlined, prevented) over its call nodes (``count``)."""
-        inlined = not_inlined = prevented = 0
-        for n in self.preorder:
-            if n.kind != CALL:
-                continue
-            if n.prevented:
-                prevented += 1
-            elif n.action == INLINE:
-                inlined += 1
-            else:
-                not_inlined += 1
-        return inlined, not_inlined, prevented
+        return tally(n for n in self.preorder if n.kind == CALL)
+
+
+class _Decided(Protocol):
+    """A call as ``tally`` counts it: a tree's call node or a dump's decision."""
+
+    @property
+    def prevented(self) -> bool: ...
+
+    @property
+    def action(self) -> str | None: ...
+
+
+def tally(calls: Iterable[_Decided]) -> tuple[int, int, int]:
+    """(inlined, not_inlined, prevented) of ``calls``: prevented calls count only as
+    prevented; a specialised call stays a call (to the specialised copy), not inlined."""
+    inlined = not_inlined = prevented = 0
+    for c in calls:
+        if c.prevented:
+            prevented += 1
+        elif c.action == INLINE:
+            inlined += 1
+        else:
+            not_inlined += 1
+    return inlined, not_inlined, prevented
 
 
 class Site(NamedTuple):

@@ -60,7 +60,8 @@ from dispatcher.running.backend import (
 )
 from dispatcher.running.ray.connection import parse_connection
 from dispatcher.running.ray.local_session import auto_address
-from dispatcher.running.ray.replies import NoReply, Outcome, Replies
+from dispatcher.running.ray.replies import Outcome, Replies, reply_of
+from dispatcher.running.ray.replies import one_line as _one_line
 from workers.agent.protocol import CHECKSUM_MISMATCH, DEFAULT_LOCK_WAIT_S, NOT_IN_CACHE
 
 if TYPE_CHECKING:
@@ -88,12 +89,6 @@ class RayConfig:
     namespace: str = "inlining-orchestrator"
     start_timeout: float = 90.0  # for an actor to be placed and its agent to answer
     compile_resource: Optional[str] = "compile"  # None: every compile on the master
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = lines[0] if lines else type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _last_line(exc: BaseException) -> str:
@@ -268,31 +263,19 @@ class RaySlot:
                 self._budget -= own
             raise
         self.backend.replies.expect(ref, deadline, self, functools.partial(
-            self._replied, actor, job, answer, attempt, ship, own, deadline))
+            self._replied, actor, job, answer, attempt, ship, own))
 
     def _replied(self, actor: Any, job: RunJob, answer: Answer, attempt: int, ship: bool,
-                 own: float, deadline: float, outcome: Outcome) -> None:
+                 own: float, outcome: Outcome) -> None:
         """The actor's reply (on the replies thread): the job's answer, or the job sent again
         with its binary (removed or damaged on the node)."""
-        ray = self.backend.ray
         with self._lock:
             self._budget -= own
-        if isinstance(outcome, NoReply):
-            self._drop(actor)
-            answer(WorkerLost(f"{self.name}: no answer within {deadline:.0f} s; the actor is "
-                              "presumed hung"))
-            return
-        if isinstance(outcome, BaseException):  # abandoned: the slot closed
-            answer(outcome)
-            return
         try:
-            response = outcome.result()
-        except ray.exceptions.RayTaskError as exc:  # the actor's own code failed
-            answer(WorkerLost(f"{self.name}: {_one_line(exc)}"))
-            return
-        except ray.exceptions.RayError as exc:  # the actor, its node or an object is gone
-            self._drop(actor)
-            answer(WorkerLost(f"{self.name}: actor lost: {_one_line(exc)}"))
+            response = reply_of(outcome, self.backend.ray, self.name, "its actor",
+                                lambda: self._drop(actor))
+        except BaseException as exc:
+            answer(exc)
             return
         if "lost" in response:
             self._drop(actor)

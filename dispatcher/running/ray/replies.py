@@ -20,6 +20,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
+from dispatcher.running.agent_client import WorkerLost
+
 log = logging.getLogger(__name__)
 
 
@@ -29,6 +31,34 @@ class NoReply(Exception):
 
 # A handler gets the reply's future (done), or an exception: NoReply, or what ``abandon`` said.
 Outcome = Union[Future, BaseException]
+
+
+def reply_of(outcome: Outcome, ray: Any, slot: str, actor: str,
+             drop: Callable[[], None]) -> Any:
+    """The value a slot's actor replied; else raises what the job comes to.  WorkerLost when
+    no reply came in time (the actor presumed hung: ``drop``ped), when the actor's own code
+    failed, or when the actor or its node is gone (``drop``ped); the exception of an
+    abandoned reply (its slot closed) as it is.  ``slot`` and ``actor`` name them in the
+    message."""
+    if isinstance(outcome, NoReply):
+        drop()
+        raise WorkerLost(f"{slot}: {outcome} from {actor}; it is presumed hung")
+    if isinstance(outcome, BaseException):
+        raise outcome
+    try:
+        return outcome.result()
+    except ray.exceptions.RayTaskError as exc:  # the actor's own code failed
+        raise WorkerLost(f"{slot}: {one_line(exc)}") from None
+    except ray.exceptions.RayError as exc:  # the actor, its node or an object is gone
+        drop()
+        raise WorkerLost(f"{slot}: {actor} lost: {one_line(exc)}") from None
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's first line, at most 300 characters (Ray's run to pages)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 @dataclass(eq=False)

@@ -44,7 +44,8 @@ from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.running.agent_client import AgentError, WorkerLost
 from dispatcher.running.backend import Answer, BackendUnavailable, run_by_start
-from dispatcher.running.ray.replies import NoReply, Outcome, Replies
+from dispatcher.running.ray.replies import Outcome, Replies, reply_of
+from dispatcher.running.ray.replies import one_line as _one_line
 from dispatcher.running.simulated.backend import (
     BINARY_FORMAT,
     EXACT_INFO,
@@ -133,12 +134,6 @@ class SlotHost:
 
 
 # --------------------------------------------------------------------------- on the master
-
-def _one_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = lines[0] if lines else type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
-
 
 class Incarnation:
     """One life of a host's actor: its handle, its pid, the binaries it is known to have."""
@@ -294,23 +289,11 @@ class HostedSlot:
                  ship: bool, outcome: Outcome) -> None:
         """The actor's reply (on the replies thread): the job's answer, or the job sent again
         with its binary (the actor's cache lost it)."""
-        ray = self.host.backend.ray
-        if isinstance(outcome, NoReply):
-            self.host.drop(life)
-            answer(WorkerLost(f"{self.name}: {outcome} from {self.host.name}; it is presumed "
-                              "hung"))
-            return
-        if isinstance(outcome, BaseException):  # abandoned: the slot closed
-            answer(outcome)
-            return
         try:
-            reply = outcome.result()
-        except ray.exceptions.RayTaskError as exc:  # the actor's own code failed
-            answer(WorkerLost(f"{self.name}: {_one_line(exc)}"))
-            return
-        except ray.exceptions.RayError as exc:  # the actor or its node is gone
-            self.host.drop(life)
-            answer(WorkerLost(f"{self.name}: actor {self.host.name} lost: {_one_line(exc)}"))
+            reply = reply_of(outcome, self.host.backend.ray, self.name, f"actor {self.host.name}",
+                             lambda: self.host.drop(life))
+        except BaseException as exc:
+            answer(exc)
             return
         if reply[0] == "ok":
             if ship:
