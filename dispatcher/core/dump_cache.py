@@ -6,7 +6,8 @@ own unit, and a unit compiled with the same overrides dumps the same decisions. 
 is kept here, parsed (without its features: no tree needs them) and as its round tree, under
 the sha256 of its bytes, and only a dump whose digest is not known is parsed.  A dump's round
 tree is made when first asked for (``Build.tree``): a search journals every candidate's
-decision counts, which the decisions give, but draws from the trees of those it accepts only.
+decision counts, which the decisions give, but draws from the trees of those it accepts only
+(so a dump whose keys do not form a tree is a ``TreeError`` when its tree is asked for).
 
 Bounded, the least recently used going first: the dumps of the trees the chains draw from
 are used again by every candidate drawn from them, and stay.  One cache per process
