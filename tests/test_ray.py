@@ -279,11 +279,13 @@ def test_short_search_across_two_nodes(lab, compiler, store, tmp_path):
     measured = [r for p in rundir.rglob("measurements.json") for r in json.loads(p.read_text())]
     assert {r["worker"] for r in measured} == {f"ray/{n}/cpu{lab.cpu}" for n in NODES}
     assert all(rec["failure"] is None for r in measured for rec in r["records"])
-    # every candidate was compiled by a Ray task on the node offering the compile resource
-    # (the heuristic build may come from run-benchmark's test, which compiles first)
+    # the candidates were compiled by a Ray task on the node offering the compile resource,
+    # or on the master while that node's one seat was taken (the heuristic build may come
+    # from run-benchmark's test, which compiles first)
     metas = [json.loads(p.read_text()) for p in (store / "compiled").rglob("meta.json")]
-    candidates = [m for m in metas if m["overrides"]]
-    assert len(candidates) >= 2 and {m["built_on"] for m in candidates} == {"ray/compile"}
+    built_on = [m["built_on"] for m in metas if m["overrides"]]
+    assert len(built_on) >= 2 and set(built_on) <= {"ray/compile", "master"}, built_on
+    assert "ray/compile" in built_on, built_on
 
 
 @needs_lab

@@ -46,7 +46,7 @@ def profile_of(tmp: Path, model: ProgramModel, seed: int = 0) -> tuple[Path, Hot
     backend = SimulatedBackend(SimulatedConfig(
         slots=1, time_scale=1e-6, cache_dir=tmp / "cache",
         model=Model(programs={"kahan": model}, seed=seed)))
-    built = backend.builder.build(KAHAN, tmp / "build", Path("unused"), (), {}, True)
+    built, _ = backend.builder.build(KAHAN, tmp / "build", Path("unused"), (), {}, True)
     job = RunJob(sha256=hashlib.sha256(built.binary.read_bytes()).hexdigest(),
                  binary=built.binary, args=(), runs=1, timeout=60,
                  profile_period_ns=500_000)  # 1 s runs: about 2,000 samples

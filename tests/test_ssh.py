@@ -28,6 +28,9 @@ from tests.helpers import REPO, cli, spin_benchmark, write_yaml
 from tests.sshhosts import LabUnavailable, SshLab, lab_unavailable_reason
 
 CPU = max(os.sched_getaffinity(0))
+# The hosts' builds, apart from CPU: another CPU of the machine (a test run pinned to one CPU
+# by taskset still has it; none on a one-CPU machine, where the hosts build nothing).
+COMPILE_CPUS = [c for c in range(os.cpu_count() or 1) if c != CPU][:1]
 
 needs_lab = pytest.mark.skipif(lab_unavailable_reason() is not None,
                                reason=lab_unavailable_reason() or "")
@@ -74,6 +77,16 @@ def write_config(path: Path, data: dict, **sections) -> Path:
     ({"trust_on_first_use": "yes", "hosts": [{"host": "w1", "user": "u", "rundir": "r",
                                               "cpus": [1]}]},
      "ssh.trust_on_first_use: expected true or false"),
+    ({"hosts": [{"host": "w1", "user": "u", "rundir": "r", "cpus": [1, 2],
+                 "compile_cpus": [0, 2]}]},
+     "ssh.hosts[0].compile_cpus: expected CPUs none of which is in cpus (a build beside a "
+     "measured run would disturb it), got [0, 2]"),
+    ({"hosts": [{"host": "w1", "user": "u", "rundir": "r", "cpus": [1], "compile_cpus": 4}]},
+     "ssh.hosts[0].compile_cpus: expected a list of distinct CPU numbers, got 4"),
+    ({"hosts": [{"host": "w1", "user": "u", "rundir": "r", "cpus": [1], "compile_cpus": [0],
+                 "ocamlopt": "bin/ocamlopt.opt"}]},
+     "ssh.hosts[0].ocamlopt: expected the absolute path of the patched ocamlopt.opt on the "
+     "worker, got 'bin/ocamlopt.opt'"),
 ])
 def test_bad_ssh_config_is_one_clear_line(ssh, message):
     data = {"backend": "ssh"}
@@ -126,8 +139,12 @@ def test_run_benchmark_over_ssh_uploads_once_and_measures_on_every_host(lab, com
 
 @needs_lab
 def test_short_annealing_run_over_ssh(lab, compiler, tmp_path):
-    # tiny runs: what is asserted is where they ran and that the steps were journaled
-    cfg = write_config(tmp_path / "c.yaml", lab.config(cpus=[CPU]), measure=FEW_PAIRS,
+    # tiny runs: what is asserted is where they ran and were built, and that the steps were
+    # journaled
+    data = lab.config(cpus=[CPU])
+    for host in data["ssh"]["hosts"]:
+        host["compile_cpus"] = COMPILE_CPUS
+    cfg = write_config(tmp_path / "c.yaml", data, measure=FEW_PAIRS,
                        run={"runs": 2, "timeout": 30, "size": "tiny"}, search={
         "baseline_runs": 2, "remeasure_every": 2, "rundirs": str(tmp_path / "rundirs"),
         "batch_log": str(tmp_path / "batch.log")})
@@ -142,6 +159,68 @@ def test_short_annealing_run_over_ssh(lab, compiler, tmp_path):
     assert measured and {r["worker"] for r in measured} <= {f"ssh/h0/cpu{CPU}",
                                                              f"ssh/h1/cpu{CPU}"}
     assert all(rec["failure"] is None for r in measured for rec in r["records"])
+    # the hosts built the candidates, the master only when both seats were taken
+    metas = [json.loads(p.read_text()) for p in (lab.root / "store" / "compiled")
+             .rglob("meta.json")]
+    built_on = [m["built_on"] for m in metas]
+    assert set(built_on) <= {"ssh/h0", "ssh/h1", "master"}, built_on
+    assert sum(b.startswith("ssh/") for b in built_on) >= (2 if COMPILE_CPUS else 0), built_on
+
+
+@needs_lab
+@pytest.mark.skipif(not COMPILE_CPUS, reason="one CPU: a host's builds need a CPU of their own")
+def test_a_build_on_a_host_is_the_build_on_the_master(lab, compiler, tmp_path, caplog):
+    """The same binary and decision dumps, byte for byte, as the master builds for the same
+    overrides; a compile error is the master's one line; a host whose compiler is another
+    builds nothing (said once) and the master builds instead."""
+    from dispatcher.build.manifest import resolve_benchmark
+    from dispatcher.build.service import CompileError, CompileJob, CompileService
+    from dispatcher.config import load_config
+    from dispatcher.session import Session
+    from dispatcher.storage.store import Store
+    from tests.test_remote_build import flipped
+    bench = resolve_benchmark("kahan")
+    local = CompileService(Store(tmp_path / "s1"), compiler)
+    try:
+        flip = flipped(local, bench)
+        want = local.compile(CompileJob(bench, (flip,)))
+        with pytest.raises(CompileError) as local_error:
+            local.compile(CompileJob(bench, flags=("-O3", "-no-such-flag")))
+    finally:
+        local.close()
+    other = tmp_path / "other-ocamlopt.opt"  # another compiler: one byte more
+    other.write_bytes(compiler.ocamlopt.read_bytes() + b"\0")
+    other.chmod(0o755)
+    data = lab.config(cpus=[CPU], store=tmp_path / "s2")
+    h0, h1 = data["ssh"]["hosts"]
+    h0["compile_cpus"] = COMPILE_CPUS
+    h1.update(compile_cpus=COMPILE_CPUS, ocamlopt=str(other))
+    data["ssh"]["hosts"] = [h0]
+    with Session(load_config(write_config(tmp_path / "h0.yaml", data))) as session:
+        session.start_workers()
+        got = session.builds.compile(CompileJob(bench, (flip,)))
+        with pytest.raises(CompileError) as remote_error:
+            session.builds.compile(CompileJob(bench, flags=("-O3", "-no-such-flag")))
+    meta = json.loads((got.artifact.directory / "meta.json").read_text())
+    assert meta["built_on"] == "ssh/h0"
+    assert got.sha256 == want.sha256
+    assert got.artifact.decision_texts() == want.artifact.decision_texts()
+    assert str(remote_error.value) == str(local_error.value)
+    data.update(store=str(tmp_path / "s3"))
+    data["ssh"]["hosts"] = [h1]
+    with Session(load_config(write_config(tmp_path / "h1.yaml", data))) as session:
+        session.start_workers()
+        got = session.builds.compile(CompileJob(bench, (flip,)))
+        again = session.builds.compile(CompileJob(bench, flags=("-O2",)))
+    for result in (got, again):
+        meta = json.loads((result.artifact.directory / "meta.json").read_text())
+        assert meta["built_on"] == "master"
+    assert got.sha256 == want.sha256
+    refusals = [r.getMessage() for r in caplog.records if "builds nothing" in r.getMessage()]
+    assert len(refusals) == 1, refusals
+    assert refusals[0].startswith(f"ssh/h1: builds nothing for the rest of this run: the "
+                                  f"compiler {other} on node ")
+    assert "is not the master's" in refusals[0]
 
 
 @needs_lab

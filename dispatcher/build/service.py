@@ -40,7 +40,6 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from dispatcher.build.driver import (
     BuildError,
@@ -57,6 +56,7 @@ from dispatcher.build.policies import (
     policy_of_spec,
 )
 from dispatcher.build.policy_host import PolicyHost
+from dispatcher.build.remote import Builder, BuilderLost
 from dispatcher.build.toolchain import Compiler
 from dispatcher.core.decisions import DUMP_NAME, Override, canonical_lines, overrides_file
 from dispatcher.core.lazy import cached
@@ -100,26 +100,6 @@ def compiler_file(data: bytes) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(where, ignore_errors=True)
-
-
-class BuilderLost(RuntimeError):
-    """A remote builder could not build at all (a node without the compiler, a lost task):
-    nothing about the candidate, so the master builds it itself."""
-
-
-class Builder(Protocol):
-    """Where whole builds run when not on the master: a Ray cluster's compiling nodes.  A
-    remote build has no unit cache (the binary and dumps are those of a whole build, which
-    are the same bytes)."""
-
-    name: str  # where, for the store's record of each build
-    jobs: int  # builds it runs at once
-
-    def build(self, bench: Benchmark, outdir: Path, ocamlopt: Path, flags: tuple[str, ...],
-              overrides: dict[str, Path], dump_decisions: bool) -> BuildResult:
-        """``build_benchmark``'s result, left in ``outdir``; BuildError as a build on the
-        master fails; BuilderLost if it cannot build at all."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -312,13 +292,25 @@ class CompileService:
         # The sha256 of each held key's binary, read from the store once per key while held.
         self._held_sha: dict[str, str] = {}
         self.binaries_dropped = 0
+        self._cpus = cpus
+        self._jobs = jobs
+        self._master_seats = threading.Semaphore(jobs)
         self._builder: Builder | None = None
+        self._builder_seats = threading.Semaphore(0)
 
     def use_builder(self, builder: Builder) -> None:
-        """Compile on ``builder`` from now on (compiles already queued run on the master);
-        a build it cannot do at all is done here instead."""
+        """Compile on ``builder`` as well from now on: its ``jobs`` builds at once beside the
+        master's own (compiles already queued keep the master's seats).  A build goes to the
+        builder while it has a free seat, else to the master (the master's CPU is the
+        scheduler's too: the builder's seats are taken first); a build it cannot do at all
+        is done here instead, and so is a build under a policy (the policy is served by a
+        host on the master)."""
         old = self._pool
-        self._pool = ThreadPoolExecutor(max_workers=builder.jobs, thread_name_prefix="build")
+        cpus = self._cpus
+        self._pool = ThreadPoolExecutor(
+            max_workers=self._jobs + builder.jobs, thread_name_prefix="compile",
+            initializer=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+        self._builder_seats = threading.Semaphore(builder.jobs)
         self._builder = builder
         old.shutdown(wait=False)
 
@@ -489,19 +481,28 @@ class CompileService:
 
     def _build(self, job: CompileJob, build: Path,
                overrides: dict[str, Path]) -> tuple[BuildResult, str]:
-        """The build -> its result and where it ran: on the remote builder if there is one
-        and the job names no policy (the policy host serves the master's compiler only),
-        else here, with a policy host serving the job's policy if it names one.  What went
-        wrong on the host's side (its policy failed) comes first in the error: the compiler
-        only says that the host closed the channel."""
+        """The build -> its result and where it ran: on the remote builder if it has a free
+        seat and the job names no policy (the policy host serves the master's compiler only),
+        else here, with a policy host serving the job's policy if it names one."""
         builder = self._builder
-        if builder is not None and job.policy is None:
+        if builder is not None and job.policy is None and self._builder_seats.acquire(
+                not builder.overflow_to_master):
             try:
-                return builder.build(job.benchmark, build, self.toolchain.ocamlopt,
-                                     job.effective_flags, overrides, True), builder.name
+                return builder.build(job.benchmark, build, self.toolchain,
+                                     job.effective_flags, overrides, True)
             except BuilderLost as exc:
                 log.warning("%s: built on the master instead: %s", job.benchmark.name, exc)
                 shutil.rmtree(build, ignore_errors=True)
+            finally:
+                self._builder_seats.release()
+        with self._master_seats:
+            return self._build_here(job, build, overrides), "master"
+
+    def _build_here(self, job: CompileJob, build: Path,
+                    overrides: dict[str, Path]) -> BuildResult:
+        """The build on the master.  What went wrong on the policy host's side (its policy
+        failed) comes first in the error: the compiler only says that the host closed the
+        channel."""
 
         def run(policy: PolicyChannel | PolicyFile | None = None) -> BuildResult:
             return build_benchmark(job.benchmark, build, self.toolchain.ocamlopt,
@@ -509,12 +510,12 @@ class CompileService:
                                    dump_decisions=True, unit_cache=self.units, policy=policy)
 
         if job.policy is None:
-            return run(), "master"
+            return run()
         data = compiler_policy_file(job.policy)
         if data is not None:
             with compiler_file(data) as path:
                 try:
-                    return run(PolicyFile(path, job.policy.identity())), "master"
+                    return run(PolicyFile(path, job.policy.identity()))
                 except BuildError as exc:  # never the copy's name: it is gone when read
                     raise BuildError(str(exc).replace(str(path), POLICY_FILE),
                                      exc.output.replace(str(path), POLICY_FILE),
@@ -525,7 +526,7 @@ class CompileService:
             raise CompileError(str(exc), "") from None
         with PolicyHost(policy) as host:
             try:
-                return run(PolicyChannel(host.base, job.policy.identity())), "master"
+                return run(PolicyChannel(host.base, job.policy.identity()))
             except BuildError as exc:
                 # not remembered: a host answers in time, or not, as the machine's load says
                 if host.errors:

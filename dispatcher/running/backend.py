@@ -30,7 +30,7 @@ from dispatcher.core.validation import Reader
 from dispatcher.running.agent_client import AgentError, WorkerLost
 
 if TYPE_CHECKING:
-    from dispatcher.build.service import Builder
+    from dispatcher.build.remote import Builder
 
 __all__ = ["AgentError", "Answer", "AnsweringSlot", "Backend", "BackendSpec",
            "BackendUnavailable", "MODULES", "PermanentLoss", "Slot", "WorkerLost",

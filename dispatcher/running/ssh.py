@@ -19,6 +19,7 @@ import os
 import posixpath
 import re
 import shlex
+import socket
 import stat
 import threading
 import time
@@ -29,6 +30,10 @@ from pathlib import Path
 
 import paramiko
 
+from dispatcher.build.driver import BuildResult
+from dispatcher.build.manifest import Benchmark
+from dispatcher.build.remote import BuilderLost, build_request, build_result
+from dispatcher.build.toolchain import Compiler
 from dispatcher.core.files import sha256_file
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.validation import MAX_BACKOFF_S, Reader
@@ -42,6 +47,8 @@ from dispatcher.running.agent_client import (
     result_from_response,
 )
 from dispatcher.running.backend import BackendContext, BackendSpec, PermanentLoss
+from workers.agent.build import reply_of as build_reply_of
+from workers.agent.build import request_json as build_request_json
 from workers.agent.protocol import (
     CHECKSUM_MISMATCH,
     CPU_LOCK_NAME,
@@ -56,6 +63,7 @@ JOB_SLACK_S = 30.0  # beyond 1.5 x the runs' own timeouts, before a silent agent
 STALE_UPLOAD_S = 3600.0  # partial uploads older than this are removed on connect
 HOST_RETRY_S = 1.0  # after a failed connect, the host's other slots fail fast this long
 MAX_CACHE_MB = 1 << 20  # ssh.hosts[].cache_limit_mb: at most 1 TiB of binaries on a worker
+BUILD_RETRY_S = 60.0  # a host that could not answer a build is left out of builds this long
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,8 @@ class SshHost:
     python: str = "python3"
     cache_limit_bytes: int = 2 << 30
     worker_class: str = "ssh"
+    compile_cpus: tuple[int, ...] = ()  # CPUs for the master's builds (one build per CPU)
+    ocamlopt: str | None = None  # the patched compiler there (None: the master's path)
 
 
 @dataclass(frozen=True)
@@ -353,6 +363,46 @@ class WorkerHost:
         return host_error(f"{h.name}: the agent exited with status {status} before answering "
                           f"({detail})", permanent=status in (1, 2))
 
+    # ------------------------------------------------------------------ builds
+
+    def run_build(self, request: bytes, timeout: float) -> dict:
+        """One build for the master by the agent's build mode, in a channel of its own,
+        pinned to the host's compile CPUs -> ``workers.agent.build``'s reply; HostError if
+        the host cannot answer."""
+        h = self.config
+        transport = self.transport()  # connected, the agent uploaded
+        words = [h.python, self.agent_remote, "build",
+                 "--cpus", ",".join(str(c) for c in h.compile_cpus)]
+        channel = None
+        try:
+            channel = transport.open_session(timeout=self._ssh.connect_timeout)
+            channel.settimeout(timeout + JOB_SLACK_S)
+            channel.exec_command("exec " + shlex.join(words))
+            channel.sendall(request)
+            channel.shutdown_write()
+            data = channel.makefile("rb").read()
+            status = channel.recv_exit_status()
+            err = b""
+            while channel.recv_stderr_ready():
+                err += channel.recv_stderr(4096)
+        except socket.timeout:
+            raise HostError(f"{h.name}: no build reply within {timeout + JOB_SLACK_S:.0f} s"
+                            ) from None
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise HostError(f"{h.name}: build channel lost: {exc or type(exc).__name__}"
+                            ) from None
+        finally:
+            if channel is not None:
+                channel.close()
+        lines = [ln for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()]
+        if status != 0:
+            detail = lines[-1].strip() if lines else "no message"
+            raise HostError(f"{h.name}: the build agent exited with status {status} ({detail})")
+        try:
+            return build_reply_of(data)
+        except ValueError as exc:
+            raise HostError(f"{h.name}: the build agent's reply is not one ({exc})") from None
+
     # ------------------------------------------------------------------ binaries
 
     def acquire_binary(self, sha256: str, local: Path) -> None:
@@ -541,6 +591,67 @@ class SshSlot:
             self._drop(channel)
 
 
+class SshBuilder:
+    """Builds on the SSH hosts that give CPUs to compiles (``ssh.hosts[].compile_cpus``): one
+    build per such CPU at once, each in a channel of its own running the agent's build mode,
+    sent to the host with the most free seats.  A host that cannot answer is left out for
+    ``BUILD_RETRY_S``; one that cannot build (no compiler at its path, or another compiler)
+    for the rest of the session, said once.  Meanwhile the master builds instead."""
+
+    name = "ssh"
+    overflow_to_master = True
+
+    def __init__(self, hosts: list[WorkerHost]):
+        self.hosts = hosts
+        self.jobs = sum(len(h.config.compile_cpus) for h in hosts)
+        self._busy: Counter = Counter()  # host name -> builds running there
+        self._down_until: dict[str, float] = {}
+        self._refused: dict[str, str] = {}  # host name -> why it builds nothing
+        self._lock = threading.Lock()
+
+    def _take(self) -> WorkerHost | None:
+        now = time.monotonic()
+        with self._lock:
+            free = [(len(h.config.compile_cpus) - self._busy[h.name], i, h)
+                    for i, h in enumerate(self.hosts)
+                    if h.name not in self._refused and self._down_until.get(h.name, 0) <= now]
+            free = [f for f in free if f[0] > 0]
+            if not free:
+                return None
+            host = max(free, key=lambda f: (f[0], -f[1]))[2]
+            self._busy[host.name] += 1
+            return host
+
+    def build(self, bench: Benchmark, outdir: Path, compiler: Compiler,
+              flags: tuple[str, ...], overrides: dict[str, Path],
+              dump_decisions: bool) -> tuple[BuildResult, str]:
+        host = self._take()
+        if host is None:
+            raise BuilderLost("ssh: no compiling host can build now")
+        where = f"ssh/{host.name}"
+        try:
+            request = build_request(bench, compiler, flags, overrides, dump_decisions,
+                                    ocamlopt=host.config.ocamlopt)
+            try:
+                reply = host.run_build(build_request_json(**request.arguments()),
+                                       request.timeout)
+            except HostError as exc:
+                with self._lock:
+                    self._down_until[host.name] = time.monotonic() + BUILD_RETRY_S
+                raise BuilderLost(str(exc)) from None
+            if "lost" in reply:
+                with self._lock:
+                    first = host.name not in self._refused
+                    self._refused[host.name] = str(reply["lost"])
+                if first:
+                    log.warning("%s: builds nothing for the rest of this run: %s", where,
+                                reply["lost"])
+            return build_result(bench, outdir, reply, where, request.timeout), where
+        finally:
+            with self._lock:
+                self._busy[host.name] -= 1
+
+
 class SshBackend:
     """Slots for every CPU of every configured host, interleaved across hosts so that a queue
     of jobs spreads over the machines."""
@@ -551,9 +662,11 @@ class SshBackend:
         self.slots = [SshSlot(host, host.config.cpus[i]) for i in range(width)
                       for host in self.hosts if i < len(host.config.cpus)]
 
-    def remote_builder(self) -> None:
-        """Compiles stay on the master."""
-        return None
+    def remote_builder(self) -> SshBuilder | None:
+        """Builds on the hosts that give CPUs to compiles (None: none does; compiles stay on
+        the master)."""
+        hosts = [h for h in self.hosts if h.config.compile_cpus]
+        return SshBuilder(hosts) if hosts else None
 
     def close(self) -> None:
         for slot in self.slots:
@@ -587,7 +700,7 @@ def parse_config(section: dict, r: Reader) -> SshConfig:
         if not isinstance(h, dict):
             raise r.fail(where, "a mapping with host, user, rundir and cpus", h)
         allowed = {"name", "host", "port", "user", "key_file", "rundir", "cpus", "python",
-                   "cache_limit_mb", "worker_class"}
+                   "cache_limit_mb", "worker_class", "compile_cpus", "ocamlopt"}
         unknown = sorted(set(h) - allowed)
         if unknown:
             raise r.fail(f"{where}.{unknown[0]}", f"one of {', '.join(sorted(allowed))}")
@@ -627,9 +740,24 @@ def parse_config(section: dict, r: Reader) -> SshConfig:
         worker_class = h.get("worker_class", "ssh")
         if not isinstance(worker_class, str) or not worker_class or "\0" in worker_class:
             raise r.fail(f"{where}.worker_class", "a non-empty string", worker_class)
+        compile_cpus = h.get("compile_cpus", [])
+        if (not isinstance(compile_cpus, list) or len(set(compile_cpus)) != len(compile_cpus)
+                or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+                           for c in compile_cpus)):
+            raise r.fail(f"{where}.compile_cpus", "a list of distinct CPU numbers", compile_cpus)
+        if set(compile_cpus) & set(cpus):
+            raise r.fail(f"{where}.compile_cpus", "CPUs none of which is in cpus (a build "
+                         "beside a measured run would disturb it)", compile_cpus)
+        ocamlopt = h.get("ocamlopt")
+        if ocamlopt is not None and (not isinstance(ocamlopt, str)
+                                     or not ocamlopt.startswith("/") or "\0" in ocamlopt
+                                     or "\n" in ocamlopt):
+            raise r.fail(f"{where}.ocamlopt", "the absolute path of the patched ocamlopt.opt "
+                         "on the worker", ocamlopt)
         hosts.append(SshHost(name=name, host=host, port=port, user=user, key_file=key_file,
                              rundir=rundir, cpus=tuple(cpus), python=python,
-                             cache_limit_bytes=limit_mb << 20, worker_class=worker_class))
+                             cache_limit_bytes=limit_mb << 20, worker_class=worker_class,
+                             compile_cpus=tuple(compile_cpus), ocamlopt=ocamlopt))
     return SshConfig(known_hosts=known_hosts, trust_on_first_use=tofu, connect_timeout=timeout,
                      hosts=tuple(hosts))
 

@@ -1,4 +1,5 @@
-"""Entry point: ``python3 agent.pyz --cache-dir DIR [--lock FILE] ...`` (or ``-m workers.agent``).
+"""Entry point: ``python3 agent.pyz --cache-dir DIR [--lock FILE] ...`` (or ``-m workers.agent``),
+or ``python3 agent.pyz build [--cpus LIST]``: one build for the master (``build``).
 
 Takes the slot's lock, moves the protocol onto a private copy of stdout, and serves requests
 from stdin until EOF or ``shutdown``.
@@ -137,6 +138,10 @@ def serve(agent: Agent, infile: Any, outfile: IO[bytes]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["build"]:  # a build for the master, not a slot: nothing else applies
+        from . import build
+        return build.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="agent", description="Worker agent: runs cached benchmark binaries pinned to one "
         "CPU and reports timings, speaking JSON lines on stdin/stdout.")

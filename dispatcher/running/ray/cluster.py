@@ -38,9 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from dispatcher.build.driver import BuildError, BuildResult, build_commands, build_error
+from dispatcher.build.driver import BuildResult
 from dispatcher.build.manifest import Benchmark
-from dispatcher.build.service import BuilderLost
+from dispatcher.build.remote import BuilderLost, build_request, build_result
+from dispatcher.build.toolchain import Compiler
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
 from dispatcher.running.agent_client import (
@@ -69,7 +70,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-BUILD_TIMEOUT_S = 300.0  # one whole build on a compiling node, as build_benchmark's budget
 JOB_SLACK_S = 30.0  # beyond 1.5 x the runs' own timeouts, before a silent actor is presumed hung
 MAX_REFS = 16  # binaries kept in the object store by the master (put again if needed later)
 DEFAULT_PREFIX = "inlining_cpu_"
@@ -317,27 +317,26 @@ class RaySlot:
 
 class RayBuilder:
     """Compiles as Ray tasks on the nodes that offer the compile resource (one unit of it
-    per build), so compile capacity grows with the cluster: ``dispatcher.running.ray.build`` runs a
-    whole build there with the patched compiler installed at the master's path."""
+    per build), so compile capacity grows with the cluster: ``workers.agent.build`` runs a
+    whole build there with the patched compiler installed at the master's path (a node
+    whose compiler there is another one builds nothing)."""
+
+    overflow_to_master = True
 
     def __init__(self, backend: RayBackend, resource: str, jobs: int):
         self.ray = backend.ray
         self.resource = resource
         self.jobs = jobs
         self.name = f"ray/{resource}"
-        from dispatcher.running.ray import build as ray_build
-        self._task = self.ray.remote(ray_build.build)
+        from workers.agent import build as worker_build
+        self._task = self.ray.remote(worker_build.build)
 
-    def build(self, bench: Benchmark, outdir: Path, ocamlopt: Path, flags: tuple[str, ...],
-              overrides: dict[str, Path], dump_decisions: bool) -> BuildResult:
-        names = {unit: f"overrides/{unit}.sexp" for unit in overrides}
-        files = {src.name: src.read_bytes() for src in bench.source_files()}
-        files.update({names[unit]: path.read_bytes() for unit, path in overrides.items()})
-        commands = build_commands(bench, ocamlopt, flags, names, dump_decisions)
-        timeout = BUILD_TIMEOUT_S
+    def build(self, bench: Benchmark, outdir: Path, compiler: Compiler, flags: tuple[str, ...],
+              overrides: dict[str, Path], dump_decisions: bool) -> tuple[BuildResult, str]:
+        request = build_request(bench, compiler, flags, overrides, dump_decisions)
+        timeout = request.timeout
         ref = self._task.options(num_cpus=0, resources={self.resource: 1},
-                                 max_retries=2).remote(files, commands, bench.binary_name(),
-                                                       timeout)
+                                 max_retries=2).remote(**request.arguments())
         try:
             reply = self.ray.get(ref, timeout=timeout + JOB_SLACK_S)
         except self.ray.exceptions.GetTimeoutError:
@@ -346,27 +345,7 @@ class RayBuilder:
                 from None
         except self.ray.exceptions.RayError as exc:
             raise BuilderLost(f"{self.name}: build task lost: {_one_line(exc)}") from None
-        if "lost" in reply:
-            raise BuilderLost(f"{self.name}: {reply['lost']}")
-        if not reply["ok"]:
-            if reply["exit"] is None:
-                raise BuildError(f"{bench.name}: {reply['what']}: timed out (build budget "
-                                 f"{timeout:g} s)", reply["output"], lasting=True)
-            raise build_error(bench, reply["what"], reply["exit"], reply["text"],
-                              reply["output"])
-        outdir.mkdir(parents=True, exist_ok=True)
-        binary = outdir / bench.binary_name()
-        binary.write_bytes(reply["binary"])
-        binary.chmod(0o755)
-        dumps = []
-        for name, data in reply["dumps"].items():
-            if "/" in name or name.startswith("."):
-                raise BuilderLost(f"{self.name}: refused dump name {name!r}")
-            (outdir / name).write_bytes(data)
-            dumps.append(outdir / name)
-        return BuildResult(binary=binary, decision_files=sorted(dumps),
-                           compiler_output=reply["output"],
-                           units_compiled=len(bench.units()))
+        return build_result(bench, outdir, reply, self.name, timeout), self.name
 
 
 class BinaryRefs:
@@ -408,7 +387,7 @@ class RayBackend:
         self.replies = Replies()  # of every slot's jobs
         try:
             from dispatcher.running.ray import actor as ray_actor
-            from dispatcher.running.ray import build as ray_build
+            from workers.agent import build as worker_build
             # The actor's code goes to the nodes by value: nothing of ours is installed there.
             self.ray.cloudpickle.register_pickle_by_value(ray_actor)
             self.actor_class = self.ray.remote(ray_actor.AgentHost)
@@ -422,7 +401,7 @@ class RayBackend:
             slots = [RaySlot(self, n, n.cpus[i]) for i in range(width) for n in self.nodes
                      if i < len(n.cpus)]
             self.slots = slots[:config.slots] if config.slots else slots
-            self.ray.cloudpickle.register_pickle_by_value(ray_build)
+            self.ray.cloudpickle.register_pickle_by_value(worker_build)
         except BaseException:
             self.replies.close()
             self.ray.shutdown()

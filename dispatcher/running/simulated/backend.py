@@ -431,15 +431,16 @@ class SimulatedBuilder:
     overrides applied to its program's real tree, its dumps and binary written."""
 
     name = "simulated"
+    overflow_to_master = False  # the world's compile CPUs are all there is
 
     def __init__(self, world: World, jobs: int):
         self._world = world
         self.jobs = jobs
 
-    def build(self, bench: Benchmark, outdir: Path, ocamlopt: Path, flags: tuple[str, ...],
-              overrides: dict[str, Path], dump_decisions: bool) -> BuildResult:
+    def build(self, bench: Benchmark, outdir: Path, compiler: Compiler, flags: tuple[str, ...],
+              overrides: dict[str, Path], dump_decisions: bool) -> tuple[BuildResult, str]:
         with self._world.compile_cpu():
-            return self._build(bench, outdir, overrides)
+            return self._build(bench, outdir, overrides), self.name
 
     def _build(self, bench: Benchmark, outdir: Path, overrides: dict[str, Path]
                ) -> BuildResult:
