@@ -99,13 +99,78 @@ def test_a_bad_build_request_is_refused_in_one_line(request_bytes, why):
     assert reply["lost"].startswith(why), reply
 
 
-def test_a_dump_name_that_would_leave_the_build_is_refused(compiler, tmp_path):
+@pytest.mark.parametrize("dumps, units", [
+    ({"../escape.decisions.sexp": b""}, [{"files": {}, "output": ""}] * 3),
+    ({}, [{"files": {"../escape.cmx": b""}, "output": ""}] * 3),
+])
+def test_a_file_name_that_would_leave_the_build_is_refused(compiler, tmp_path, dumps, units):
     bench = resolve_benchmark("kahan")
-    reply = {"ok": True, "binary": b"x", "dumps": {"../escape.decisions.sexp": b""},
-             "output": ""}
-    with pytest.raises(BuilderLost, match=r"refused dump name '\.\./escape"):
+    reply = {"ok": True, "binary": b"x", "dumps": dumps, "units": units, "output": ""}
+    with pytest.raises(BuilderLost, match=r"refused file name '\.\./escape"):
         build_result(bench, tmp_path / "out", reply, "h9")
-    assert not (tmp_path / "escape.decisions.sexp").exists()
+    assert not list(tmp_path.glob("escape*"))
+
+
+class AgentBuilder:
+    """A remote builder that is the agent's build mode on this machine (the code a Ray node
+    or an SSH host runs), with the master's unit cache."""
+
+    name, jobs, overflow_to_master, shares_unit_cache = "agent", 1, True, True
+
+    def __init__(self):
+        self.requests = []
+
+    def build(self, bench, outdir, compiler, flags, overrides, dump_decisions, reuse):
+        request = build_request(bench, compiler, flags, overrides, dump_decisions, reuse=reuse)
+        self.requests.append(request)
+        reply = agent_build(request_json(**request.arguments()))
+        return build_result(bench, outdir, reply, self.name, reuse=reuse), self.name
+
+
+def test_remote_builds_share_the_masters_unit_cache(compiler, tmp_path):
+    """A flip in the last unit, built remotely after the master built the heuristic's tree:
+    the two units before it go with the request, compiled, and only it is compiled there (the
+    same bytes as the master's build); the unit it compiled lands in the master's cache, from
+    which the master's next build of it takes every unit."""
+    from dispatcher.build.driver import build_benchmark
+    from dispatcher.build.remote import reused_units
+    bench = resolve_benchmark("kahan")
+    service = CompileService(Store(tmp_path / "store"), compiler, jobs=1)
+    builder = AgentBuilder()
+    try:
+        base = service.compile(CompileJob(bench))  # on the master: its units cached
+        last = bench.units()[-1].module
+        dump = next(d for d in base.artifact.dumps() if d.unit == last)
+        first = dump.decisions[0]
+        flip = Override(unit=last, round=0, key=first.key,
+                        action="dont_inline" if first.action == "inline" else "inline")
+        service.use_builder(builder)
+        got = service.compile(CompileJob(bench, (flip,)))
+        meta = json.loads((got.artifact.directory / "meta.json").read_text())
+        assert meta["built_on"] == "agent"
+        assert (meta["units_reused"], meta["units_compiled"]) == (2, 1)
+        (request,) = builder.requests
+        assert [what for _, what in request.commands] == ["compiling main.ml",
+                                                          "linking kahan.exe"]
+        assert {"summation.cmx", "series.cmx"} <= set(request.files)
+        overrides = tmp_path / "flip.sexp"
+        overrides.write_text(CompileJob(bench, (flip,)).unit_overrides()[last])
+        flags = CompileJob(bench).effective_flags
+        assert reused_units(bench, flags, {last: overrides}, True, service.units).count == 3
+        again = build_benchmark(bench, tmp_path / "again", compiler.ocamlopt, flags=flags,
+                                overrides={last: overrides}, dump_decisions=True,
+                                unit_cache=service.units)
+        assert (again.units_reused, again.units_compiled) == (3, 0)
+        assert again.binary.read_bytes() == got.binary.read_bytes()
+    finally:
+        service.close()
+    fresh = CompileService(Store(tmp_path / "fresh"), compiler)  # no cache, no builder
+    try:
+        want = fresh.compile(CompileJob(bench, (flip,)))
+    finally:
+        fresh.close()
+    assert got.binary.read_bytes() == want.binary.read_bytes()
+    assert got.artifact.decision_texts() == want.artifact.decision_texts()
 
 
 class HeldBuilder:
@@ -114,6 +179,7 @@ class HeldBuilder:
 
     name = "held"
     jobs = 1
+    shares_unit_cache = False
 
     def __init__(self, overflow_to_master=True):
         self.overflow_to_master = overflow_to_master
@@ -121,7 +187,7 @@ class HeldBuilder:
         self.started = threading.Event()
         self.built: list[str] = []
 
-    def build(self, bench, outdir, compiler, flags, overrides, dump_decisions):
+    def build(self, bench, outdir, compiler, flags, overrides, dump_decisions, reuse):
         from dispatcher.build.driver import build_benchmark
         self.started.set()
         assert self.release.wait(120)
@@ -176,7 +242,7 @@ def test_a_builder_that_keeps_its_builds_makes_the_next_wait_for_its_seat(compil
 
 def test_a_lost_builder_leaves_the_build_to_the_master(compiler, tmp_path, caplog):
     class Lost:
-        name, jobs, overflow_to_master = "gone", 2, True
+        name, jobs, overflow_to_master, shares_unit_cache = "gone", 2, True, True
 
         def build(self, *args):
             raise BuilderLost("gone: no compiling host can build now")

@@ -37,6 +37,9 @@ class BuildResult:
     # when a unit's is not known (a unit cache entry written before they were recorded).
     # Unlike the wall time, it does not grow with the machine's load or a warm unit cache.
     cpu_s: float | None = None
+    # Built on another machine: per unit it compiled, in order, the files its compile wrote
+    # (left beside the binary) and what it said, for the master's unit cache.
+    remote_units: tuple[tuple[tuple[str, ...], str], ...] = ()
 
 
 class BuildInterrupted(KeyboardInterrupt):
@@ -248,6 +251,28 @@ def link_command(ocamlopt: Path, flags: Sequence[str], units: Sequence[Unit],
     return [str(ocamlopt), *flags, *cmx, "-o", binary_name]
 
 
+def unit_inputs(flags: Sequence[str], unit: Unit, overrides: Path | None, dump_decisions: bool,
+                source_sha256: str, source_names: Sequence[str], earlier: Mapping[str, str],
+                keyed_channel: Sequence[str] = ()) -> dict:
+    """A unit's key in the unit cache: its command (flags, its overrides file by content, the
+    policy by identity), its source, the names of all sources, and the ``.cmi``/``.cmx``
+    files the earlier units left (``earlier``: name -> sha256), so a unit whose dependency's
+    inlining information changed is compiled again."""
+    keyed = unit_command(Path(), flags, unit,
+                         None if overrides is None else "sha256:" + _sha256(overrides),
+                         dump_decisions, keyed_channel)[1 + len(flags):-2]
+    return {"version": _UNIT_INPUTS_VERSION,
+            "command": [*flags, *keyed, "-c", unit.source],
+            "source": source_sha256,
+            "sources": sorted(source_names),
+            "earlier": dict(earlier)}
+
+
+def read_by_later_units(name: str) -> bool:
+    """Whether a file a unit's compile wrote is read by later units' compiles (its key)."""
+    return name.endswith(_READ_BY_LATER_UNITS)
+
+
 def build_commands(bench: Benchmark, ocamlopt: Path, flags: Sequence[str],
                    overrides: Mapping[str, str], dump_decisions: bool
                    ) -> list[tuple[list[str], str]]:
@@ -383,10 +408,6 @@ def build_benchmark(
                 channel += ["-inlining-policy-timeout", f"{policy.timeout:g}"]
         cmd = unit_command(ocamlopt, use_flags, unit, None if own is None else str(own),
                            dump_decisions, channel)
-        # the same, with the overrides file named by its content
-        keyed = unit_command(Path(), use_flags, unit,
-                             None if own is None else "sha256:" + _sha256(own),
-                             dump_decisions, keyed_channel)[1 + len(use_flags):-2]
 
         def compile_unit(cmd: list[str] = cmd, unit: Unit = unit
                          ) -> tuple[list[str], str, float]:
@@ -402,11 +423,9 @@ def build_benchmark(
             written, _ = step()
             compiled += 1
         else:
-            inputs = {"version": _UNIT_INPUTS_VERSION,
-                      "command": [*use_flags, *keyed, "-c", unit.source],
-                      "source": _sha256(outdir / unit.source),
-                      "sources": sorted(f.name for f in bench.source_files()),
-                      "earlier": dict(earlier)}
+            inputs = unit_inputs(use_flags, unit, own, dump_decisions,
+                                 _sha256(outdir / unit.source),
+                                 [f.name for f in bench.source_files()], earlier, keyed_channel)
             written, text, hit = unit_cache.unit(inputs, outdir, step)
             if hit:
                 reused += 1
@@ -418,7 +437,7 @@ def build_benchmark(
                 compiled += 1
         cpu = None if cpu is None or step.cpu_s is None else cpu + step.cpu_s
         for name in written if unit_cache is not None else ():
-            if name.endswith(_READ_BY_LATER_UNITS):
+            if read_by_later_units(name):
                 earlier[name] = _sha256(outdir / name)
     link_cpu = run(link_command(ocamlopt, use_flags, units, binary.name),
                    f"linking {binary.name}")

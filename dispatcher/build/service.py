@@ -56,7 +56,13 @@ from dispatcher.build.policies import (
     policy_of_spec,
 )
 from dispatcher.build.policy_host import PolicyHost
-from dispatcher.build.remote import Builder, BuilderLost
+from dispatcher.build.remote import (
+    NO_REUSE,
+    Builder,
+    BuilderLost,
+    keep_units,
+    reused_units,
+)
 from dispatcher.build.toolchain import Compiler
 from dispatcher.core.decisions import DUMP_NAME, Override, canonical_lines, overrides_file
 from dispatcher.core.lazy import cached
@@ -65,6 +71,7 @@ from dispatcher.storage.store import (
     CompileFailure,
     Store,
     StoreError,
+    UnitEntry,
     compile_key,
     store_error,
     unit_key,
@@ -237,18 +244,38 @@ class StoreUnitCache:
         self._inflight: dict[str, threading.Event] = {}
         self.stopped = threading.Event()  # set: no further unit is compiled (Ctrl-C)
 
+    def lookup(self, inputs: dict, outdir: Path) -> UnitEntry | None:
+        """The stored unit of ``inputs``, its files copied into ``outdir`` (None: not stored,
+        or damaged and dropped)."""
+        key = unit_key(self.identity, inputs)
+        entry = self.store.unit_entry(key)
+        if entry is None:
+            return None
+        if not entry.restore(outdir):
+            self.store.drop_unit(key)  # damaged: compile it again
+            return None
+        with self._lock:
+            self.hits += 1
+        return entry
+
+    def record(self, inputs: dict, outdir: Path, names: list[str], output: str,
+               cpu_s: float | None = None) -> None:
+        """Store the unit of ``inputs`` that another machine compiled: ``names`` in
+        ``outdir``."""
+        self.store.commit_unit(unit_key(self.identity, inputs), outdir, names, output,
+                               {"source": inputs.get("command", [""])[-1],
+                                **({"cpu_s": cpu_s} if cpu_s is not None else {})})
+        with self._lock:
+            self.misses += 1
+
     def unit(self, inputs: dict, outdir: Path, compile):
         key = unit_key(self.identity, inputs)
         while True:
-            entry = self.store.unit_entry(key)
+            entry = self.lookup(inputs, outdir)
             if entry is not None:
-                if entry.restore(outdir):
-                    with self._lock:
-                        self.hits += 1
-                    if hasattr(compile, "cpu_s"):  # a UnitCompile: what it took when compiled
-                        compile.cpu_s = entry.cpu_s
-                    return list(entry.files), entry.output, True
-                self.store.drop_unit(key)  # damaged: compile it again
+                if hasattr(compile, "cpu_s"):  # a UnitCompile: what it took when compiled
+                    compile.cpu_s = entry.cpu_s
+                return list(entry.files), entry.output, True
             with self._lock:
                 done = self._inflight.get(key)
                 if done is None:
@@ -488,8 +515,13 @@ class CompileService:
         if builder is not None and job.policy is None and self._builder_seats.acquire(
                 not builder.overflow_to_master):
             try:
-                return builder.build(job.benchmark, build, self.toolchain,
-                                     job.effective_flags, overrides, True)
+                flags = job.effective_flags
+                reuse = (reused_units(job.benchmark, flags, overrides, True, self.units)
+                         if builder.shares_unit_cache else NO_REUSE)
+                result, where = builder.build(job.benchmark, build, self.toolchain, flags,
+                                              overrides, True, reuse)
+                keep_units(job.benchmark, flags, overrides, True, self.units, result, reuse)
+                return result, where
             except BuilderLost as exc:
                 log.warning("%s: built on the master instead: %s", job.benchmark.name, exc)
                 shutil.rmtree(build, ignore_errors=True)

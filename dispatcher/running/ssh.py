@@ -32,7 +32,7 @@ import paramiko
 
 from dispatcher.build.driver import BuildResult
 from dispatcher.build.manifest import Benchmark
-from dispatcher.build.remote import BuilderLost, build_request, build_result
+from dispatcher.build.remote import NO_REUSE, BuilderLost, UnitReuse, build_request, build_result
 from dispatcher.build.toolchain import Compiler
 from dispatcher.core.files import sha256_file
 from dispatcher.core.jobs import RunJob
@@ -600,6 +600,7 @@ class SshBuilder:
 
     name = "ssh"
     overflow_to_master = True
+    shares_unit_cache = True
 
     def __init__(self, hosts: list[WorkerHost]):
         self.hosts = hosts
@@ -624,14 +625,14 @@ class SshBuilder:
 
     def build(self, bench: Benchmark, outdir: Path, compiler: Compiler,
               flags: tuple[str, ...], overrides: dict[str, Path],
-              dump_decisions: bool) -> tuple[BuildResult, str]:
+              dump_decisions: bool, reuse: UnitReuse = NO_REUSE) -> tuple[BuildResult, str]:
         host = self._take()
         if host is None:
             raise BuilderLost("ssh: no compiling host can build now")
         where = f"ssh/{host.name}"
         try:
             request = build_request(bench, compiler, flags, overrides, dump_decisions,
-                                    ocamlopt=host.config.ocamlopt)
+                                    ocamlopt=host.config.ocamlopt, reuse=reuse)
             try:
                 reply = host.run_build(build_request_json(**request.arguments()),
                                        request.timeout)
@@ -646,7 +647,7 @@ class SshBuilder:
                 if first:
                     log.warning("%s: builds nothing for the rest of this run: %s", where,
                                 reply["lost"])
-            return build_result(bench, outdir, reply, where, request.timeout), where
+            return build_result(bench, outdir, reply, where, request.timeout, reuse), where
         finally:
             with self._lock:
                 self._busy[host.name] -= 1

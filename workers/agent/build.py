@@ -46,13 +46,24 @@ def compiler_sha256(path: str) -> str:
     return known
 
 
+def _snapshot(directory: str) -> dict[str, tuple[int, int, int]]:
+    out = {}
+    for entry in os.scandir(directory):
+        if entry.is_file(follow_symlinks=False):
+            st = entry.stat(follow_symlinks=False)
+            out[entry.name] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return out
+
+
 def build(files: dict[str, bytes], commands: list[tuple[list[str], str]], binary_name: str,
           timeout: float, compiler_identity: str | None = None) -> dict[str, Any]:
     """Run ``commands`` in a directory holding ``files`` (relative names) -> ``{"ok": True,
-    "binary", "dumps", "output"}``, ``{"ok": False, "what", "exit", "text", "output"}`` (a
-    command failed or, with ``exit`` None, ran out of ``timeout``), or ``{"lost": why}``
-    when this machine cannot build at all (no compiler, or with ``compiler_identity`` a
-    compiler whose sha256 is another)."""
+    "binary", "dumps", "units", "output"}``, ``{"ok": False, "what", "exit", "text",
+    "output"}`` (a command failed or, with ``exit`` None, ran out of ``timeout``), or
+    ``{"lost": why}`` when this machine cannot build at all (no compiler, or with
+    ``compiler_identity`` a compiler whose sha256 is another).  ``units``: for each command
+    but the last (the link), the files it wrote (name -> bytes) and what it said, which the
+    master keeps in its unit cache."""
     compiler = commands[0][0][0] if commands else ""
     node = os.uname().nodename
     if not os.access(compiler, os.X_OK):
@@ -69,6 +80,7 @@ def build(files: dict[str, bytes], commands: list[tuple[list[str], str]], binary
     env = dict(os.environ)
     env.pop("OCAMLPARAM", None)  # would silently add flags to every compile
     log: list[str] = []
+    units: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="inlining-build-") as outdir:
         for name, data in files.items():
             path = os.path.join(outdir, name)
@@ -77,7 +89,8 @@ def build(files: dict[str, bytes], commands: list[tuple[list[str], str]], binary
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as f:
                 f.write(data)
-        for cmd, what in commands:
+        for index, (cmd, what) in enumerate(commands):
+            before = _snapshot(outdir)
             log.append("$ " + " ".join(cmd))
             left = deadline - time.monotonic()
             try:
@@ -97,6 +110,13 @@ def build(files: dict[str, bytes], commands: list[tuple[list[str], str]], binary
             if proc.returncode != 0:
                 return {"ok": False, "what": what, "exit": proc.returncode, "text": text,
                         "output": "\n".join(log)}
+            if index < len(commands) - 1:
+                after = _snapshot(outdir)
+                written = {}
+                for name in sorted(n for n, st in after.items() if before.get(n) != st):
+                    with open(os.path.join(outdir, name), "rb") as f:
+                        written[name] = f.read()
+                units.append({"files": written, "output": text.rstrip("\n")})
         try:
             with open(os.path.join(outdir, binary_name), "rb") as f:
                 binary = f.read()
@@ -108,7 +128,7 @@ def build(files: dict[str, bytes], commands: list[tuple[list[str], str]], binary
             if name.endswith(DUMP_SUFFIX):
                 with open(os.path.join(outdir, name), "rb") as f:
                     dumps[name] = f.read()
-    return {"ok": True, "binary": binary, "dumps": dumps,
+    return {"ok": True, "binary": binary, "dumps": dumps, "units": units,
             "output": "\n".join(log) + ("\n" if log else ""),
             "node": node}
 
@@ -164,13 +184,20 @@ def request_of(data: bytes) -> dict[str, Any]:
             "timeout": float(timeout), "compiler_identity": identity}
 
 
+def _b64(files: dict[str, bytes]) -> dict[str, str]:
+    return {k: base64.b64encode(v).decode("ascii") for k, v in files.items()}
+
+
 def reply_json(reply: dict[str, Any]) -> bytes:
     """``build``'s reply as JSON, its bytes in base64."""
     out = dict(reply)
     if "binary" in out:
         out["binary"] = base64.b64encode(out["binary"]).decode("ascii")
     if "dumps" in out:
-        out["dumps"] = {k: base64.b64encode(v).decode("ascii") for k, v in out["dumps"].items()}
+        out["dumps"] = _b64(out["dumps"])
+    if "units" in out:
+        out["units"] = [{"files": _b64(u["files"]), "output": u["output"]}
+                        for u in out["units"]]
     return json.dumps(out).encode()
 
 
@@ -185,6 +212,14 @@ def reply_of(data: bytes) -> dict[str, Any]:
         if not isinstance(dumps, dict):
             raise ValueError("dumps: expected an object")
         reply["dumps"] = {str(k): _bytes(v, f"dumps[{k!r}]") for k, v in dumps.items()}
+        units = reply.get("units", [])
+        if (not isinstance(units, list)
+                or not all(isinstance(u, dict) and isinstance(u.get("files"), dict)
+                           and isinstance(u.get("output"), str) for u in units)):
+            raise ValueError("units: expected a list of {files, output}")
+        reply["units"] = [{"files": {str(k): _bytes(v, f"units[{i}].files[{k!r}]")
+                                     for k, v in u["files"].items()},
+                           "output": u["output"]} for i, u in enumerate(units)]
     return reply
 
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from dispatcher.build.driver import BuildResult
 from dispatcher.build.manifest import Benchmark
-from dispatcher.build.remote import BuilderLost, build_request, build_result
+from dispatcher.build.remote import NO_REUSE, BuilderLost, UnitReuse, build_request, build_result
 from dispatcher.build.toolchain import Compiler
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.records import RunResult
@@ -322,6 +322,7 @@ class RayBuilder:
     whose compiler there is another one builds nothing)."""
 
     overflow_to_master = True
+    shares_unit_cache = True
 
     def __init__(self, backend: RayBackend, resource: str, jobs: int):
         self.ray = backend.ray
@@ -332,8 +333,9 @@ class RayBuilder:
         self._task = self.ray.remote(worker_build.build)
 
     def build(self, bench: Benchmark, outdir: Path, compiler: Compiler, flags: tuple[str, ...],
-              overrides: dict[str, Path], dump_decisions: bool) -> tuple[BuildResult, str]:
-        request = build_request(bench, compiler, flags, overrides, dump_decisions)
+              overrides: dict[str, Path], dump_decisions: bool,
+              reuse: UnitReuse = NO_REUSE) -> tuple[BuildResult, str]:
+        request = build_request(bench, compiler, flags, overrides, dump_decisions, reuse=reuse)
         timeout = request.timeout
         ref = self._task.options(num_cpus=0, resources={self.resource: 1},
                                  max_retries=2).remote(**request.arguments())
@@ -345,7 +347,7 @@ class RayBuilder:
                 from None
         except self.ray.exceptions.RayError as exc:
             raise BuilderLost(f"{self.name}: build task lost: {_one_line(exc)}") from None
-        return build_result(bench, outdir, reply, self.name, timeout), self.name
+        return build_result(bench, outdir, reply, self.name, timeout, reuse), self.name
 
 
 class BinaryRefs:

@@ -35,6 +35,7 @@ from typing import Optional
 
 from dispatcher.build.driver import BuildError, BuildResult
 from dispatcher.build.manifest import Benchmark
+from dispatcher.build.remote import NO_REUSE, UnitReuse
 from dispatcher.build.toolchain import Compiler
 from dispatcher.core.decisions import read_overrides
 from dispatcher.core.files import read_utf8, write_text_atomic
@@ -432,13 +433,15 @@ class SimulatedBuilder:
 
     name = "simulated"
     overflow_to_master = False  # the world's compile CPUs are all there is
+    shares_unit_cache = False  # its builds compile no real unit
 
     def __init__(self, world: World, jobs: int):
         self._world = world
         self.jobs = jobs
 
     def build(self, bench: Benchmark, outdir: Path, compiler: Compiler, flags: tuple[str, ...],
-              overrides: dict[str, Path], dump_decisions: bool) -> tuple[BuildResult, str]:
+              overrides: dict[str, Path], dump_decisions: bool,
+              reuse: UnitReuse = NO_REUSE) -> tuple[BuildResult, str]:
         with self._world.compile_cpu():
             return self._build(bench, outdir, overrides), self.name
 
