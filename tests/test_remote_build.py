@@ -81,6 +81,22 @@ def test_a_machine_with_another_compiler_builds_nothing(compiler, tmp_path):
         "no compiler at /nonexistent/ocamlopt.opt on node ")
 
 
+def test_the_compilers_sha256_is_kept_from_one_build_to_the_next(compiler, tmp_path):
+    """An SSH host starts a process per build: ``--identity-cache`` keeps the compiler's
+    sha256 under its path, inode, size and mtime, and the next build believes it."""
+    bench = resolve_benchmark("kahan")
+    request = request_json(**build_request(bench, compiler, (), {}, True).arguments())
+    cache = tmp_path / "identity.json"
+    assert agent_build(request, "--identity-cache", str(cache))["ok"]
+    ((key, sha),) = json.loads(cache.read_text()).items()
+    assert sha == compiler.identity and key.startswith(f"{compiler.ocamlopt}|")
+    cache.write_text(json.dumps({key: "0" * 64}))  # believed: the build is refused
+    assert "is not the master's (sha256 0000" in agent_build(
+        request, "--identity-cache", str(cache))["lost"]
+    cache.write_text(json.dumps({key.rsplit("|", 1)[0] + "|1": "0" * 64}))  # another mtime
+    assert agent_build(request, "--identity-cache", str(cache), "--cpus", "0")["ok"]
+
+
 @pytest.mark.parametrize("request_bytes, why", [
     (b"not json", "refused build request: not JSON"),
     (b"[1]", "refused build request: not a JSON object"),

@@ -372,7 +372,8 @@ class WorkerHost:
         h = self.config
         transport = self.transport()  # connected, the agent uploaded
         words = [h.python, self.agent_remote, "build",
-                 "--cpus", ",".join(str(c) for c in h.compile_cpus)]
+                 "--cpus", ",".join(str(c) for c in h.compile_cpus),
+                 "--identity-cache", remote_path(h.rundir, "compiler-identity.json")]
         channel = None
         try:
             channel = transport.open_session(timeout=self._ssh.connect_timeout)

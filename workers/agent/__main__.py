@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import time
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .protocol import (
     DEFAULT_LOCK_WAIT_S,
@@ -20,7 +20,9 @@ from .protocol import (
     decode_request,
     encode_response,
 )
-from .service import SPAWN_METHODS, Agent
+
+if TYPE_CHECKING:
+    from .service import Agent
 
 
 def hold_slot_lock(path: str, wait: float) -> int:
@@ -142,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["build"]:  # a build for the master, not a slot: nothing else applies
         from . import build
         return build.main(argv[1:])
+    # not before: a build's process starts once per build, and the slot's modules take
+    # most of an agent's start
+    from .service import SPAWN_METHODS, Agent
     parser = argparse.ArgumentParser(
         prog="agent", description="Worker agent: runs cached benchmark binaries pinned to one "
         "CPU and reports timings, speaking JSON lines on stdin/stdout.")

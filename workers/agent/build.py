@@ -31,19 +31,58 @@ DUMP_SUFFIX = ".decisions.sexp"
 _IDENTITIES: dict[tuple, str] = {}  # (path, inode, size, mtime) -> sha256, per process
 
 
+#: Where ``main`` keeps the compiler's sha256 between builds (``--identity-cache``): an SSH
+#: host starts a process per build, and hashing the compiler took as long as the process's
+#: start.  Keyed as the per-process cache is, so a compiler replaced is hashed again.
+_IDENTITY_FILE: list[str] = []
+
+
 def compiler_sha256(path: str) -> str:
-    """sha256 of the compiler binary, hashed once per process while the file stays the same
-    (a Ray worker process builds many times)."""
+    """sha256 of the compiler binary, hashed once per process (a Ray worker process builds
+    many times), or once per host with an identity file, while the file stays the same."""
     st = os.stat(path)
     key = (path, st.st_ino, st.st_size, st.st_mtime_ns)
     known = _IDENTITIES.get(key)
     if known is None:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        known = _IDENTITIES[key] = h.hexdigest()
+        known = _remembered(key)
+        if known is None:
+            known = _hash(path)
+            _remember(key, known)
+        _IDENTITIES[key] = known
     return known
+
+
+def _hash(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _remembered(key: tuple) -> str | None:
+    if not _IDENTITY_FILE:
+        return None
+    try:
+        with open(_IDENTITY_FILE[0]) as f:
+            known = json.load(f)
+    except (OSError, ValueError):
+        return None
+    value = known.get("|".join(map(str, key))) if isinstance(known, dict) else None
+    return value if isinstance(value, str) and len(value) == 64 else None
+
+
+def _remember(key: tuple, sha: str) -> None:
+    if not _IDENTITY_FILE:
+        return
+    path = _IDENTITY_FILE[0]
+    try:  # one entry: the compiler at this path now; a lost race writes the same
+        tmp = "%s.%d" % (path, os.getpid())
+        with open(tmp, "w") as f:
+            json.dump({"|".join(map(str, key)): sha}, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a cache: the next build hashes again
 
 
 def _snapshot(directory: str) -> dict[str, tuple[int, int, int]]:
@@ -224,18 +263,22 @@ def reply_of(data: bytes) -> dict[str, Any]:
 
 
 def main(argv: list[str], stdin: Any = None, stdout: Any = None) -> int:
-    """``python3 agent.pyz build [--cpus 0,1]``: one request read to EOF, one reply written;
-    the build's compilers pinned to ``--cpus`` (the CPUs its host gives compiles, none of them
-    a measuring slot's).  A request that is not one is refused as ``{"lost": why}`` (status 0:
-    the reply says it)."""
+    """``python3 agent.pyz build [--cpus 0,1] [--identity-cache FILE]``: one request read to
+    EOF, one reply written; the build's compilers pinned to ``--cpus`` (the CPUs its host
+    gives compiles, none of them a measuring slot's); the compiler's sha256 kept in ``FILE``
+    from one build to the next.  A request that is not one is refused as ``{"lost": why}``
+    (status 0: the reply says it)."""
     stdin = stdin if stdin is not None else sys.stdin.buffer
     stdout = stdout if stdout is not None else sys.stdout.buffer
     try:
-        if argv[:1] == ["--cpus"] and len(argv) == 2:
-            cpus = {int(c) for c in argv[1].split(",")}
-            os.sched_setaffinity(0, cpus)  # the compilers inherit it
-        elif argv:
+        options = dict(zip(argv[::2], argv[1::2]))
+        if len(argv) % 2 or set(options) - {"--cpus", "--identity-cache"}:
             raise ValueError(f"unknown arguments {argv!r}")
+        if "--cpus" in options:
+            cpus = {int(c) for c in options["--cpus"].split(",")}
+            os.sched_setaffinity(0, cpus)  # the compilers inherit it
+        if "--identity-cache" in options:
+            _IDENTITY_FILE[:] = [options["--identity-cache"]]
         reply = build(**request_of(stdin.read()))
     except (ValueError, OSError) as exc:
         reply = {"lost": f"refused build request: {exc}"}
