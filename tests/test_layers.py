@@ -192,7 +192,7 @@ def test_imports_are_found_wherever_they_are():
     """Inside functions, under TYPE_CHECKING and relative: the cases the rules rely on."""
     assert "dispatcher.running.backend" in _graph()["dispatcher.running.local"]
     assert "workers.agent.spawn" in _graph()["workers.agent.runner"]
-    assert "dispatcher.build.service" in _graph()["dispatcher.running.backend"]  # TYPE_CHECKING
+    assert "dispatcher.build.remote" in _graph()["dispatcher.running.backend"]  # TYPE_CHECKING
 
 
 def test_analysis_reads_only_core_and_the_build_formats():
