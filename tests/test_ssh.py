@@ -198,11 +198,16 @@ def test_a_build_on_a_host_is_the_build_on_the_master(lab, compiler, tmp_path, c
     data["ssh"]["hosts"] = [h0]
     with Session(load_config(write_config(tmp_path / "h0.yaml", data))) as session:
         session.start_workers()
+        # the heuristic's build, on the host: its units come back into the master's cache,
+        # and the flip (in the last unit) then sends the two before it, compiled
+        base = session.builds.compile(CompileJob(bench))
         got = session.builds.compile(CompileJob(bench, (flip,)))
         with pytest.raises(CompileError) as remote_error:
             session.builds.compile(CompileJob(bench, flags=("-O3", "-no-such-flag")))
-    meta = json.loads((got.artifact.directory / "meta.json").read_text())
-    assert meta["built_on"] == "ssh/h0"
+    assert flip.unit == bench.units()[-1].module
+    for result, reused in ((base, 0), (got, 2)):
+        meta = json.loads((result.artifact.directory / "meta.json").read_text())
+        assert (meta["built_on"], meta["units_reused"]) == ("ssh/h0", reused), meta
     assert got.sha256 == want.sha256
     assert got.artifact.decision_texts() == want.artifact.decision_texts()
     assert str(remote_error.value) == str(local_error.value)
