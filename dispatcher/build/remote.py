@@ -92,8 +92,8 @@ def reused_units(bench: Benchmark, flags: Sequence[str], overrides: Mapping[str,
         for index in range(len(bench.units())):
             entry = cache.lookup(_inputs(bench, flags, overrides, dump_decisions, index,
                                          earlier), Path(scratch))
-            if entry is None:
-                break
+            if entry is None or not all(map(_file_name, entry.files)):
+                break  # not stored (or named past its directory): built there
             names = sorted(entry.files)
             for name in names:
                 files[name] = (Path(scratch) / name).read_bytes()

@@ -317,9 +317,10 @@ class RaySlot:
 
 class RayBuilder:
     """Compiles as Ray tasks on the nodes that offer the compile resource (one unit of it
-    per build), so compile capacity grows with the cluster: ``workers.agent.build`` runs a
-    whole build there with the patched compiler installed at the master's path (a node
-    whose compiler there is another one builds nothing)."""
+    per build), so compile capacity grows with the cluster: ``workers.agent.build`` runs the
+    build there with the patched compiler installed at the master's path, the units the
+    master's unit cache holds sent along (a node whose compiler there is another one builds
+    nothing)."""
 
     overflow_to_master = True
     shares_unit_cache = True
