@@ -52,6 +52,8 @@ def test_the_agents_build_mode_makes_the_masters_bytes(compiler, tmp_path):
         reply = agent_build(request_json(**request.arguments()), "--cpus", "0")
         got = build_result(bench, tmp_path / "out", reply, "test")
         assert got.binary.read_bytes() == want.binary.read_bytes()
+        # its compilers' CPU, as a build on the master counts it (the compile-time guard's)
+        assert got.cpu_s is not None and got.cpu_s > 0 and got.units_compiled == 3
         assert {p.name: p.read_text() for p in got.decision_files} == \
             want.artifact.decision_texts()
         with pytest.raises(CompileError) as local_error:
@@ -165,6 +167,7 @@ def test_remote_builds_share_the_masters_unit_cache(compiler, tmp_path):
         meta = json.loads((got.artifact.directory / "meta.json").read_text())
         assert meta["built_on"] == "agent"
         assert (meta["units_reused"], meta["units_compiled"]) == (2, 1)
+        assert meta["cpu_s"] > 0  # the two units' as recorded, the third's and the link's
         (request,) = builder.requests
         assert [what for _, what in request.commands] == ["compiling main.ml",
                                                           "linking kahan.exe"]
@@ -177,6 +180,7 @@ def test_remote_builds_share_the_masters_unit_cache(compiler, tmp_path):
                                 overrides={last: overrides}, dump_decisions=True,
                                 unit_cache=service.units)
         assert (again.units_reused, again.units_compiled) == (3, 0)
+        assert again.cpu_s is not None and again.cpu_s > 0  # the host's unit kept its CPU
         assert again.binary.read_bytes() == got.binary.read_bytes()
     finally:
         service.close()
@@ -281,5 +285,5 @@ def test_the_worker_side_needs_nothing_of_ours(tmp_path):
     source = (Path(__file__).parents[1] / "workers" / "agent" / "build.py").read_text()
     imports = [line.split()[1] for line in source.splitlines()
                if line.startswith(("import ", "from "))]
-    assert set(imports) <= {"__future__", "base64", "hashlib", "json", "os", "subprocess",
+    assert set(imports) <= {"__future__", "base64", "hashlib", "json", "os", "resource", "subprocess",
                             "sys", "tempfile", "time", "typing"}, imports

@@ -208,6 +208,7 @@ def test_a_build_on_a_host_is_the_build_on_the_master(lab, compiler, tmp_path, c
     for result, reused in ((base, 0), (got, 2)):
         meta = json.loads((result.artifact.directory / "meta.json").read_text())
         assert (meta["built_on"], meta["units_reused"]) == ("ssh/h0", reused), meta
+        assert meta["cpu_s"] > 0  # the compile-time guard's clock, as on the master
     assert got.sha256 == want.sha256
     assert got.artifact.decision_texts() == want.artifact.decision_texts()
     assert str(remote_error.value) == str(local_error.value)

@@ -23,6 +23,16 @@ from dispatcher.build.manifest import Benchmark, Unit
 from dispatcher.core.files import owned_prefix, sweep_orphans
 
 
+@dataclass(frozen=True)
+class CompiledUnit:
+    """One unit's compile as the unit cache keeps it: the files it wrote, what it said, its
+    CPU seconds (None: not recorded)."""
+
+    names: tuple[str, ...]
+    output: str
+    cpu_s: float | None = None
+
+
 @dataclass
 class BuildResult:
     """A built benchmark: its executable, the decision dumps, and everything ocamlopt said."""
@@ -37,9 +47,9 @@ class BuildResult:
     # when a unit's is not known (a unit cache entry written before they were recorded).
     # Unlike the wall time, it does not grow with the machine's load or a warm unit cache.
     cpu_s: float | None = None
-    # Built on another machine: per unit it compiled, in order, the files its compile wrote
-    # (left beside the binary) and what it said, for the master's unit cache.
-    remote_units: tuple[tuple[tuple[str, ...], str], ...] = ()
+    # Built on another machine: the units it compiled, in order (their files left beside the
+    # binary), for the master's unit cache.
+    remote_units: tuple[CompiledUnit, ...] = ()
 
 
 class BuildInterrupted(KeyboardInterrupt):

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from dispatcher.build.driver import (
     BuildError,
     BuildResult,
+    CompiledUnit,
     build_commands,
     build_error,
     read_by_later_units,
@@ -46,7 +47,8 @@ class UnitStore(Protocol):
 
     def lookup(self, inputs: dict, outdir: Path) -> UnitEntry | None: ...
 
-    def record(self, inputs: dict, outdir: Path, names: list[str], output: str) -> None: ...
+    def record(self, inputs: dict, outdir: Path, names: list[str], output: str,
+               cpu_s: float | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class UnitReuse:
     """The leading units of a benchmark a remote build need not compile: their files, sent
     with the request, and what each one's compile wrote and said."""
 
-    units: tuple[tuple[list[str], str], ...] = ()  # per reused unit: (file names, output)
+    units: tuple[CompiledUnit, ...] = ()
     files: dict[str, bytes] = field(default_factory=dict)
 
     @property
@@ -85,7 +87,7 @@ def _earlier(names: Sequence[str], read: Mapping[str, bytes] | Path, earlier: di
 def reused_units(bench: Benchmark, flags: Sequence[str], overrides: Mapping[str, Path],
                  dump_decisions: bool, cache: UnitStore) -> UnitReuse:
     """The leading units of the build that ``cache`` holds, up to the first it does not."""
-    units: list[tuple[list[str], str]] = []
+    units: list[CompiledUnit] = []
     files: dict[str, bytes] = {}
     earlier: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="inlining-reuse-") as scratch:
@@ -98,7 +100,7 @@ def reused_units(bench: Benchmark, flags: Sequence[str], overrides: Mapping[str,
             for name in names:
                 files[name] = (Path(scratch) / name).read_bytes()
             _earlier(names, files, earlier)
-            units.append((names, entry.output))
+            units.append(CompiledUnit(tuple(names), entry.output, entry.cpu_s))
     return UnitReuse(tuple(units), files)
 
 
@@ -109,13 +111,13 @@ def keep_units(bench: Benchmark, flags: Sequence[str], overrides: Mapping[str, P
     files in the build directory beside the binary) -> how many."""
     outdir = result.binary.parent
     earlier: dict[str, str] = {}
-    for reused, _ in reuse.units:
-        _earlier(reused, outdir, earlier)
-    for offset, (compiled, output) in enumerate(result.remote_units):
+    for reused in reuse.units:
+        _earlier(reused.names, outdir, earlier)
+    for offset, unit in enumerate(result.remote_units):
         index = reuse.count + offset
         cache.record(_inputs(bench, flags, overrides, dump_decisions, index, earlier), outdir,
-                     list(compiled), output)
-        _earlier(compiled, outdir, earlier)
+                     list(unit.names), unit.output, unit.cpu_s)
+        _earlier(unit.names, outdir, earlier)
     return len(result.remote_units)
 
 
@@ -176,10 +178,10 @@ def build_request(bench: Benchmark, compiler: Compiler, flags: tuple[str, ...],
 def _reused_log(bench: Benchmark, reuse: UnitReuse) -> str:
     """What the master's own build says of the units it reused, for those of a remote one."""
     lines = []
-    for unit, (_, text) in zip(bench.units(), reuse.units):
+    for unit, reused in zip(bench.units(), reuse.units):
         lines.append(f"# {unit.source}: reused from the unit cache")
-        if text:
-            lines.append(text)
+        if reused.output:
+            lines.append(reused.output)
     return "".join(line + "\n" for line in lines)
 
 
@@ -225,8 +227,13 @@ def build_result(bench: Benchmark, outdir: Path, reply: Mapping[str, Any], where
     for name, data in dumps.items():
         (outdir / name).write_bytes(data)
         written.append(outdir / name)
+    compiled = tuple(CompiledUnit(tuple(sorted(u["files"])), u["output"], u.get("cpu_s"))
+                     for u in units)
+    # as a build on the master counts it: each unit's compile (a reused unit's as recorded
+    # when it was compiled) and the link; None where one is not known
+    parts = [u.cpu_s for u in (*reuse.units, *compiled)] + [reply.get("link_cpu_s")]
+    cpu = None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
     return BuildResult(binary=binary, decision_files=sorted(written),
                        compiler_output=before + reply["output"],
-                       units_compiled=len(units), units_reused=reuse.count,
-                       remote_units=tuple((tuple(sorted(u["files"])), u["output"])
-                                          for u in units))
+                       units_compiled=len(units), units_reused=reuse.count, cpu_s=cpu,
+                       remote_units=compiled)

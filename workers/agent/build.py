@@ -19,6 +19,7 @@ import base64
 import hashlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -85,6 +86,14 @@ def _remember(key: tuple, sha: str) -> None:
         pass  # a cache: the next build hashes again
 
 
+def _children_cpu() -> float:
+    """CPU seconds, user and system, of this process's children waited for so far: a
+    command's is the difference around it (this process runs one build at a time, and an
+    SSH host's or a Ray task's process nothing else)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _snapshot(directory: str) -> dict[str, tuple[int, int, int]]:
     out = {}
     for entry in os.scandir(directory):
@@ -120,6 +129,7 @@ def build(files: dict[str, bytes], commands: list[tuple[list[str], str]], binary
     env.pop("OCAMLPARAM", None)  # would silently add flags to every compile
     log: list[str] = []
     units: list[dict[str, Any]] = []
+    link_cpu: float | None = None
     with tempfile.TemporaryDirectory(prefix="inlining-build-") as outdir:
         for name, data in files.items():
             path = os.path.join(outdir, name)
@@ -135,9 +145,11 @@ def build(files: dict[str, bytes], commands: list[tuple[list[str], str]], binary
             try:
                 if left <= 0:
                     raise subprocess.TimeoutExpired(cmd, timeout)
+                cpu0 = _children_cpu()
                 proc = subprocess.run(cmd, cwd=outdir, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, timeout=left,
                                       start_new_session=True)
+                cpu = _children_cpu() - cpu0
             except subprocess.TimeoutExpired:
                 return {"ok": False, "what": what, "exit": None, "text": "",
                         "output": "\n".join(log)}
@@ -155,7 +167,9 @@ def build(files: dict[str, bytes], commands: list[tuple[list[str], str]], binary
                 for name in sorted(n for n, st in after.items() if before.get(n) != st):
                     with open(os.path.join(outdir, name), "rb") as f:
                         written[name] = f.read()
-                units.append({"files": written, "output": text.rstrip("\n")})
+                units.append({"files": written, "output": text.rstrip("\n"), "cpu_s": cpu})
+            else:
+                link_cpu = cpu
         try:
             with open(os.path.join(outdir, binary_name), "rb") as f:
                 binary = f.read()
@@ -168,6 +182,7 @@ def build(files: dict[str, bytes], commands: list[tuple[list[str], str]], binary
                 with open(os.path.join(outdir, name), "rb") as f:
                     dumps[name] = f.read()
     return {"ok": True, "binary": binary, "dumps": dumps, "units": units,
+            "link_cpu_s": link_cpu,
             "output": "\n".join(log) + ("\n" if log else ""),
             "node": node}
 
@@ -227,6 +242,12 @@ def _b64(files: dict[str, bytes]) -> dict[str, str]:
     return {k: base64.b64encode(v).decode("ascii") for k, v in files.items()}
 
 
+def _seconds(value: Any) -> float | None:
+    """A number of CPU seconds from a reply (None: not one)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+    return float(value) if ok else None
+
+
 def reply_json(reply: dict[str, Any]) -> bytes:
     """``build``'s reply as JSON, its bytes in base64."""
     out = dict(reply)
@@ -235,8 +256,8 @@ def reply_json(reply: dict[str, Any]) -> bytes:
     if "dumps" in out:
         out["dumps"] = _b64(out["dumps"])
     if "units" in out:
-        out["units"] = [{"files": _b64(u["files"]), "output": u["output"]}
-                        for u in out["units"]]
+        out["units"] = [{"files": _b64(u["files"]), "output": u["output"],
+                         "cpu_s": u.get("cpu_s")} for u in out["units"]]
     return json.dumps(out).encode()
 
 
@@ -258,7 +279,9 @@ def reply_of(data: bytes) -> dict[str, Any]:
             raise ValueError("units: expected a list of {files, output}")
         reply["units"] = [{"files": {str(k): _bytes(v, f"units[{i}].files[{k!r}]")
                                      for k, v in u["files"].items()},
-                           "output": u["output"]} for i, u in enumerate(units)]
+                           "output": u["output"], "cpu_s": _seconds(u.get("cpu_s"))}
+                          for i, u in enumerate(units)]
+        reply["link_cpu_s"] = _seconds(reply.get("link_cpu_s"))
     return reply
 
 
