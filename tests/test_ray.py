@@ -245,6 +245,53 @@ def test_run_benchmark_on_two_nodes_ships_each_binary_once_per_node(lab, compile
 
 
 @needs_lab
+def test_a_node_builds_with_the_masters_units_and_gives_back_its_own(lab, compiler, tmp_path):
+    """The heuristic's build on the compiling node sends its units back into the master's
+    cache; a flip in the last unit then goes with the two units before it, compiled, and
+    only it is compiled there; both record their compilers' CPU."""
+    from dispatcher.build.manifest import resolve_benchmark
+    from dispatcher.build.service import CompileJob, CompileService
+    from dispatcher.core.decisions import Override, write_overrides
+    from dispatcher.storage.store import Store
+    bench = resolve_benchmark("kahan")
+    local = CompileService(Store(tmp_path / "local"), compiler)
+    try:
+        base = local.compile(CompileJob(bench))
+    finally:
+        local.close()
+    last = bench.units()[-1].module
+    first = next(d for d in base.artifact.dumps() if d.unit == last).decisions[0]
+    flip = write_overrides(tmp_path / "flip.sexp", [Override(
+        last, 0, first.key, "dont_inline" if first.action == "inline" else "inline")])
+    store = tmp_path / "store"
+    cfg = write_config(tmp_path / "c.yaml", lab, store)
+    # the builds of a session whose workers started (run-benchmark compiles before it
+    # connects: a compile error is said without a cluster)
+    script = textwrap.dedent(f"""
+        from dispatcher.build.manifest import resolve_benchmark
+        from dispatcher.build.service import CompileJob
+        from dispatcher.config import load_config
+        from dispatcher.core.decisions import read_overrides
+        from dispatcher.session import Session
+        bench = resolve_benchmark("kahan")
+        with Session(load_config({str(cfg)!r})) as session:
+            session.start_workers()
+            session.builds.compile(CompileJob(bench))
+            session.builds.compile(CompileJob(bench, tuple(read_overrides({str(flip)!r}))))
+        """)
+    proc = subprocess.run(lab.command([sys.executable, "-c", script]), cwd=REPO, env=lab.env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    metas = {m["overrides"]: m for m in (json.loads(p.read_text())
+                                          for p in (store / "compiled").rglob("meta.json"))}
+    assert sorted(metas) == [0, 1]
+    for overrides, reused in ((0, 0), (1, 2)):
+        meta = metas[overrides]
+        assert (meta["built_on"], meta["units_reused"]) == ("ray/compile", reused), meta
+        assert meta["cpu_s"] > 0
+
+
+@needs_lab
 def test_a_wrong_token_is_refused_in_one_line(lab, tmp_path):
     cfg = write_config(tmp_path / "c.yaml", lab, tmp_path / "store")
     proc = subprocess.run(lab.command([sys.executable, "-m", "commands", "run-benchmark",
