@@ -1,5 +1,6 @@
 """Entry point: ``python3 agent.pyz --cache-dir DIR [--lock FILE] ...`` (or ``-m workers.agent``),
-or ``python3 agent.pyz build [--cpus LIST]``: one build for the master (``build``).
+or ``python3 agent.pyz build [--cpus LIST] [--identity-cache FILE]``: one build for the
+master (``build``).
 
 Takes the slot's lock, moves the protocol onto a private copy of stdout, and serves requests
 from stdin until EOF or ``shutdown``.
