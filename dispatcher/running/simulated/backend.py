@@ -428,7 +428,7 @@ class LentSlot(SimulatedCpu):
 
 
 class SimulatedBuilder:
-    """The compile service's builder (``dispatcher.build.service.Builder``): a candidate's
+    """The compile service's builder (``dispatcher.build.remote.Builder``): a candidate's
     overrides applied to its program's real tree, its dumps and binary written."""
 
     name = "simulated"
