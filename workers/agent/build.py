@@ -106,12 +106,12 @@ def _snapshot(directory: str) -> dict[str, tuple[int, int, int]]:
 def build(files: dict[str, bytes], commands: list[tuple[list[str], str]], binary_name: str,
           timeout: float, compiler_identity: str | None = None) -> dict[str, Any]:
     """Run ``commands`` in a directory holding ``files`` (relative names) -> ``{"ok": True,
-    "binary", "dumps", "units", "output"}``, ``{"ok": False, "what", "exit", "text",
-    "output"}`` (a command failed or, with ``exit`` None, ran out of ``timeout``), or
+    "binary", "dumps", "units", "link_cpu_s", "output"}``, ``{"ok": False, "what", "exit",
+    "text", "output"}`` (a command failed or, with ``exit`` None, ran out of ``timeout``), or
     ``{"lost": why}`` when this machine cannot build at all (no compiler, or with
     ``compiler_identity`` a compiler whose sha256 is another).  ``units``: for each command
-    but the last (the link), the files it wrote (name -> bytes) and what it said, which the
-    master keeps in its unit cache."""
+    but the last (the link), the files it wrote (name -> bytes), what it said and its CPU
+    seconds (``cpu_s``), which the master keeps in its unit cache."""
     compiler = commands[0][0][0] if commands else ""
     node = os.uname().nodename
     if not os.access(compiler, os.X_OK):
