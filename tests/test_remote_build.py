@@ -129,6 +129,24 @@ def test_a_file_name_that_would_leave_the_build_is_refused(compiler, tmp_path, d
     assert not list(tmp_path.glob("escape*"))
 
 
+@pytest.mark.parametrize("reply, why", [
+    ({"ok": False, "output": ""}, "a failed build without what, exit and text"),
+    ({"ok": True, "output": 3}, "output: expected text"),
+    ({"ok": True, "output": "", "binary": "x", "dumps": {}}, "binary: expected bytes"),
+    ({"ok": True, "output": "", "binary": b"x", "dumps": {"a": "text"}},
+     "dumps and units: expected files by name"),
+    ({"ok": True, "output": "", "binary": b"x", "dumps": {}, "units": [{"files": {}}]},
+     "units: expected each one's output"),
+    ({"lost": 7}, "lost: expected a line"),
+])
+def test_a_reply_that_is_not_one_is_a_lost_builder_in_one_line(tmp_path, reply, why):
+    """A Ray task's reply is used as it came back: its shape is checked before any of it."""
+    with pytest.raises(BuilderLost) as lost:
+        build_result(resolve_benchmark("kahan"), tmp_path / "out", reply, "h9")
+    assert str(lost.value) == f"h9: not a build reply ({why})"
+    assert not (tmp_path / "out").exists()
+
+
 class AgentBuilder:
     """A remote builder that is the agent's build mode on this machine (the code a Ray node
     or an SSH host runs), with the master's unit cache."""

@@ -21,6 +21,7 @@ from typing import Callable, Protocol
 
 from dispatcher.build.manifest import Benchmark, Unit
 from dispatcher.core.files import owned_prefix, sweep_orphans
+from workers.agent.build import snapshot
 
 
 @dataclass(frozen=True)
@@ -226,15 +227,6 @@ def run_counted(cmd: list[str], cwd: Path, env: Mapping[str, str], timeout: floa
     return proc.returncode, b"".join(chunks), usage.ru_utime + usage.ru_stime
 
 
-def _snapshot(directory: Path) -> dict[str, tuple[int, int, int]]:
-    out = {}
-    for entry in os.scandir(directory):
-        if entry.is_file(follow_symlinks=False):
-            st = entry.stat(follow_symlinks=False)
-            out[entry.name] = (st.st_ino, st.st_size, st.st_mtime_ns)
-    return out
-
-
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -421,10 +413,10 @@ def build_benchmark(
 
         def compile_unit(cmd: list[str] = cmd, unit: Unit = unit
                          ) -> tuple[list[str], str, float]:
-            before = _snapshot(outdir)
+            before = snapshot(str(outdir))
             mark = len(log)
             seconds = run(cmd, f"compiling {unit.source}")
-            after = _snapshot(outdir)
+            after = snapshot(str(outdir))
             written = sorted(n for n, st in after.items() if before.get(n) != st)
             return written, "\n".join(log[mark + 1:]), seconds
 

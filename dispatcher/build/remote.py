@@ -190,12 +190,40 @@ def _file_name(name: Any) -> bool:
             and not name.startswith(".") and "\0" not in name)
 
 
+def _malformed(reply: Mapping[str, Any]) -> str | None:
+    """What makes ``reply`` not a build reply (None: it is one).  A Ray task's reply comes as
+    the task returned it, an SSH host's through ``workers.agent.build.reply_of``: both are
+    checked here before any of it is used."""
+    if "lost" in reply:
+        return None if isinstance(reply["lost"], str) else "lost: expected a line"
+    if not isinstance(reply.get("output"), str):
+        return "output: expected text"
+    if not reply.get("ok"):
+        ok = (isinstance(reply.get("what"), str) and isinstance(reply.get("text"), str)
+              and (reply.get("exit") is None or isinstance(reply.get("exit"), int)))
+        return None if ok else "a failed build without what, exit and text"
+    if not isinstance(reply.get("binary"), bytes):
+        return "binary: expected bytes"
+    files = [reply.get("dumps"), *(u.get("files") if isinstance(u, dict) else None
+                                   for u in reply.get("units") or [])]
+    if not isinstance(reply.get("units", []), list) or not all(
+            isinstance(f, dict) and all(isinstance(v, bytes) for v in f.values())
+            for f in files):
+        return "dumps and units: expected files by name"
+    if not all(isinstance(u.get("output"), str) for u in reply.get("units") or []):
+        return "units: expected each one's output"
+    return None
+
+
 def build_result(bench: Benchmark, outdir: Path, reply: Mapping[str, Any], where: str,
                  timeout: float = BUILD_TIMEOUT_S, reuse: UnitReuse = NO_REUSE) -> BuildResult:
     """The master's result of a building machine's reply (``workers.agent.build.build``'s),
     written into ``outdir`` with the files of the units it compiled; the master's BuildError
     if the build failed; BuilderLost (naming ``where``) if the machine could not build, or
     answered with a name it may not write."""
+    wrong = _malformed(reply)
+    if wrong is not None:
+        raise BuilderLost(f"{where}: not a build reply ({wrong})")
     if "lost" in reply:
         raise BuilderLost(f"{where}: {reply['lost']}")
     before = _reused_log(bench, reuse)

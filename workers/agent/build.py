@@ -94,7 +94,9 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _snapshot(directory: str) -> dict[str, tuple[int, int, int]]:
+def snapshot(directory: str) -> dict[str, tuple[int, int, int]]:
+    """The plain files of ``directory`` by name -> (inode, size, mtime): two snapshots around a
+    command say which files it wrote (the master's builds compare them too)."""
     out = {}
     for entry in os.scandir(directory):
         if entry.is_file(follow_symlinks=False):
@@ -139,7 +141,7 @@ def build(files: dict[str, bytes], commands: list[tuple[list[str], str]], binary
             with open(path, "wb") as f:
                 f.write(data)
         for index, (cmd, what) in enumerate(commands):
-            before = _snapshot(outdir)
+            before = snapshot(outdir)
             log.append("$ " + " ".join(cmd))
             left = deadline - time.monotonic()
             try:
@@ -162,7 +164,7 @@ def build(files: dict[str, bytes], commands: list[tuple[list[str], str]], binary
                 return {"ok": False, "what": what, "exit": proc.returncode, "text": text,
                         "output": "\n".join(log)}
             if index < len(commands) - 1:
-                after = _snapshot(outdir)
+                after = snapshot(outdir)
                 written = {}
                 for name in sorted(n for n, st in after.items() if before.get(n) != st):
                     with open(os.path.join(outdir, name), "rb") as f:
