@@ -47,10 +47,11 @@ LU = resolve_benchmark("lu")
 
 
 def config(tmp: Path, model: dict | None = None, slots: int = 4, time_scale: float = 0.001,
-           **sections) -> object:
+           simulated: dict | None = None, **sections) -> object:
     data = {"backend": "simulated", "store": str(tmp / "store"),
             "simulated": {"slots": slots, "time_scale": time_scale, "compile_jobs": 2,
-                          "cache_dir": str(tmp / "sim-cache"), "model": model or {}},
+                          "cache_dir": str(tmp / "sim-cache"), "model": model or {},
+                          **(simulated or {})},
             "scheduler": {"backoff_s": 0.01, "backoff_max_s": 0.05},
             "search": {"rundirs": str(tmp / "rundirs"), "batch_log": str(tmp / "batch.log"),
                        "focus": "uniform"},
@@ -303,6 +304,40 @@ def test_a_search_runs_through_the_real_chain(tmp_path):
         chain.rundir.path / steps[-1].candidates[0].dir).nodes())
 
 
+def test_builds_in_a_process_of_their_own_write_what_the_master_threads_write(tmp_path):
+    """``simulated.build_cpus``: a build's own work in a build process gives the same dumps
+    and binary, byte for byte, as in the master's compile thread; this process's simulated
+    CPU does not count it (it is the other process's), and a search runs through it."""
+    program = lu_program()
+    leaf = flippable_leaves(program.tree)[3]
+    tree = propose_action(program.tree, leaf, flip(leaf.node.decided))
+    made = {}
+    for name, cpus in (("thread", []), ("process", [0])):
+        cfg = config(tmp_path / name, {"noise": {"cv": 0.01}},
+                     simulated={"build_cpus": cpus},
+                     search={"rundirs": str(tmp_path / name / "rundirs"), "steps": 4,
+                             "batch_log": str(tmp_path / name / "batch.log"),
+                             "focus": "uniform", "mode": "async"})
+        with Session(cfg) as session:
+            measurements = session.start_workers()
+            world = session.backend.world
+            built = compile_with(session, tree)
+            made[name] = (built.artifact.outputs(), built.binary.read_bytes())
+            assert world.builds == 1
+            if cpus:
+                assert world.cpu_s == 0.0 and world.offloaded_s > 0
+            else:
+                assert world.cpu_s > 0 and world.offloaded_s == 0.0
+            plan = plan_chains(cfg, [LU], [], Overrides(runs=2, max_pairs=4),
+                               {"simulated": 4}, session.builds.toolchain, "t")
+            chain = Chain.of_rundir(plan.chains[0].rundir, LU, cfg, session.builds,
+                                    measurements, "simulated", threading.Event())
+            chain.run()
+            assert chain.status.state == "finished", chain.status.error
+    assert made["thread"] == made["process"]
+    assert made["thread"][0]  # dumps were written
+
+
 # --------------------------------------------------------------------------- the config
 
 
@@ -321,6 +356,9 @@ def test_a_search_runs_through_the_real_chain(tmp_path):
          "requires": [{"unit": "Lu", "round": -1, "key": "k", "action": "inline"}]}]}}}},
      "simulated.model.programs.lu.effects[0].requires[0].round"),
     ({"model": 3}, "simulated.model"),
+    ({"build_cpus": [0, 0]}, "simulated.build_cpus"),
+    ({"build_cpus": [10_000]}, "simulated.build_cpus"),
+    ({"build_cpus": "0"}, "simulated.build_cpus"),
 ])
 def test_config_errors_are_one_line(section, key):
     check_config_error(section, key)

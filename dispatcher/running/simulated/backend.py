@@ -66,6 +66,7 @@ from dispatcher.running.simulated.programs import (
     read_bundle,
     unknown_sites,
 )
+from dispatcher.running.simulated.build_processes import BuildProcesses
 from dispatcher.running.simulated.ray_settings import RayHosts, parse_section
 from dispatcher.running.simulated.timers import Timers
 
@@ -95,6 +96,9 @@ class SimulatedConfig:
     # In an exact session, lend the compile CPUs (``compile_jobs`` of them) to exact jobs, as
     # the local backend does (local slots only: the Ray backend lends none)
     lend: bool = True
+    # The CPUs of the processes that do the simulated builds' own work (one process each,
+    # pinned there); empty: the master's compile threads do it (``build_processes``)
+    build_cpus: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -201,8 +205,10 @@ class World:
         # What the simulation itself costs the process (benches subtract it from the master's
         # CPU: real workers and compilers spend it elsewhere), and its builds.
         self.cpu_s = 0.0  # CPU seconds of the simulated slots' and builder's own work
+        self.offloaded_s = 0.0  # CPU seconds of its builds in processes of their own
         self.builds = 0
-        self.build_s = 0.0  # wall seconds of the builds, their sleeps included
+        self.build_s = 0.0  # wall seconds of the builds, their sleeps included (a build in a
+        # build process: its sleep and its own CPU, not its wait for the process)
         # The compile CPUs, where they are lent to exact jobs (``LentSlot``): a build or a
         # count holds one while it takes model time, the builds first, so the two share them
         # as on the real master; None: the builds have them to themselves.
@@ -210,10 +216,11 @@ class World:
         self.waited_s = 0.0  # wall seconds lent slots' jobs waited for a compile CPU
         self.timers = Timers()  # when the slots' jobs answer
 
-    def spent(self, cpu_s: float, build_s: float | None = None, waited_s: float = 0.0
-              ) -> None:
+    def spent(self, cpu_s: float, build_s: float | None = None, waited_s: float = 0.0,
+              offloaded_s: float = 0.0) -> None:
         with self._lock:
             self.cpu_s += cpu_s
+            self.offloaded_s += offloaded_s
             self.waited_s += waited_s
             if build_s is not None:
                 self.builds += 1
@@ -427,9 +434,53 @@ class LentSlot(SimulatedCpu):
             model_s -= piece
 
 
+@dataclass(frozen=True)
+class MadeBuild:
+    """What a simulated build wrote (its dumps and binary) and what the master's thread needs
+    to finish it: the identity its compile time is drawn from, the CPU it took."""
+
+    files: tuple[Path, ...]
+    binary: Path
+    identity: str
+    run_s: float
+    pins: int
+    units: int
+    cpu_s: float  # the thread's (in a build process: that process's thread's)
+
+
+def make_build(world: World, bench: Benchmark, outdir: Path, overrides: dict[str, Path]
+               ) -> MadeBuild:
+    """A build's own work, without its modelled time: the overrides applied to the program's
+    tree, its dumps and binary written into ``outdir``.  SimulationError for a program the
+    world cannot build."""
+    cpu0 = time.thread_time()
+    program = world.program(bench)
+    pins = [o for path in overrides.values() for o in read_overrides(path)]
+    compiled = compile_tree(program, pins)
+    identity = compiled.identity()
+    model = world.model.program(bench.name)
+    lay, profile = world.shape(bench, program)
+    binary = SimulatedBinary(bench.name, identity,
+                             model.mean_run_s(compiled.taken(), identity), profile)
+    outdir.mkdir(parents=True, exist_ok=True)
+    files = []
+    for fname, text in dump_texts(program, compiled).items():
+        (outdir / fname).write_text(text)
+        files.append(outdir / fname)
+    path = outdir / bench.binary_name()
+    path.write_bytes(binary.file_bytes(lay))
+    return MadeBuild(files=tuple(sorted(files)), binary=path, identity=identity,
+                     run_s=binary.run_s, pins=len(pins),
+                     units=sum(u.is_impl for u in bench.units()),
+                     cpu_s=time.thread_time() - cpu0)
+
+
 class SimulatedBuilder:
     """The compile service's builder (``dispatcher.build.remote.Builder``): a candidate's
-    overrides applied to its program's real tree, its dumps and binary written."""
+    overrides applied to its program's real tree, its dumps and binary written, then its
+    modelled compile time slept.  With ``simulated.build_cpus`` the tree work runs in
+    processes of their own (``build_processes``), as a real build's runs in ocamlopt's: the
+    master's process keeps only what a real master does around a build."""
 
     name = "simulated"
     overflow_to_master = False  # the world's compile CPUs are all there is
@@ -438,6 +489,8 @@ class SimulatedBuilder:
     def __init__(self, world: World, jobs: int):
         self._world = world
         self.jobs = jobs
+        cpus = world.config.build_cpus
+        self._processes = BuildProcesses(world.config, cpus) if cpus else None
 
     def build(self, bench: Benchmark, outdir: Path, compiler: Compiler, flags: tuple[str, ...],
               overrides: dict[str, Path], dump_decisions: bool,
@@ -447,34 +500,35 @@ class SimulatedBuilder:
 
     def _build(self, bench: Benchmark, outdir: Path, overrides: dict[str, Path]
                ) -> BuildResult:
-        t0, cpu0 = time.monotonic(), time.thread_time()
+        t0 = time.monotonic()
         try:
-            program = self._world.program(bench)
+            if self._processes is None:
+                made = make_build(self._world, bench, outdir, overrides)
+            else:
+                made = self._processes.build(bench, outdir, overrides)
         except SimulationError as exc:  # a build of it fails, here as on the master
             raise BuildError(str(exc), "") from None
-        pins = [o for path in overrides.values() for o in read_overrides(path)]
-        compiled = compile_tree(program, pins)
-        identity = compiled.identity()
         model = self._world.model.program(bench.name)
-        lay, profile = self._world.shape(bench, program)
-        binary = SimulatedBinary(bench.name, identity,
-                                 model.mean_run_s(compiled.taken(), identity), profile)
-        outdir.mkdir(parents=True, exist_ok=True)
-        files = []
-        for fname, text in dump_texts(program, compiled).items():
-            (outdir / fname).write_text(text)
-            files.append(outdir / fname)
-        path = outdir / bench.binary_name()
-        path.write_bytes(binary.file_bytes(lay))
-        cpu = time.thread_time() - cpu0
-        self._world.sleep(model.compile_s.draw(identity))
-        self._world.spent(cpu, time.monotonic() - t0)
-        units = sum(u.is_impl for u in bench.units())
-        return BuildResult(binary=path, decision_files=sorted(files),
+        t_sleep = time.monotonic()
+        self._world.sleep(model.compile_s.draw(made.identity))
+        if self._processes is None:
+            self._world.spent(made.cpu_s, time.monotonic() - t0)
+        else:
+            # Not this process's CPU: the benches subtract only what it spent.  The build
+            # took its modelled time and its own work, not its wait for a build process
+            # (the simulation's queue, which a real build's ocamlopt does not have).
+            self._world.spent(0.0, time.monotonic() - t_sleep + made.cpu_s,
+                              offloaded_s=made.cpu_s)
+        return BuildResult(binary=made.binary, decision_files=list(made.files),
                            compiler_output=(f"# simulated build of {bench.name}: "
-                                            f"{len(pins)} overrides, decisions {identity[:16]}, "
-                                            f"{binary.run_s:.6f} s per run\n"),
-                           units_compiled=units)
+                                            f"{made.pins} overrides, decisions "
+                                            f"{made.identity[:16]}, {made.run_s:.6f} s per "
+                                            "run\n"),
+                           units_compiled=made.units)
+
+    def close(self) -> None:
+        if self._processes is not None:
+            self._processes.close()
 
 
 class SimulatedBackend:
@@ -499,6 +553,7 @@ class SimulatedBackend:
         for slot in self.slots:
             slot.close()
         self.world.timers.stop()
+        self.builder.close()
 
 
 def simulated_compiler(config: SimulatedConfig) -> Compiler:
@@ -516,7 +571,7 @@ def simulated_compiler(config: SimulatedConfig) -> Compiler:
 # --------------------------------------------------------------------------- configuration
 
 KEYS = ("slots", "worker_class", "time_scale", "compile_jobs", "model", "cache_dir", "depth",
-        "ray", "lend")
+        "ray", "lend", "build_cpus")
 MAX_DEPTH = 2
 
 
@@ -598,7 +653,19 @@ def parse_config(section: dict, r: Reader) -> SimulatedConfig:
     lend = r.boolean(section, "lend", "simulated.lend", SimulatedConfig.lend)
     return SimulatedConfig(slots=slots, worker_class=worker_class, time_scale=time_scale,
                            compile_jobs=jobs, model=model, cache_dir=cache, depth=depth,
-                           ray=hosts, lend=lend)
+                           ray=hosts, lend=lend, build_cpus=build_cpus_of(section, r))
+
+
+def build_cpus_of(section: dict, r: Reader) -> tuple[int, ...]:
+    """``simulated.build_cpus``: distinct CPUs of this machine."""
+    raw = section.get("build_cpus", [])
+    count = os.cpu_count() or 1
+    want = f"a list of distinct CPU numbers of this machine (0 to {count - 1})"
+    if not isinstance(raw, list) or not all(isinstance(c, int) and not isinstance(c, bool)
+                                            and 0 <= c < count for c in raw) \
+            or len(set(raw)) != len(raw):
+        raise r.fail("simulated.build_cpus", want, raw)
+    return tuple(raw)
 
 
 __all__ = ["LentSlot", "SimulatedBackend", "SimulatedBinary", "SimulatedBuilder",

@@ -191,6 +191,11 @@ class Model:
     def program(self, name: str) -> ProgramModel:
         return self.programs.get(name, self.default)
 
+    def __reduce__(self) -> tuple:
+        """Pickled with its programs as a plain dict (a mapping proxy does not pickle), for
+        the simulated build processes (``build_processes``)."""
+        return (_model, (dict(self.programs), self.default, self.noise, self.seed))
+
     def identity(self) -> str:
         """sha256 of the model's canonical JSON: simulated binaries of two models never
         share a cache key (it joins the simulated compiler's identity)."""
@@ -198,6 +203,11 @@ class Model:
                 "default": self.default.canonical(), "noise": asdict(self.noise),
                 "seed": self.seed}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def _model(programs: dict[str, ProgramModel], default: ProgramModel, noise: Noise,
+           seed: int) -> Model:
+    return Model(MappingProxyType(programs), default, noise, seed)
 
 
 def lognormal_factor(rng: random.Random, cv: float) -> float:

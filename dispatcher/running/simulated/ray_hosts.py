@@ -342,7 +342,8 @@ class RayHostedBackend:
         self.hosts: RayHosts = config.ray
         self.world = World(config)  # the master's: the builder's programs and shapes
         self.builder = SimulatedBuilder(self.world, config.compile_jobs)
-        self.actor_config = dataclasses.replace(config, ray=None)  # what an actor rebuilds
+        # what an actor rebuilds (its slots; the builds are the master's)
+        self.actor_config = dataclasses.replace(config, ray=None, build_cpus=())
         self._closed = False
         self.ray = connect(RayConfig(address=self.hosts.address, auth=self.hosts.auth,
                                      token_file=self.hosts.token_file))
@@ -388,6 +389,7 @@ class RayHostedBackend:
             for host in getattr(self, "host_list", ()):
                 host.close()
         finally:
+            self.builder.close()
             self.replies.close()
             self._binaries.clear()
             self.ray.shutdown()
