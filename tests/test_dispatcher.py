@@ -742,8 +742,9 @@ def test_run_benchmark_bad_input(tmp_path, case):
 
 
 def test_submit_survives_a_compile_that_finishes_at_once(compiler, store, tmp_path):
-    """A cache hit can complete before submit registers its callback; the callback then runs
-    in the submitting thread and must not deadlock on the service's lock."""
+    """A compile can end before submit registers its callback; the callback then runs in
+    the submitting thread and must not deadlock on the service's lock, and the compile is
+    not in flight any more once the service next takes its lock."""
     import threading
     from concurrent.futures import Future
 
@@ -751,7 +752,7 @@ def test_submit_survives_a_compile_that_finishes_at_once(compiler, store, tmp_pa
 
     def finished_at_once(fn, *args):
         f: Future = Future()
-        f.set_result(None)
+        f.set_exception(CompileError("failed at once", ""))
         return f
 
     service._pool.submit = finished_at_once
@@ -760,6 +761,7 @@ def test_submit_survives_a_compile_that_finishes_at_once(compiler, store, tmp_pa
     t.start()
     t.join(5)
     assert not t.is_alive(), "submit deadlocked"
+    service.release(set())
     assert not service._inflight  # forgotten once done
 
 

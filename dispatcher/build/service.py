@@ -32,6 +32,7 @@ import contextlib
 import errno
 import logging
 import os
+import queue
 import shutil
 import tempfile
 import threading
@@ -299,6 +300,23 @@ class StoreUnitCache:
             done.set()
 
 
+def _sha_of(done: Future[CompileResult]) -> str | None:
+    """A finished compile's binary sha256; None when it failed."""
+    if done.cancelled() or done.exception() is not None:
+        return None
+    return done.result().sha256
+
+
+def _relay(done: Future[CompileResult], to: Future[CompileResult]) -> None:
+    """The pool's future's outcome onto the one the submitters wait on."""
+    if done.cancelled():
+        to.cancel()
+    elif done.exception() is not None:
+        to.set_exception(done.exception())
+    else:
+        to.set_result(done.result())
+
+
 class CompileService:
     def __init__(self, store: Store, toolchain: Compiler, jobs: int = 1,
                  cpus: frozenset[int] | None = None):
@@ -311,13 +329,24 @@ class CompileService:
             # Linux pins only the calling thread, and ocamlopt inherits that thread's mask.
             initializer=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         self._inflight: dict[str, Future] = {}
+        # Every structure below is under this one lock, which every submit and release of
+        # every chain takes: few, short sections, no file read under it.  A compile's end
+        # takes no lock (its callback queues to ``_ended``; the next section applies it): a
+        # thread that waits for a lock holds it, once it has it, until it has the GIL back,
+        # so at hundreds of compile threads a lock taken at each compile's end queued them
+        # all, and the chains behind them.
         self._lock = threading.Lock()
+        self._ended: queue.SimpleQueue[tuple[str, str | None]] = queue.SimpleQueue()
         self.units = StoreUnitCache(store, toolchain.identity)
         # Who may still run each compiled candidate's binary: compile key -> the threads
-        # (search chains) that submitted it or took it from the store, until they release it.
+        # (search chains) that submitted it or took it from the store, until they release
+        # it; and each thread's keys (a release looks at its own only).
         self._holders: dict[str, set[int]] = {}
-        # The sha256 of each held key's binary, read from the store once per key while held.
+        self._held_by: dict[int, set[str]] = {}
+        # The sha256 of each held key's binary, once known (its compile ended, or it was
+        # found stored), and how many held keys have each sha256.
         self._held_sha: dict[str, str] = {}
+        self._sha_holds: dict[str, int] = {}
         self.binaries_dropped = 0
         self._cpus = cpus
         self._jobs = jobs
@@ -352,32 +381,30 @@ class CompileService:
         source_hash = job.source_hash  # reads every source file: once per job
         key = self.key(job, source_hash)
         with self._lock:
-            self._holders.setdefault(key, set()).add(threading.get_ident())
+            self._apply_ended()
+            self._hold(key)
             running = self._inflight.get(key)
-            if running is not None:
-                return running
+            if running is not None and not (running.done() and _sha_of(running) is None):
+                return running  # (one that failed, its end not applied yet: tried again)
+            # Claimed: a submit of the same key from now on waits for this one.
+            future: Future[CompileResult] = Future()
+            self._inflight[key] = future
+        future.add_done_callback(lambda f: self._ended.put((key, _sha_of(f))))
         # A build in the store is answered here, not queued behind the compiles running (one
         # always-inline build can take the 300 s budget: a comparison whose heuristic build
         # was stored long before waited for it, and with it every comparison after it).  A
         # stored key compiled once, so its overrides named the benchmark's units.
         t0 = time.monotonic()
-        cached = self.store.artifact(key)
-        if cached is not None:
-            done: Future[CompileResult] = Future()
-            result = CompileResult(cached, True, time.monotonic() - t0)
-            with self._lock:
-                self._held_sha.setdefault(key, result.sha256)
-            done.set_result(result)
-            return done
-        with self._lock:
-            running = self._inflight.get(key)
-            if running is not None:
-                return running
-            future = self._pool.submit(self._compile, key, job, source_hash)
-            self._inflight[key] = future
-        # Outside the lock: a cache hit can finish before this line, and then the callback
-        # runs right here, in this thread, and takes the lock itself.
-        future.add_done_callback(lambda f: self._forget(key, f))
+        try:
+            cached = self.store.artifact(key)
+            if cached is not None:
+                future.set_result(CompileResult(cached, True, time.monotonic() - t0))
+            else:
+                self._pool.submit(self._compile, key, job, source_hash).add_done_callback(
+                    lambda done: _relay(done, future))
+        except BaseException as exc:
+            if not future.done():
+                future.set_exception(exc)
         return future
 
     def compile(self, job: CompileJob) -> CompileResult:
@@ -387,11 +414,12 @@ class CompileService:
         """The stored candidate ``key`` with its binary (None: compile it), held by the
         calling thread as ``submit`` holds what it compiles."""
         with self._lock:
-            self._holders.setdefault(key, set()).add(threading.get_ident())
+            self._apply_ended()
+            self._hold(key)
         artifact = self.store.artifact(key)
         if artifact is not None:
             with self._lock:
-                self._held_sha.setdefault(key, artifact.sha256)
+                self._known_sha(key, artifact.sha256)
         return artifact
 
     def release(self, keep: set[str | None]) -> None:
@@ -402,40 +430,63 @@ class CompileService:
         jobs may be about to run one (store-gc collects them later)."""
         me = threading.get_ident()
         with self._lock:
-            free = [key for key, threads in self._holders.items()
-                    if me in threads and key not in keep and len(threads) == 1]
-            for key, threads in list(self._holders.items()):
-                if me in threads and key not in keep:
-                    threads.discard(me)
-                    if not threads:
-                        del self._holders[key]
+            self._apply_ended()
+            mine = self._held_by.get(me, set())
+            free: list[tuple[str, str | None]] = []  # no thread holds them now
+            for key in [k for k in mine if k not in keep]:
+                mine.discard(key)
+                threads = self._holders[key]
+                threads.discard(me)
+                if not threads:
+                    del self._holders[key]
+                    free.append((key, self._unheld_sha(key)))
+            if not mine:
+                self._held_by.pop(me, None)
             if not free or self.store.others_open():
-                self._forget_shas(free)
                 return
-            # The binaries still held, by the sha256 each was stored with (a key still
-            # compiling has none yet): no file is read here, under the lock every submit
-            # and release of every chain takes.
-            held_shas = {self._held_sha.get(k) for k in self._holders}
-            for key in free:
+            for key, sha in free:
                 # an agents' copy of the same content may serve a binary still held
-                sha = self._held_sha.get(key)
-                agent_copy = sha is not None and sha not in held_shas
+                agent_copy = sha is not None and sha not in self._sha_holds
                 if self.store.drop_binary(key, agent_copy=agent_copy, sha=sha):
                     self.binaries_dropped += 1
-            self._forget_shas(free)
 
-    def _forget_shas(self, released: list[str]) -> None:
-        for key in released:
-            if key not in self._holders:
-                self._held_sha.pop(key, None)
+    # -- the holders' books (under the lock)
 
-    def _forget(self, key: str, done: Future[CompileResult]) -> None:
-        """A compile ended: not in flight any more; its binary's sha256 kept while held."""
-        result = done.result() if not done.cancelled() and done.exception() is None else None
-        with self._lock:
-            self._inflight.pop(key, None)
-            if result is not None and key in self._holders:
-                self._held_sha.setdefault(key, result.sha256)
+    def _hold(self, key: str) -> None:
+        me = threading.get_ident()
+        self._holders.setdefault(key, set()).add(me)
+        self._held_by.setdefault(me, set()).add(key)
+
+    def _known_sha(self, key: str, sha: str) -> None:
+        """``key``'s binary is ``sha``: kept while the key is held."""
+        if key in self._holders and key not in self._held_sha:
+            self._held_sha[key] = sha
+            self._sha_holds[sha] = self._sha_holds.get(sha, 0) + 1
+
+    def _unheld_sha(self, key: str) -> str | None:
+        """``key`` is held no more -> its binary's sha256, when known."""
+        sha = self._held_sha.pop(key, None)
+        if sha is not None:
+            left = self._sha_holds[sha] - 1
+            if left:
+                self._sha_holds[sha] = left
+            else:
+                del self._sha_holds[sha]
+        return sha
+
+    def _apply_ended(self) -> None:
+        """The compiles ended since the last section: not in flight any more; the sha256
+        of each binary kept while it is held."""
+        while True:
+            try:
+                key, sha = self._ended.get_nowait()
+            except queue.Empty:
+                return
+            running = self._inflight.get(key)
+            if running is not None and running.done():
+                del self._inflight[key]
+            if sha is not None:
+                self._known_sha(key, sha)
 
     def _compile(self, key: str, job: CompileJob, source_hash: str) -> CompileResult:
         t0 = time.monotonic()
