@@ -90,14 +90,18 @@ def read_regular_text(path: Path, limit: int) -> str:
                             f"{exc.start})") from None
 
 
-def write_text_atomic(path: Path, text: str) -> Path:
+def write_text_atomic(path: Path, text: str, durable: bool = True) -> Path:
+    """``text`` into ``path``, whole or not at all; ``durable``: on disk before it replaces
+    ``path`` (fsynced), else left to the kernel (a file that only copies what a journal
+    holds)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -173,9 +177,18 @@ def current_umask() -> int:
 def append_json_line(path: Path, event: dict) -> None:
     """Append one event (stamped with ``time`` unless it has one) and fsync: journals and the
     batch log lose at most the line being written when the machine stops."""
-    line = json.dumps({**event, "time": event.get("time", time.time())}, sort_keys=True)
+    append_json_lines(path, [event])
+
+
+def append_json_lines(path: Path, events: list[dict]) -> None:
+    """Append events, a line each, in one write and one fsync (a journal's events decided
+    together): the machine stopping loses at most the lines of that write, the last perhaps
+    torn (a journal's reader cuts it)."""
+    now = time.time()
+    data = b"".join(json.dumps({**e, "time": e.get("time", now)}, sort_keys=True).encode()
+                    + b"\n" for e in events)
     with open(path, "ab") as f:
-        f.write(line.encode() + b"\n")
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
 

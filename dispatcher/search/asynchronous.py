@@ -23,7 +23,7 @@ from dispatcher.core.records import (
     proposal_file,
 )
 from dispatcher.core.tree import Tree, to_overrides
-from dispatcher.search.chain_core import ChainCore
+from dispatcher.search.chain_core import ChainCore, Interrupted
 from dispatcher.search.rules import backlog, judge, proposal_rng, propose, temperature
 
 
@@ -85,56 +85,85 @@ class AsyncSearch:
         landed: queue.SimpleQueue[Flight] = queue.SimpleQueue()
         flights = {e.proposal: self.launch(e, self.job_of(e), landed) for e in log.pending}
         proposal = log.next_proposal
-        while judged < p.steps:
-            while len(flights) < in_flight and proposal <= p.steps:
+        # Journal lines decided but not written yet, and the proposals among them, launched
+        # once written: the candidates landed together are judged one step each, each step's
+        # proposals drawn after it as when they land one at a time (the same decisions, the
+        # same journal), and all their lines written at once (one write and one sync, where a
+        # chain that falls behind its slots would sync twice per candidate).
+        unwritten: list[ProposeEvent | StepEvent] = []
+        drawn: list[tuple[ProposeEvent, CompileJob]] = []
+
+        def draw() -> None:
+            nonlocal proposal
+            while len(flights) + len(drawn) < in_flight and proposal <= p.steps:
                 origin = incumbent.dir if p.algorithm == "sa" else (current or incumbent.dir)
-                drawn, job = self.propose(proposal, origin, tree_of(origin), incumbent)
-                flights[proposal] = self.launch(drawn, job, landed)
+                event, job = self.propose(proposal, origin, tree_of(origin), incumbent)
+                unwritten.append(event)
+                drawn.append((event, job))
                 proposal += 1
+
+        def write(launch: bool = True) -> None:
+            rundir.append_all(unwritten)
+            unwritten.clear()
+            if launch:  # a proposal is compiled once its line is written
+                for event, job in drawn:
+                    flights[event.proposal] = self.launch(event, job, landed)
+                drawn.clear()
+
+        while judged < p.steps:
+            draw()
+            write()
             status.state = "running"
-            flight = self.landing(landed)
-            del flights[flight.proposal.proposal]
-            step = judged + 1
-            temp = temperature(step, p.steps, p.t_start, p.t_end) if p.algorithm == "sa" else None
-            entry = Candidate(candidate=0, dir=candidate_dir(step, 0),
-                              mutation=flight.proposal.mutation, error=flight.error)
-            entry, built = chain.record(step, entry, flight.compiled, flight.compared)
-            verdict = judge(p.algorithm, step, entry, incumbent, best, current, temp,
-                            flight.proposal.u)
-            if verdict.best is not best:
-                status.best_ci = entry.ci95
-            incumbent, best, current = verdict.incumbent, verdict.best, verdict.current
-            if built is not None and verdict.accepted:  # (a rejected one's is never made)
-                trees[entry.dir] = built.tree
-            if (p.algorithm == "sa" and p.remeasure_every and step % p.remeasure_every == 0
-                    and incumbent.step > 0):
-                incumbent = chain.remeasure(step, incumbent)
-            chain.check_stop()  # a judgement cut short by a stop is made again on resume
-            event = StepEvent(step=step, temperature=temp, candidates=[entry],
-                              chosen=0 if entry.energy is not None else None,
-                              accepted=verdict.accepted, incumbent=incumbent, best=best,
-                              current=current, rng=[], proposal=flight.proposal.proposal,
-                              elapsed_s=elapsed_before + time.monotonic() - t_begin,
-                              busy_s=busy_before + chain.busy_s() - busy_begin)
-            rundir.append(event)
+            for flight in self.landings(landed, p.steps - judged):
+                del flights[flight.proposal.proposal]
+                step = judged + 1
+                temp = (temperature(step, p.steps, p.t_start, p.t_end) if p.algorithm == "sa"
+                        else None)
+                entry = Candidate(candidate=0, dir=candidate_dir(step, 0),
+                                  mutation=flight.proposal.mutation, error=flight.error)
+                entry, built = chain.record(step, entry, flight.compiled, flight.compared)
+                verdict = judge(p.algorithm, step, entry, incumbent, best, current, temp,
+                                flight.proposal.u)
+                if verdict.best is not best:
+                    status.best_ci = entry.ci95
+                incumbent, best, current = verdict.incumbent, verdict.best, verdict.current
+                if built is not None and verdict.accepted:  # (a rejected one's is never made)
+                    trees[entry.dir] = built.tree
+                if (p.algorithm == "sa" and p.remeasure_every
+                        and step % p.remeasure_every == 0 and incumbent.step > 0):
+                    write()  # the lines before its own
+                    incumbent = chain.remeasure(step, incumbent)
+                if chain.stop.is_set():  # a judgement cut short is made again on resume
+                    write(launch=False)
+                    raise Interrupted
+                event = StepEvent(step=step, temperature=temp, candidates=[entry],
+                                  chosen=0 if entry.energy is not None else None,
+                                  accepted=verdict.accepted, incumbent=incumbent, best=best,
+                                  current=current, rng=[], proposal=flight.proposal.proposal,
+                                  elapsed_s=elapsed_before + time.monotonic() - t_begin,
+                                  busy_s=busy_before + chain.busy_s() - busy_begin)
+                unwritten.append(event)
+                judged = step
+                status.step, status.best_energy = step, best.energy
+                if p.canary_every and step % p.canary_every == 0:
+                    write()  # after the step: a resume never repeats it
+                    chain.canary(step)
+                draw()
+            write()
             rundir.write_state(event.state())
-            judged = step
             for d in [d for d in trees if d not in (incumbent.dir, current)]:
                 del trees[d]
             # Binaries no later step runs leave the store; those in flight stay.
             chain.builds.release({chain.reference.key, incumbent.artifact, best.artifact}
                                    | {f.key for f in flights.values()})
-            status.step, status.best_energy = step, best.energy
-            if p.canary_every and step % p.canary_every == 0:
-                chain.canary(step)  # after the step: a resume never repeats it
         return best
 
     def propose(self, n: int, origin: str, tree: Tree,
                 incumbent: Pointer) -> tuple[ProposeEvent, CompileJob]:
         """Draw proposal ``n`` from ``tree`` (its own stream: ``rules.proposal_rng``), with its
-        Metropolis draw; its file, then its event, are written before it is compiled.  -> the
-        event and its compile job (the overrides the file holds: ``to_overrides`` gives them
-        sorted and unique, as the file is read back)."""
+        Metropolis draw, and write its file -> its event, for the caller to journal before it
+        is compiled, and its compile job (the overrides the file holds: ``to_overrides`` gives
+        them sorted and unique, as the file is read back)."""
         chain = self.chain
         rng = proposal_rng(chain.settings.seed, n)
         mutated, mutation = propose(tree, rng, chain.settings.max_flips, hot=chain.hot)
@@ -144,7 +173,6 @@ class AsyncSearch:
         chain.rundir.write_proposal(path, job.canonical_overrides)
         event = ProposeEvent(proposal=n, origin=origin, mutation=mutation, overrides=path,
                              bar=1.0 / incumbent.energy, u=u)
-        chain.rundir.append(event)
         return event, job
 
     def job_of(self, proposal: ProposeEvent) -> CompileJob:
@@ -183,14 +211,21 @@ class AsyncSearch:
         chain.builds.submit(job).add_done_callback(compiled)
         return flight
 
-    def landing(self, landed: queue.SimpleQueue[Flight]) -> Flight:
-        """The next candidate to land (in the order they landed); promptly on Ctrl-C."""
+    def landings(self, landed: queue.SimpleQueue[Flight], most: int) -> list[Flight]:
+        """The candidates landed, in the order they landed, at least one (waited for; given
+        up promptly on Ctrl-C) and at most ``most``."""
         while True:
             try:
-                flight = landed.get(timeout=0.2)
+                flights = [landed.get(timeout=0.2)]
+                break
             except queue.Empty:
                 self.chain.check_stop()
-                continue
+        while len(flights) < most:
+            try:
+                flights.append(landed.get_nowait())
+            except queue.Empty:
+                break
+        for flight in flights:
             if flight.exc is not None:
                 raise flight.exc
-            return flight
+        return flights
