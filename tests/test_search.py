@@ -60,6 +60,10 @@ def test_in_flight_share_is_the_chains_share_of_the_slots_plus_one():
     assert in_flight_share(14, 3) == 6  # ceil(14 / 3) = 5
     assert in_flight_share(14, 14) == 2
     assert in_flight_share(2, 5) == 2  # more chains than slots: still one measured, one ready
+    # counted, a comparison is about four compiles long: a quarter of the share more
+    assert in_flight_share(256, 23, exact=True) == 12 + 3 + 1
+    assert in_flight_share(64, 23, exact=True) == 3 + 1 + 1
+    assert in_flight_share(1, 1, exact=True) == 3
     assert in_flight_share(3, 0) == 4
 
 

@@ -74,12 +74,17 @@ def focus(hot: HotFunctions | None) -> Weights | None:
 
 # --------------------------------------------------------------------------- asynchronous search
 
-def in_flight_share(slots: int, chains: int) -> int:
+def in_flight_share(slots: int, chains: int, exact: bool = False) -> int:
     """Candidates one of ``chains`` chains keeps in flight on ``slots`` worker slots: its
     share of the slots, so that each slot has a comparison, and one more, compiled while the
     others are measured, to take the first slot that frees (a slot never waits on a
-    compile).  More would only draw proposals from older incumbents."""
-    return max(1, math.ceil(slots / max(chains, 1))) + 1
+    compile).  In an ``exact`` metric a comparison is one count, about four times a
+    compile (2.2 s median count at tiny, results/metric-agreement; 0.58 s mean compile of a
+    search candidate, results/compile-times), so a quarter of the share more is compiling
+    at any time (at 256 slots, 23 chains: 81% of the bound with 13 in flight, 87-91% with
+    17; docs/simulation.md).  More would only draw proposals from older incumbents."""
+    share = max(1, math.ceil(slots / max(chains, 1)))
+    return share + (math.ceil(share / 4) if exact else 0) + 1
 
 
 def proposal_rng(seed: int, proposal: int) -> random.Random:
