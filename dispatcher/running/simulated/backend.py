@@ -45,6 +45,7 @@ from dispatcher.core.validation import MAX_PARALLEL, KeyPathError, Reader, load_
 from dispatcher.running.agent_client import AgentError, WorkerLost
 from dispatcher.running.backend import EXACT_CLASS, Answer
 from dispatcher.running.exact import IDENTITY
+from dispatcher.running.simulated.build_processes import BuildProcesses
 from dispatcher.running.simulated.elf import ElfError, Layout, elf_bytes, layout, read_note
 from dispatcher.running.simulated.model import (
     ELSEWHERE_SHARE,
@@ -66,7 +67,6 @@ from dispatcher.running.simulated.programs import (
     read_bundle,
     unknown_sites,
 )
-from dispatcher.running.simulated.build_processes import BuildProcesses
 from dispatcher.running.simulated.ray_settings import RayHosts, parse_section
 from dispatcher.running.simulated.timers import Timers
 
