@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -308,13 +308,17 @@ def _sha_of(done: Future[CompileResult]) -> str | None:
 
 
 def _relay(done: Future[CompileResult], to: Future[CompileResult]) -> None:
-    """The pool's future's outcome onto the one the submitters wait on."""
-    if done.cancelled():
-        to.cancel()
-    elif done.exception() is not None:
-        to.set_exception(done.exception())
-    else:
-        to.set_result(done.result())
+    """The pool's future's outcome onto the one the submitters wait on (unless a waiter
+    cancelled that one meanwhile)."""
+    try:
+        if done.cancelled():
+            to.cancel()
+        elif done.exception() is not None:
+            to.set_exception(done.exception())
+        else:
+            to.set_result(done.result())
+    except InvalidStateError:  # cancelled by its waiter: nobody wants the outcome
+        pass
 
 
 class CompileService:
@@ -400,8 +404,10 @@ class CompileService:
             if cached is not None:
                 future.set_result(CompileResult(cached, True, time.monotonic() - t0))
             else:
-                self._pool.submit(self._compile, key, job, source_hash).add_done_callback(
-                    lambda done: _relay(done, future))
+                queued = self._pool.submit(self._compile, key, job, source_hash)
+                queued.add_done_callback(lambda done: _relay(done, future))
+                # a waiter that cancels the build before it starts cancels it in the pool
+                future.add_done_callback(lambda f: f.cancelled() and queued.cancel())
         except BaseException as exc:
             if not future.done():
                 future.set_exception(exc)

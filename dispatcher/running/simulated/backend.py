@@ -475,6 +475,20 @@ def make_build(world: World, bench: Benchmark, outdir: Path, overrides: dict[str
                      cpu_s=time.thread_time() - cpu0)
 
 
+_process_world: World | None = None  # a build process's own (``build_processes``)
+
+
+def _start_build_process(config: SimulatedConfig) -> None:
+    global _process_world
+    _process_world = World(config)
+
+
+def _build_in_process(bench: Benchmark, outdir: Path, overrides: dict[str, Path]
+                      ) -> MadeBuild:
+    assert _process_world is not None, "a build process without its world"
+    return make_build(_process_world, bench, outdir, overrides)
+
+
 class SimulatedBuilder:
     """The compile service's builder (``dispatcher.build.remote.Builder``): a candidate's
     overrides applied to its program's real tree, its dumps and binary written, then its
@@ -490,7 +504,8 @@ class SimulatedBuilder:
         self._world = world
         self.jobs = jobs
         cpus = world.config.build_cpus
-        self._processes = BuildProcesses(world.config, cpus) if cpus else None
+        self._processes = (BuildProcesses(cpus, _start_build_process, world.config)
+                           if cpus else None)
 
     def build(self, bench: Benchmark, outdir: Path, compiler: Compiler, flags: tuple[str, ...],
               overrides: dict[str, Path], dump_decisions: bool,
@@ -505,7 +520,7 @@ class SimulatedBuilder:
             if self._processes is None:
                 made = make_build(self._world, bench, outdir, overrides)
             else:
-                made = self._processes.build(bench, outdir, overrides)
+                made = self._processes.run(_build_in_process, bench, outdir, overrides)
         except SimulationError as exc:  # a build of it fails, here as on the master
             raise BuildError(str(exc), "") from None
         model = self._world.model.program(bench.name)
