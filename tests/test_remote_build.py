@@ -138,6 +138,10 @@ def test_a_file_name_that_would_leave_the_build_is_refused(compiler, tmp_path, d
     ({"ok": True, "output": "", "binary": b"x", "dumps": {}, "units": [{"files": {}}]},
      "units: expected each one's output"),
     ({"lost": 7}, "lost: expected a line"),
+    ({"ok": True, "output": "", "binary": b"x", "dumps": {}, "link_cpu_s": "1"},
+     "cpu_s: expected CPU seconds"),
+    ({"ok": True, "output": "", "binary": b"x", "dumps": {},
+      "units": [{"files": {}, "output": "", "cpu_s": -1.0}]}, "cpu_s: expected CPU seconds"),
 ])
 def test_a_reply_that_is_not_one_is_a_lost_builder_in_one_line(tmp_path, reply, why):
     """A Ray task's reply is used as it came back: its shape is checked before any of it."""

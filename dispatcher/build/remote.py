@@ -212,6 +212,10 @@ def _malformed(reply: Mapping[str, Any]) -> str | None:
         return "dumps and units: expected files by name"
     if not all(isinstance(u.get("output"), str) for u in reply.get("units") or []):
         return "units: expected each one's output"
+    seconds = [reply.get("link_cpu_s"), *(u.get("cpu_s") for u in reply.get("units") or [])]
+    if not all(x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)
+                             and x >= 0) for x in seconds):
+        return "cpu_s: expected CPU seconds"
     return None
 
 
