@@ -16,8 +16,10 @@ from pipeline.campaign.plan import Campaign, CampaignError
 
 STATE_VERSION = 1
 STATE_FILE = "campaign.json"
-STAGES = ("search", "labels", "flipbacks", "rewards", "policy", "evaluate", "optimal", "dataset",
-          "searched", "select", "kept", "publish")
+#: The campaign's answer (the kept policy against the baselines) before the optimal trees: a
+#: diagnostic of the rewards that costs hours (every reward model on every searched program).
+STAGES = ("search", "labels", "flipbacks", "rewards", "policy", "evaluate", "dataset",
+          "searched", "select", "kept", "optimal", "publish")
 DESCRIPTIONS = {
     "search": "search the training split (run_training_experiments)",
     "labels": "measure sites: attribute the winners, sweep hot sites (measure-sites)",
