@@ -57,6 +57,7 @@ from analysis.label_training import (
     site_label,
 )
 from analysis.label_training import _has_features as labels_row_has_features
+from analysis.label_training import _reference as row_reference
 from analysis.parquet import read_parquet_bytes
 from analysis.policy_training import KEY, label
 from dispatcher.core.decisions import Features, site_location
@@ -66,14 +67,20 @@ from dispatcher.core.files import (
     read_regular_bytes,
     read_regular_text,
 )
+from dispatcher.core.site_records import HEURISTIC
 from dispatcher.core.validation import first_model_error, shown
 
 FORMAT = "inlining-dataset"
 #: Version 2: a measurement carries its ``metric`` and its exact ``cycles_effect`` and
 #: ``cycles_size``; a benchmark's entry says whether its labels table had cycles effects.
-VERSION = 2
-#: The versions read: a version-1 dataset's measurements read as in time, not counted.
-READABLE_VERSIONS = (1, 2)
+#: Version 3: a measurement carries its ``reference`` (the build its site was set back from:
+#: labels from always-inline's tree are other comparisons than the heuristic's), and a site
+#: whose labels' features come from such a build keeps the heuristic build's own where they
+#: differ (``heuristic_features``: the rewards' features).
+VERSION = 3
+#: The versions read: a version-1 dataset's measurements read as in time, not counted; a
+#: version-1 or 2 dataset's as measured against the heuristic's build.
+READABLE_VERSIONS = (1, 2, 3)
 INDEX = "dataset.json"
 SITES = "sites.parquet"
 TREES = "trees.parquet"
@@ -89,10 +96,13 @@ MEASUREMENT = [("context", "str"), ("action", "str"), ("trial", "str"), ("status
                ("high", "float"), ("speedup", "float"), ("pairs", "int"), ("runs", "int"),
                ("disturbed_share", "float"), ("cpu_s", "float"), ("heat", "int"),
                ("decision", "int"), ("why", "str"), ("rundir", "str"), ("metric", "str"),
-               ("cycles_effect", "float"), ("cycles_size", "str")]
+               ("cycles_effect", "float"), ("cycles_size", "str"), ("reference", "str")]
 #: What a measurement of version 2 has that one of version 1 lacks, and what it reads as:
 #: in wall time, with no cycles effect.
 LATER_MEASUREMENT = {"metric": "time", "cycles_effect": None, "cycles_size": None}
+#: What a measurement of version 3 has that one of version 2 lacks, and what it reads as:
+#: measured against the heuristic's build (``label_training`` reads None so).
+REFERENCED_MEASUREMENT = {"reference": None}
 SITE_IDS = [("benchmark", "str"), ("unit", "str"), ("round", "int"), ("key", "str"),
             ("callee", "str"), ("location", "str"), ("heuristic_action", "str"),
             ("heuristic_reason", "str")]
@@ -232,12 +242,15 @@ class _Site:
     ids: dict[str, Any]
     features: dict[str, Any] | None = None
     labels_features: bool | None = None
+    features_reference: str = HEURISTIC  # the reference of the row the features came from
     label: str | None = None
     label_context: str | None = None
     measurements: list[dict[str, Any]] | None = None
     build_features: bool | None = None
     reward_order: int | None = None
     reward: dict[str, Any] | None = None
+    # the heuristic build's features where the labels' came from another build and differ
+    heuristic_features: dict[str, Any] | None = None
 
 
 def _site_features(row: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -280,7 +293,10 @@ def _labels_sites(bench: str, given: LabelsInput, threshold: float, where: str
         out[(unit, rnd, key)] = _Site(
             ids={k: _convert(ids[k], kind, f"{at}: {k}") for k, kind in SITE_IDS},
             features=_site_features(featured, at) if featured is not None else None,
-            labels_features=featured is not None, label=site_label(rows, threshold),
+            labels_features=featured is not None,
+            features_reference=(row_reference(featured) if featured is not None
+                                else HEURISTIC),
+            label=site_label(rows, threshold),
             label_context=context,
             measurements=[_measurement(r, at) for r in rows])
     return out
@@ -336,6 +352,11 @@ def _add_rewards(sites: dict[tuple[str, int, str], _Site], bench: str, given: Re
         theirs = _site_features(dumped, f"{at}: the heuristic build's")
         if s.features is None:
             s.features = theirs
+        elif s.labels_features and s.features != theirs and s.features_reference != HEURISTIC:
+            # measured in another build (always-inline's tree): the site's context there is
+            # not the heuristic build's, nor need its features be; training takes the labels'
+            # where the labels decide the site, the build's where the rewards do
+            s.heuristic_features = theirs
         elif s.labels_features and s.features != theirs:
             differ = next(n for n in SITE_FEATURES if s.features[n] != theirs[n])
             raise DatasetError(
@@ -391,7 +412,11 @@ def _sites_file(sites: Sequence[_Site], with_labels: bool, reward_kinds: dict[st
     if reward_kinds is not None:
         columns["build_features"] = [s.build_features for s in sites]
         columns["reward_order"] = [s.reward_order for s in sites]
-        types.update(build_features=pa.bool_(), reward_order=pa.int64())
+        columns["heuristic_features"] = [s.heuristic_features for s in sites]
+        types.update(build_features=pa.bool_(), reward_order=pa.int64(),
+                     heuristic_features=pa.struct([
+                         pa.field(n, _arrow_type("str" if _KINDS[n] == "str" else _KINDS[n]))
+                         for n in SITE_FEATURES]))
         for c, kind in reward_kinds.items():
             columns[c] = [None if s.reward is None else _reward_value(s.reward.get(c), kind)
                           for s in sites]
@@ -629,9 +654,10 @@ class Dataset:
 
     def build_features(self, bench: str) -> pd.DataFrame:
         """The heuristic build's features of ``bench``'s reward sites, as ``train-policy``
-        takes them from the decision dumps: unit, round, key, then every feature."""
+        takes them from the decision dumps: unit, round, key, then every feature (a site's
+        ``heuristic_features`` where its labels' came from another build)."""
         rows = [{"unit": s["unit"], "round": s["round"], "key": s["key"],
-                 **{n: s[n] for n in SITE_FEATURES}}
+                 **(s.get("heuristic_features") or {n: s[n] for n in SITE_FEATURES})}
                 for s in self.sites[bench] if s.get("build_features")]
         return pd.DataFrame(rows)
 
@@ -734,7 +760,7 @@ class _Index(BaseModel):
 
     model_config = _STRICT
     format: Literal["inlining-dataset"]
-    version: Literal[1, 2]
+    version: Literal[1, 2, 3]
     built_from: _BuiltFrom
     label_threshold: Optional[_Finite]
     reward_threshold: Optional[_Finite]
@@ -773,7 +799,8 @@ def read_index(root: Path) -> dict[str, Any]:
         raise _fail_index(path, f"not a dataset index (no \"format\": \"{FORMAT}\")")
     version = index.get("version")
     if type(version) is not int or version not in READABLE_VERSIONS:  # not True, not 1.0
-        readable = " or ".join(map(str, READABLE_VERSIONS))
+        *earlier, last = map(str, READABLE_VERSIONS)
+        readable = f"{', '.join(earlier)} or {last}" if earlier else last
         raise DatasetError(f"{path}: dataset version {shown(version)}: expected {readable} "
                            f"(this version of export-dataset and train-policy reads versions "
                            f"{readable}: export it again)")
@@ -798,13 +825,16 @@ def read_index(root: Path) -> dict[str, Any]:
 #: The columns ``_sites_file`` writes besides the site's ids and features and the rewards'
 #: ``reward_*`` columns (whatever ``rewards.csv`` held).
 _SITE_COLUMNS = frozenset({"labels_features", "label", "label_context", "measurements",
-                           "build_features", "reward_order", "reward_label"})
+                           "build_features", "reward_order", "reward_label",
+                           "heuristic_features"})
 _LABELS = ("inline", "dont_inline", "default")
 _KIND_NAMES = {"int": "an integer", "bool": "true or false", "str": "text"}
 #: The fields of a measurement in each version.
 _MEASUREMENT_FIELDS = {
-    1: [(k, kind) for k, kind in MEASUREMENT if k not in LATER_MEASUREMENT],
-    2: MEASUREMENT}
+    1: [(k, kind) for k, kind in MEASUREMENT
+        if k not in LATER_MEASUREMENT and k not in REFERENCED_MEASUREMENT],
+    2: [(k, kind) for k, kind in MEASUREMENT if k not in REFERENCED_MEASUREMENT],
+    3: MEASUREMENT}
 
 
 def _check_measurement(at: str, m: Any, version: int) -> None:
@@ -837,6 +867,11 @@ def _check_measurement(at: str, m: Any, version: int) -> None:
         if size is not None and not (size and size.isprintable()):
             raise DatasetError(f"{at}: measurement cycles_size {shown(size)}: expected a size's "
                                "name on one line or nothing")
+    if version >= 3:
+        reference = m["reference"]
+        if reference is not None and not (reference and reference.isprintable()):
+            raise DatasetError(f"{at}: measurement reference {shown(reference)}: expected "
+                               "heuristic, always-inline, tree:NAME or nothing")
     if m["status"] == "measured":
         if not all(isinstance(m[k], float) and math.isfinite(m[k])
                    for k in ("effect", "low", "high")):
@@ -855,7 +890,8 @@ def _check_sites(path: Path, rows: list[dict[str, Any]], columns: set[str], inde
     if "labels" in index["built_from"]:
         needed += ["labels_features", "label", "label_context", "measurements"]
     if "rewards" in index["built_from"]:
-        needed += ["build_features", "reward_order", "reward_net"]
+        needed += ["build_features", "reward_order", "reward_net",
+                   *(["heuristic_features"] if index["version"] >= 3 else [])]
     missing = [c for c in needed if c not in columns]
     if missing:
         raise DatasetError(f"{path}: no column {', '.join(missing)} ({_EXPECTED})")
@@ -901,11 +937,33 @@ def _check_sites(path: Path, rows: list[dict[str, Any]], columns: set[str], inde
                                     and math.isfinite(net)):
             raise DatasetError(f"{at}: reward_net {shown(net)}: expected a finite number or "
                                "nothing")
+        _check_heuristic_features(at, s)
         measurements = s.get("measurements")
         if measurements is not None and not isinstance(measurements, list):
             raise DatasetError(f"{at}: measurements {shown(measurements)}: expected a list")
         for m in measurements or ():
             _check_measurement(at, m, index["version"])
+
+
+def _check_heuristic_features(at: str, s: Mapping[str, Any]) -> None:
+    """A site's ``heuristic_features``: nothing, or every feature, typed, on a site with both
+    the labels' features and the build's."""
+    got = s.get("heuristic_features")
+    if got is None:
+        return
+    if not isinstance(got, dict) or set(got) != set(SITE_FEATURES):
+        raise DatasetError(f"{at}: heuristic_features: expected every feature of a site "
+                           "(a struct of the site's feature columns) or nothing")
+    if not (s.get("labels_features") and s.get("build_features")):
+        raise DatasetError(f"{at}: heuristic_features on a site without both the labels' "
+                           "features and the heuristic build's: expected nothing")
+    for n in SITE_FEATURES:
+        kind, value = _KINDS[n], got[n]
+        if value is not None and not (
+                isinstance(value, bool) if kind == "bool" else
+                type(value) is int if kind == "int" else isinstance(value, str)):
+            raise DatasetError(f"{at}: heuristic_features.{n} {shown(value)}: expected "
+                               f"{_KIND_NAMES[kind]} or nothing")
 
 
 def _read_listed(root: Path, rel: str, entry: Mapping[str, Any]) -> bytes:
@@ -955,10 +1013,12 @@ def read_dataset(root: Path) -> Dataset:
             raise DatasetError(f"{path}: not a sites table ({reason})") from None
         rows = table.to_pylist()
         _check_sites(path, rows, set(table.column_names), index, bench)
-        if index["version"] == 1:  # before the fields: in wall time, not counted
-            for s in rows:
-                for m in s.get("measurements") or ():
+        for s in rows:  # before the fields: in wall time, not counted; against the heuristic
+            for m in s.get("measurements") or ():
+                if index["version"] < 2:
                     m.update(LATER_MEASUREMENT)
+                if index["version"] < 3:
+                    m.update(REFERENCED_MEASUREMENT)
         sites[bench] = rows
     return Dataset(root=root, index=index, sites=sites)
 

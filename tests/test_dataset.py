@@ -81,7 +81,7 @@ def test_a_dataset_trains_the_policy_its_labels_train_byte_for_byte(labels, tmp_
     assert _files(tmp_path / "ds") == _files(tmp_path / "again")  # byte for byte
     index = json.loads((tmp_path / "ds" / INDEX).read_text())
     assert sorted(index["files"]) == [f"{b}/sites.parquet" for b in sorted(SMALL)]
-    assert index["label_threshold"] == 0.01 and index["version"] == VERSION == 2
+    assert index["label_threshold"] == 0.01 and index["version"] == VERSION == 3
     # training needs neither a compiler nor a config: none is there
     nothing = {"INLINING_COMPILER_PREFIX": str(tmp_path / "no-compiler")}
     for options in ((), ("--classifier", "boosted", "--label-threshold", "0.003")):
@@ -145,7 +145,7 @@ def test_a_malformed_dataset_is_one_line(labels, tmp_path):
         _cli("train-policy", "--dataset", "changed", cwd=tmp_path), "train-policy")
     assert _one_line(_cli("train-policy", "--dataset", "version", cwd=tmp_path),
                      "train-policy").startswith("train-policy: version/dataset.json: dataset "
-                                                "version 99: expected 1 or 2 (")
+                                                "version 99: expected 1, 2 or 3 (")
     assert _one_line(_cli("train-policy", "--dataset", "good", "--labels", "labels",
                           cwd=tmp_path), "train-policy") == \
         "train-policy: --dataset: not with --labels or --rewards (a dataset holds the " \
@@ -224,6 +224,54 @@ def test_with_rewards_the_training_table_is_the_rewards_and_builds(labels, tmp_p
         build_dataset({"fannkuch": LabelsInput(tables["fannkuch"], "sites", "0" * 64)},
                       {"fannkuch": RewardsInput(rewards["fannkuch"], "h", "0" * 64, differ)},
                       {}, sources)
+    # ... unless its labels were measured in another build (measure-sites --reference
+    # always-inline): the site's context there, and so its features, are that build's; the
+    # dataset keeps the heuristic build's beside them, each measurement its reference, and
+    # trains what the tables train, with and without the labels
+    table = tables["fannkuch"].copy()
+    if "reference" not in table.columns:
+        table["reference"] = "heuristic"
+    unit, rnd, key = (differ.loc[0, k] for k in KEY)
+    mask = (table["unit"] == unit) & (table["round"] == rnd) & (table["key"] == key)
+    table.loc[mask, "reference"] = "always-inline"
+    built = build_dataset({"fannkuch": LabelsInput(table, "sites", "0" * 64)},
+                          {"fannkuch": RewardsInput(rewards["fannkuch"], "h", "0" * 64, differ)},
+                          {}, sources)
+    write_dataset(built, tmp_path / "aggressive")
+    ds = read_dataset(tmp_path / "aggressive")
+    features = ds.build_features("fannkuch").set_index(KEY)
+    assert features.loc[(unit, rnd, key), "callee_size"] == differ.loc[0, "callee_size"]
+    labelled = ds.labels_table("fannkuch")
+    at = labelled[(labelled["key"] == key) & (labelled["round"] == rnd)]
+    assert set(at["callee_size"]) == {differ.loc[0, "callee_size"] - 1}
+    assert set(at["reference"]) == {"always-inline"}
+    assert {r for r in labelled["reference"]} == {"always-inline", "heuristic"}
+    feats = differ.drop(columns=["callee", "action", "reason"])
+    for labels_in in (True, False):
+        parts = [reward_sites({"fannkuch": rewards["fannkuch"]}, {"fannkuch": feats}, 0.005),
+                 reward_sites({"fannkuch": ds.rewards_table("fannkuch")},
+                              {"fannkuch": ds.build_features("fannkuch")}, 0.005)]
+        if labels_in:
+            parts = [combine(label_sites(t, 0.01)[0].assign(benchmark="fannkuch"), p)
+                     for t, p in zip((table, ds.labels_table("fannkuch")), parts)]
+        one, two = encode(parts[0]), encode(parts[1])
+        assert table_sha256(one) == table_sha256(two)
+    # edited by hand: heuristic features of the wrong type are one line naming the row
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    path = tmp_path / "aggressive" / "fannkuch" / "sites.parquet"
+    rows = pq.read_table(path).to_pylist()
+    i = next(i for i, r in enumerate(rows) if r["heuristic_features"] is not None)
+    rows[i]["heuristic_features"] = {**rows[i]["heuristic_features"], "in_loop": 3}
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    index = json.loads((tmp_path / "aggressive" / INDEX).read_text())
+    index["files"]["fannkuch/sites.parquet"] = {
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "bytes": path.stat().st_size}
+    (tmp_path / "aggressive" / INDEX).write_text(json.dumps(index))
+    with pytest.raises(DatasetError, match=rf"sites.parquet: row {i + 1}: "
+                                           r"heuristic_features.in_loop 3: expected true or "
+                                           "false or nothing"):
+        read_dataset(tmp_path / "aggressive")
 
 
 @pytest.fixture(scope="module")
@@ -347,7 +395,7 @@ def test_a_measurement_keeps_its_metric_and_cycles_effect(tmp_path):
     done = invoke("export-dataset", "--labels", "labels", "--out", "ds", cwd=tmp_path)
     assert done.exit_code == 0, done.output
     ds = read_dataset(tmp_path / "ds")
-    assert ds.version == 2
+    assert ds.version == 3
     for bench in ("kahan", "orbit"):
         assert ds.index["benchmarks"][bench]["cycles_effects"] is True
         table = read_sites_table(labels / bench / "sites.csv")

@@ -322,7 +322,7 @@ DATASET_CASES: dict[str, tuple[Callable[[Path], object], str, str]] = {
     "threshold as text": (_index(lambda d: d.__setitem__("label_threshold", "0.01")),
                           "dataset.json", "label_threshold: input should be a valid number"),
     "version true": (_index(lambda d: d.__setitem__("version", True)), "dataset.json",
-                     "dataset version True: expected 1 or 2"),
+                     "dataset version True: expected 1, 2 or 3"),
     "a benchmark's labels as text": (
         _index(lambda d: d["benchmarks"]["kahan"].__setitem__("labels", "yes")),
         "dataset.json", "benchmarks.kahan.labels: input should be a valid boolean"),
