@@ -308,7 +308,15 @@ def _split_line(cells: dict[tuple[str, str], base.Cell], label: str, build: str,
         line += f"; binary size geometric mean {geomean(sizes):.3f}x"
     line += f" over {len(names)} benchmark{'s' if len(names) != 1 else ''}"
     counted = base.counted_line(cells, build, names)
-    return line + (f"; {counted}" if counted else "")
+    line += f"; {counted}" if counted else ""
+    both = base.both_compiled(cells, label, build, names)
+    if build not in (label, base.ORACLE) and both is not None:
+        line += (f"; as measured where both compiled ({len(both)} of {len(names)}, the cost "
+                 f"guards aside): {build} {_mean(cells[(build, n)].measured for n in both)}, "
+                 f"{label} {_mean(cells[(label, n)].measured for n in both)}, {label} against "
+                 "it " + _mean(against(cells[(label, n)].measured, cells[(build, n)].measured)
+                               for n in both))
+    return line
 
 
 def _mean(figures: Iterable[Figure]) -> str:

@@ -290,6 +290,19 @@ def counted_line(cells: Mapping[tuple[str, str], Cell], build: str, names: Seque
     return f"counted at the heuristic's figure (1.000): {', '.join(failed)}"
 
 
+def both_compiled(cells: Mapping[tuple[str, str], Cell], label: str, build: str,
+                  names: Sequence[str]) -> list[str] | None:
+    """The programs where both ``label``'s build and ``build``'s compiled and were measured,
+    when the means count any program otherwise (a build that failed, or one past the cost
+    guard, counted at the heuristic's figure); None when they count none so: the split's
+    means are already over the builds as measured."""
+    if not any(cells[(b, n)].fallback for b in (label, build) for n in names):
+        return None
+    return [n for n in names
+            if all(cells[(b, n)].measured.compiled and cells[(b, n)].measured.ok
+                   for b in (label, build))]
+
+
 @dataclass(frozen=True)
 class Tuning:
     """The global setting chosen and the training figures it was chosen on."""

@@ -66,6 +66,30 @@ def test_a_build_past_the_guard_is_counted_at_the_heuristics_figure():
     assert plain[("p", "a")].counted.speedup == 1.3 and plain[("p", "a")].note is None
 
 
+def test_a_split_line_gives_both_builds_as_measured_where_both_compiled():
+    """A baseline counted at the heuristic's figure somewhere: the split's line also gives both
+    builds as measured over the programs where both compiled (issue 35's "where both build"),
+    a program whose baseline does not compile left out; none counted so: no such clause."""
+    from commands.run_plugin_benchmark import _split_line
+    figures = {("p", "a"): fig(1.2, 1.0, 1.0), ("p", "b"): fig(1.1, 1.0, 1.0),
+               ("p", "c"): fig(1.05, 1.0, 1.0),
+               ("always-inline", "a"): fig(1.5, 1.1, 1.2),
+               ("always-inline", "b"): fig(1.4, 1.2, 2.4),  # past the compile guard
+               ("always-inline", "c"): Figure(error="past the build budget", compiled=False,
+                                              metric="cycles")}
+    names = ["a", "b", "c"]
+    cells = table_cells(figures, "p", ["always-inline"], names, "cycles", GUARD)
+    line = _split_line(cells, "p", "always-inline", "test", names)
+    assert "counted at the heuristic's figure (1.000): b compile time 2.400x" in line
+    a, p, vs = ((1.5 * 1.4) ** 0.5, (1.2 * 1.1) ** 0.5, (1.2 / 1.5 * 1.1 / 1.4) ** 0.5)
+    assert line.endswith(  # exact counts: each interval is its point
+        f"; as measured where both compiled (2 of 3, the cost guards aside): always-inline "
+        f"{a:.3f} [{a:.3f}, {a:.3f}], p {p:.3f} [{p:.3f}, {p:.3f}], p against it "
+        f"{vs:.3f} [{vs:.3f}, {vs:.3f}]"), line
+    within = table_cells(figures, "p", ["always-inline"], ["a"], "cycles", GUARD)
+    assert "as measured" not in _split_line(within, "p", "always-inline", "test", ["a"])
+
+
 def test_the_tuning_counts_a_setting_past_the_guard_at_the_heuristics_figure():
     table = training_table({"big": {"a": fig(1.5, 2.0, 1.0), "b": fig(1.1, 1.0, 1.0)}},
                            "cycles", GUARD)
