@@ -2,6 +2,7 @@
 reader gives, and a dump's content is parsed once (``dispatcher.core.dump_cache``)."""
 from __future__ import annotations
 
+import re
 import tarfile
 from pathlib import Path
 
@@ -162,3 +163,66 @@ def test_a_cached_attribute_computed_in_one_thread_holds_up_no_other_object():
     t.join(30)
     assert got == [10] and slow.value == 10 and quick.value == 20
     assert calls == [1, 2]  # each computed once, then kept
+
+
+def test_a_dump_read_in_blocks_is_the_dump_and_tree_read_whole():
+    """Every dump the compiler wrote (bundled programs, golden files) is read in blocks, one per
+    top-level frame, into the very dump and round tree the whole reading gives."""
+    from dispatcher.core.tree import round_tree
+    texts = bundled_dumps(47)
+    texts.update({str(p): p.read_text() for p in TESTS.glob("golden/**/*.decisions.sexp")})
+    cache = DumpCache()
+    in_blocks = 0
+    for name, text in texts.items():
+        parsed = cache._parsed(text.encode(), name)  # noqa: SLF001
+        whole = parse_dump(text, name, features=False)
+        assert parsed.dump == whole, name
+        in_blocks += parsed.blocks is not None
+        try:
+            expected = round_tree(whole)
+        except TreeError as exc:
+            with pytest.raises(TreeError, match=re.escape(str(exc))):
+                _ = parsed.tree
+            continue
+        assert parsed.tree == expected, name
+    assert in_blocks >= len(bundled_dumps(47))  # every dump the compiler wrote
+
+
+def _lines(*keys: str) -> str:
+    return "".join(LINE.format(key=k, reason="heuristic", rest=" (detail x)") for k in keys)
+
+
+def test_a_dump_that_differs_in_one_block_parses_that_block_alone():
+    from dispatcher.core.tree import round_tree
+    run = "D(Main.run@main.ml:1:0-9)/C(Main.f@main.ml:{}:3-4)"
+    other = "D(Main.other@main.ml:9:0-9)/C(Main.g@main.ml:{}:3-4)"
+    first = DUMP.format(lines=_lines(run.format(2), run.format(3), other.format(10),
+                                     "C(Main.top@main.ml:20:0-5)"))
+    second = first.replace(other.format(10), other.format(11))
+    cache = DumpCache()
+    a = cache._parsed(first.encode(), "a")  # noqa: SLF001
+    assert (cache.block_misses, cache.block_hits) == (3, 0)
+    b = cache._parsed(second.encode(), "b")  # noqa: SLF001
+    assert (cache.block_misses, cache.block_hits) == (4, 2)  # the changed block alone
+    assert b.blocks is not None and a.blocks is not None
+    assert b.blocks[0] is a.blocks[0] and b.blocks[2] is a.blocks[2]
+    for parsed, text in ((a, first), (b, second)):
+        assert parsed.tree == round_tree(parse_dump(text, "x"))
+    # a top-level frame whose lines are not together: read whole, to the same dump and tree
+    apart = DUMP.format(lines=_lines(run.format(2), other.format(10), run.format(3)))
+    parsed = cache._parsed(apart.encode(), "c")  # noqa: SLF001
+    assert parsed.blocks is None
+    assert parsed.dump == parse_dump(apart, "c", features=False)
+    assert parsed.tree == round_tree(parse_dump(apart, "c"))
+    # a key decided twice, each in its block's place: the whole reading's error
+    twice = DUMP.format(lines=_lines(run.format(2), run.format(2), other.format(10)))
+    with pytest.raises(TreeError, match="decided twice"):
+        _ = cache._parsed(twice.encode(), "d").tree  # noqa: SLF001
+    # a line that is no decision's, first or between two blocks: read whole, and refused so
+    for stray in (DUMP.format(lines="  (stray)\n" + _lines(run.format(2), other.format(10))),
+                  DUMP.format(lines=_lines(run.format(2)) + "  (stray)\n"
+                              + _lines(other.format(10)))):
+        with pytest.raises(DecisionFileError) as whole:
+            parse_dump(stray, "e", features=False)
+        with pytest.raises(DecisionFileError, match=re.escape(str(whole.value))):
+            cache._parsed(stray.encode(), "e")  # noqa: SLF001

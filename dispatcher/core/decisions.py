@@ -316,9 +316,22 @@ _GUARD_TOKEN = re.compile(r'[^ ()]+')
 _STR_IN_LIST = re.compile(_STR)
 
 
-def _fast_dump(text: str, source: str, features: bool) -> DecisionDump | None:
-    """The dump of ``text`` if it is in the compiler's own layout (as the general reader
-    reads it), else None."""
+@dataclass(frozen=True)
+class FastHead:
+    """A dump's head in the compiler's own layout, and where its decisions' lines start."""
+
+    version: int
+    unit: str
+    round: int
+    override_entries: int
+    overrides_matched: int
+    unmatched_keys: tuple[str, ...]
+    end: int
+
+
+def fast_head(text: str) -> FastHead | None:
+    """The head of ``text`` if it is in the compiler's own layout with a version this reader
+    knows, else None (the general reader says what is wrong)."""
     head = _DUMP_HEAD.match(text)
     if head is None:
         return None
@@ -326,23 +339,31 @@ def _fast_dump(text: str, source: str, features: bool) -> DecisionDump | None:
     version = int(version_text)
     if version not in DUMP_VERSIONS:
         return None
-    unit = unit_atom if unit_string is None else unescape(unit_string)
-    round_ = int(round_text)
+    return FastHead(version, unit_atom if unit_string is None else unescape(unit_string),
+                    int(round_text), int(entries), int(matched),
+                    tuple(unescape(k) for k in _STR_IN_LIST.findall(keys)), head.end())
+
+
+def fast_lines(text: str, head: FastHead, pos: int, end: int, source: str,
+               features: bool) -> tuple[list[Decision], int] | None:
+    """The decisions of the lines of ``text`` from ``pos`` on, up to ``end`` at most, and
+    where they stop (at the first line that is not a decision's); None if a line is one the
+    general reader must read (it then says what is wrong)."""
+    unit, round_, version = head.unit, head.round, head.version
     decisions: list[Decision] = []
-    pos = head.end()
     match = _DUMP_LINE.match
-    while (m := match(text, pos)) is not None:
-        end = text.find("\n", m.end())
-        if end < 0:
+    while (m := match(text, pos, end)) is not None:
+        stop = text.find("\n", m.end(), end)
+        if stop < 0:
             break
-        tail = text[m.end():end]
+        tail = text[m.end():stop]
         if tail == ")":
             feature_text = None
         elif tail.startswith(_FEATURES_HEAD) and tail.endswith("))") and '"' not in tail:
             feature_text = tail[len(_FEATURES_HEAD):-2]
         else:
             break
-        pos = end + 1
+        pos = stop + 1
         (key, callee_string, callee_atom, action, reason, guard_text, detail, override,
          advice, heuristic) = m.groups()
         guard = None
@@ -362,11 +383,59 @@ def _fast_dump(text: str, source: str, features: bool) -> DecisionDump | None:
             callee=callee_atom if callee_string is None else unescape(callee_string),
             action=action, reason=reason, guard=guard, detail=detail, override=override,
             features=parsed, advice=advice, heuristic=heuristic))
-    if not _DUMP_TAIL.match(text, pos):
+    return decisions, pos
+
+
+def fast_tail(text: str, pos: int) -> bool:
+    """Whether ``text`` ends at ``pos`` as a dump in the compiler's layout ends."""
+    return _DUMP_TAIL.match(text, pos) is not None
+
+
+#: A decision's line as the compiler writes it, from the newline before it: its key's text up
+#: to its first '/' (or its end), which its top-level frame begins.
+_LINE_KEY = re.compile(r'\n  \(\(key "([^/"\n]*)')
+
+
+def fast_blocks(text: str, pos: int) -> list[tuple[int, int]] | None:
+    """The decisions' lines from ``pos`` (a line's start) cut into blocks, (start, end) each,
+    one per run of lines whose keys start with the same text up to their first '/' (their
+    top-level frame: a key's ancestors share it, so a block's tree needs no other block);
+    None when a top-level frame comes back after another one's block (no block may then be
+    read alone).  The lines are not checked: ``fast_lines`` reads each block, and a block it
+    does not read to its end is not one."""
+    found = [(m.start() + 1, m.group(1)) for m in _LINE_KEY.finditer(text, pos - 1)]
+    if not found:
+        return []
+    if found[0][0] != pos:
+        return None  # another line first: the whole reading says what it is
+    blocks: list[tuple[int, int]] = []
+    seen: set[str] = set()
+    start, group = found[0]
+    for at, first in found:
+        if first != group:
+            if first in seen:
+                return None
+            seen.add(group)
+            blocks.append((start, at))
+            start, group = at, first
+    stop = text.find("\n", found[-1][0])
+    blocks.append((start, len(text) if stop < 0 else stop + 1))
+    return blocks
+
+
+def _fast_dump(text: str, source: str, features: bool) -> DecisionDump | None:
+    """The dump of ``text`` if it is in the compiler's own layout (as the general reader
+    reads it), else None."""
+    head = fast_head(text)
+    if head is None:
         return None
-    return DecisionDump(unit=unit, round=round_, decisions=tuple(decisions),
-                        override_entries=int(entries), overrides_matched=int(matched),
-                        unmatched_keys=tuple(unescape(k) for k in _STR_IN_LIST.findall(keys)))
+    got = fast_lines(text, head, head.end, len(text), source, features)
+    if got is None or not fast_tail(text, got[1]):
+        return None
+    return DecisionDump(unit=head.unit, round=head.round, decisions=tuple(got[0]),
+                        override_entries=head.override_entries,
+                        overrides_matched=head.overrides_matched,
+                        unmatched_keys=head.unmatched_keys)
 
 
 def parse_dump(text: str, source: str = "<dump>", features: bool = True) -> DecisionDump:

@@ -9,6 +9,16 @@ tree is made when first asked for (``Build.tree``): a search journals every cand
 decision counts, which the decisions give, but draws from the trees of those it accepts only
 (so a dump whose keys do not form a tree is a ``TreeError`` when its tree is asked for).
 
+A new dump is mostly its parent's too: a flip changes the lines under one top-level
+declaration or call, and leaves the others' byte for byte.  So a dump in the compiler's own
+layout is read in blocks (``decisions.fast_blocks``: the lines under one top-level frame, which
+hold every ancestor of their keys), each kept parsed and as its root nodes under the digest of
+its bytes, and only the blocks not known are parsed and made into nodes; a dump the blocks
+cannot be read from (another layout, a top-level frame whose lines are not together, text that
+is not ASCII) is read whole, as before.  A tree made of blocks is the one ``round_tree`` makes
+of the whole dump (a key's ancestors are in its block: no block's nodes depend on another's),
+and a block whose keys do not form a tree sends the dump to ``round_tree`` for its error.
+
 Bounded, the least recently used going first: the dumps of the trees the chains draw from
 are used again by every candidate drawn from them, and stay.  One cache per process
 (``DUMPS``); its entries are immutable, so threads share them.
@@ -21,12 +31,40 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from dispatcher.core.decisions import DUMP_NAME, DecisionDump, dump_files, parse_dump
-from dispatcher.core.tree import RoundTree, Tree, round_tree, tally
+from dispatcher.core.decisions import (
+    DUMP_NAME,
+    Decision,
+    DecisionDump,
+    dump_files,
+    fast_blocks,
+    fast_head,
+    fast_lines,
+    fast_tail,
+    parse_dump,
+)
+from dispatcher.core.tree import Node, RoundTree, Tree, TreeError, round_roots, round_tree, tally
 
 #: Dumps kept: a program has tens of them (units x rounds), a chain holds a few trees, and a
 #: candidate brings a few new ones.
 CAPACITY = 4096
+#: Blocks kept: a dump has a few to a few tens (its top-level declarations and calls).
+BLOCK_CAPACITY = 16 * CAPACITY
+
+
+class _Block:
+    """The decisions of one block of a dump, and its root nodes when first asked for."""
+
+    __slots__ = ("decisions", "_roots")
+
+    def __init__(self, decisions: tuple[Decision, ...]):
+        self.decisions = decisions
+        self._roots: tuple[Node, ...] | None = None
+
+    def roots(self, unit: str, round_: int) -> tuple[Node, ...]:
+        """TreeError if its keys do not form a tree."""
+        if self._roots is None:
+            self._roots = round_roots(unit, round_, self.decisions)
+        return self._roots
 
 
 class _Parsed:
@@ -34,10 +72,11 @@ class _Parsed:
     each made once, when first asked for (two threads may make one at once: equal
     results, either kept)."""
 
-    __slots__ = ("dump", "_tree", "_counts")
+    __slots__ = ("dump", "blocks", "_tree", "_counts")
 
-    def __init__(self, dump: DecisionDump):
+    def __init__(self, dump: DecisionDump, blocks: list[_Block] | None = None):
         self.dump = dump
+        self.blocks = blocks  # None: read whole
         self._tree: RoundTree | None = None
         self._counts: tuple[int, int, int] | None = None
 
@@ -45,7 +84,14 @@ class _Parsed:
     def tree(self) -> RoundTree:
         """TreeError if its keys do not form a tree."""
         if self._tree is None:
-            self._tree = round_tree(self.dump)
+            d = self.dump
+            try:
+                tree = None if self.blocks is None else RoundTree(
+                    d.unit, d.round, tuple(n for b in self.blocks for n in b.roots(d.unit,
+                                                                                    d.round)))
+            except TreeError:
+                tree = None  # the whole dump's reading says what is wrong
+            self._tree = round_tree(d) if tree is None else tree
         return self._tree
 
     @property
@@ -80,11 +126,16 @@ class Build:
 class DumpCache:
     """Parsed dumps by the sha256 of their bytes (``capacity`` of them at most)."""
 
-    def __init__(self, capacity: int = CAPACITY):
+    def __init__(self, capacity: int = CAPACITY, block_capacity: int = BLOCK_CAPACITY):
         self.capacity = capacity
+        self.block_capacity = block_capacity
         self.hits = 0
         self.misses = 0
         self._entries: collections.OrderedDict[bytes, _Parsed] = collections.OrderedDict()
+        self._blocks: collections.OrderedDict[tuple[str, int, bytes], _Block] = \
+            collections.OrderedDict()
+        self.block_hits = 0
+        self.block_misses = 0
         self._lock = threading.Lock()
 
     def _parsed(self, data: bytes, source: str) -> _Parsed:
@@ -96,13 +147,55 @@ class DumpCache:
                 self.hits += 1
                 return entry
         # Parsed outside the lock (two threads may parse one dump at once: the same result).
-        entry = _Parsed(parse_dump(data.decode(), source, features=False))
+        text = data.decode()
+        entry = self._in_blocks(data, text, source) or _Parsed(
+            parse_dump(text, source, features=False))
         with self._lock:
             self.misses += 1
             self._entries[digest] = entry
             while len(self._entries) > self.capacity:
                 self._entries.popitem(last=False)
         return entry
+
+    def _in_blocks(self, data: bytes, text: str, source: str) -> _Parsed | None:
+        """The dump read in blocks, each known one taken as it is (None: it cannot be read
+        so, and is read whole)."""
+        head = fast_head(text)
+        if head is None or not data.isascii():  # (ASCII: a block's bytes are its text's)
+            return None
+        spans = fast_blocks(text, head.end)
+        if spans is None or not fast_tail(text, spans[-1][1] if spans else head.end):
+            return None
+        view = memoryview(data)
+        keys = [(head.unit, head.round,
+                 hashlib.blake2b(view[start:end], digest_size=16).digest())
+                for start, end in spans]
+        with self._lock:
+            known = [self._blocks.get(k) for k in keys]
+            for k, block in zip(keys, known):
+                if block is not None:
+                    self._blocks.move_to_end(k)
+            self.block_hits += sum(b is not None for b in known)
+        made: dict[tuple[str, int, bytes], _Block] = {}
+        for k, (start, end), block in zip(keys, spans, known):
+            if block is None and k not in made:
+                got = fast_lines(text, head, start, end, source, features=False)
+                if got is None or got[1] != end:
+                    return None
+                made[k] = _Block(tuple(got[0]))
+        if made:
+            with self._lock:
+                self.block_misses += len(made)
+                self._blocks.update(made)
+                while len(self._blocks) > self.block_capacity:
+                    self._blocks.popitem(last=False)
+        blocks = [made[k] if block is None else block for k, block in zip(keys, known)]
+        dump = DecisionDump(unit=head.unit, round=head.round,
+                            decisions=tuple(d for b in blocks for d in b.decisions),
+                            override_entries=head.override_entries,
+                            overrides_matched=head.overrides_matched,
+                            unmatched_keys=head.unmatched_keys)
+        return _Parsed(dump, blocks)
 
     def _all(self, files: Mapping[str, bytes], where: str) -> list[_Parsed]:
         """The parsed dumps among ``files`` (name -> bytes; other names are left out), sorted

@@ -323,9 +323,15 @@ def _under(key: str, inside: dict[str, dict[str, _Builder]]) -> dict[str, _Build
 
 def round_tree(dump: DecisionDump) -> RoundTree:
     """The tree of one dump (one unit and round); TreeError if its keys do not form one."""
-    where = f"unit {dump.unit} round {dump.round}"
+    return RoundTree(dump.unit, dump.round, round_roots(dump.unit, dump.round, dump.decisions))
+
+
+def round_roots(unit: str, round_: int, decisions: Sequence[Decision]) -> tuple[Node, ...]:
+    """The root-level nodes the decisions of one unit and round form, in first-mention order
+    (``round_tree``'s); TreeError if their keys do not form a tree."""
+    where = f"unit {unit} round {round_}"
     by_key: dict[str, Decision] = {}
-    for d in dump.decisions:
+    for d in decisions:
         if d.key in by_key:
             raise TreeError(f"{where}: key {d.key} decided twice")
         by_key[d.key] = d
@@ -345,7 +351,7 @@ def round_tree(dump: DecisionDump) -> RoundTree:
             container[key] = b
         return b
 
-    for d in dump.decisions:
+    for d in decisions:
         # A key under a prefix already checked: its last frame after it (``_under``).
         under = _under(d.key, inside)
         if under is not None:
@@ -395,7 +401,7 @@ def round_tree(dump: DecisionDump) -> RoundTree:
         if i != last or _frame_name(frames[-1], f"{where}: {d.key}")[0] != "C":
             raise TreeError(f"{where}: {d.key}: a decision's key must end with a C(..) frame")
         get(container, CALL, d.key, d.callee, d)
-    return RoundTree(dump.unit, dump.round, tuple(b.freeze() for b in roots.values()))
+    return tuple(b.freeze() for b in roots.values())
 
 
 def from_dumps(dumps: Iterable[DecisionDump]) -> Tree:
