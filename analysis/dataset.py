@@ -54,10 +54,10 @@ from analysis.label_training import (
     TABLE_LIMIT,
     TRIALS,
     row_label,
+    row_reference,
     site_label,
 )
 from analysis.label_training import _has_features as labels_row_has_features
-from analysis.label_training import _reference as row_reference
 from analysis.parquet import read_parquet_bytes
 from analysis.policy_training import KEY, label
 from dispatcher.core.decisions import Features, site_location
@@ -912,11 +912,8 @@ def _check_sites(path: Path, rows: list[dict[str, Any]], columns: set[str], inde
                                f"to {MAX_ROUND}")
         for k, kind in [(k, kind) for k, kind in SITE_IDS if k not in ("unit", "key", "round")
                         ] + [(n, _KINDS[n]) for n in SITE_FEATURES]:
-            value = s[k]
-            if value is not None and not (
-                    isinstance(value, bool) if kind == "bool" else
-                    type(value) is int if kind == "int" else isinstance(value, str)):
-                raise DatasetError(f"{at}: {k} {shown(value)}: expected "
+            if not _of_kind(s[k], kind):
+                raise DatasetError(f"{at}: {k} {shown(s[k])}: expected "
                                    f"{_KIND_NAMES[kind]} or nothing")
         for k in ("labels_features", "build_features"):
             if s.get(k) is not None and not isinstance(s[k], bool):
@@ -945,6 +942,13 @@ def _check_sites(path: Path, rows: list[dict[str, Any]], columns: set[str], inde
             _check_measurement(at, m, index["version"])
 
 
+def _of_kind(value: Any, kind: str) -> bool:
+    """Whether a stored value is nothing or of ``kind`` (bool, int or str; not a bool for an
+    int)."""
+    return value is None or (isinstance(value, bool) if kind == "bool" else
+                             type(value) is int if kind == "int" else isinstance(value, str))
+
+
 def _check_heuristic_features(at: str, s: Mapping[str, Any]) -> None:
     """A site's ``heuristic_features``: nothing, or every feature, typed, on a site with both
     the labels' features and the build's."""
@@ -958,12 +962,9 @@ def _check_heuristic_features(at: str, s: Mapping[str, Any]) -> None:
         raise DatasetError(f"{at}: heuristic_features on a site without both the labels' "
                            "features and the heuristic build's: expected nothing")
     for n in SITE_FEATURES:
-        kind, value = _KINDS[n], got[n]
-        if value is not None and not (
-                isinstance(value, bool) if kind == "bool" else
-                type(value) is int if kind == "int" else isinstance(value, str)):
-            raise DatasetError(f"{at}: heuristic_features.{n} {shown(value)}: expected "
-                               f"{_KIND_NAMES[kind]} or nothing")
+        if not _of_kind(got[n], _KINDS[n]):
+            raise DatasetError(f"{at}: heuristic_features.{n} {shown(got[n])}: expected "
+                               f"{_KIND_NAMES[_KINDS[n]]} or nothing")
 
 
 def _read_listed(root: Path, rel: str, entry: Mapping[str, Any]) -> bytes:

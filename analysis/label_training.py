@@ -171,13 +171,13 @@ def site_label(rows: Iterable[Mapping[str, Any]], threshold: float,
             if (got := row_label(r, threshold, agreement)) is not None]
     if not told:
         return None
-    references = {_reference(r) for r, _ in told}
+    references = {row_reference(r) for r, _ in told}
     for context in CONTEXTS:
         verdicts = set()
         for action in ACTIONS:
             for reference in references:  # another reference: another comparison
                 replicates = {got for r, got in told if r["context"] == context and
-                              r["action"] == action and _reference(r) == reference}
+                              r["action"] == action and row_reference(r) == reference}
                 if replicates:
                     verdicts.add(replicates.pop() if len(replicates) == 1 else "default")
         decided = verdicts - {"default"}
@@ -188,7 +188,7 @@ def site_label(rows: Iterable[Mapping[str, Any]], threshold: float,
     return "default"
 
 
-def _reference(row: Mapping[str, Any]) -> str:
+def row_reference(row: Mapping[str, Any]) -> str:
     """The reference a row was measured against (a table without the column: heuristic)."""
     value = row.get(REFERENCE_COLUMN)
     return "heuristic" if value is None or _missing(value) else str(value)

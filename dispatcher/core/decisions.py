@@ -328,6 +328,13 @@ class FastHead:
     unmatched_keys: tuple[str, ...]
     end: int
 
+    def dump(self, decisions: tuple[Decision, ...]) -> DecisionDump:
+        """The dump of this head with ``decisions``."""
+        return DecisionDump(unit=self.unit, round=self.round, decisions=decisions,
+                            override_entries=self.override_entries,
+                            overrides_matched=self.overrides_matched,
+                            unmatched_keys=self.unmatched_keys)
+
 
 def fast_head(text: str) -> FastHead | None:
     """The head of ``text`` if it is in the compiler's own layout with a version this reader
@@ -432,10 +439,7 @@ def _fast_dump(text: str, source: str, features: bool) -> DecisionDump | None:
     got = fast_lines(text, head, head.end, len(text), source, features)
     if got is None or not fast_tail(text, got[1]):
         return None
-    return DecisionDump(unit=head.unit, round=head.round, decisions=tuple(got[0]),
-                        override_entries=head.override_entries,
-                        overrides_matched=head.overrides_matched,
-                        unmatched_keys=head.unmatched_keys)
+    return head.dump(tuple(got[0]))
 
 
 def parse_dump(text: str, source: str = "<dump>", features: bool = True) -> DecisionDump:

@@ -84,15 +84,21 @@ class _Parsed:
     def tree(self) -> RoundTree:
         """TreeError if its keys do not form a tree."""
         if self._tree is None:
-            d = self.dump
-            try:
-                tree = None if self.blocks is None else RoundTree(
-                    d.unit, d.round, tuple(n for b in self.blocks for n in b.roots(d.unit,
-                                                                                    d.round)))
-            except TreeError:
-                tree = None  # the whole dump's reading says what is wrong
-            self._tree = round_tree(d) if tree is None else tree
+            tree = self._tree_of_blocks()
+            self._tree = round_tree(self.dump) if tree is None else tree
         return self._tree
+
+    def _tree_of_blocks(self) -> RoundTree | None:
+        """The tree of its blocks' root nodes; None when read whole, or when a block's keys
+        do not form a tree (the whole dump's reading then says what is wrong)."""
+        if self.blocks is None:
+            return None
+        d = self.dump
+        try:
+            return RoundTree(d.unit, d.round,
+                             tuple(n for b in self.blocks for n in b.roots(d.unit, d.round)))
+        except TreeError:
+            return None
 
     @property
     def counts(self) -> tuple[int, int, int]:
@@ -190,12 +196,7 @@ class DumpCache:
                 while len(self._blocks) > self.block_capacity:
                     self._blocks.popitem(last=False)
         blocks = [made[k] if block is None else block for k, block in zip(keys, known)]
-        dump = DecisionDump(unit=head.unit, round=head.round,
-                            decisions=tuple(d for b in blocks for d in b.decisions),
-                            override_entries=head.override_entries,
-                            overrides_matched=head.overrides_matched,
-                            unmatched_keys=head.unmatched_keys)
-        return _Parsed(dump, blocks)
+        return _Parsed(head.dump(tuple(d for b in blocks for d in b.decisions)), blocks)
 
     def _all(self, files: Mapping[str, bytes], where: str) -> list[_Parsed]:
         """The parsed dumps among ``files`` (name -> bytes; other names are left out), sorted
