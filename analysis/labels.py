@@ -18,7 +18,8 @@ from typing import Any
 
 import pandas as pd
 
-from dispatcher.core.decisions import dump_files, feature_rows, read_dumps, site_location
+from dispatcher.core.decisions import feature_rows, site_location
+from dispatcher.core.outputs import read_dumps_in
 from dispatcher.core.rundir import RundirError, SitesRundir
 from dispatcher.core.site_records import (
     REFERENCE_DIR,
@@ -63,7 +64,7 @@ def label_rows(rundir: Path) -> pd.DataFrame:
     reference = reference_name(exp.reference)
     features: dict[tuple[str, int, str], dict[str, Any]] = {}
     if dumps.is_dir():
-        for row in feature_rows(read_dumps(dump_files(dumps))):
+        for row in feature_rows(read_dumps_in(dumps)):
             features[(row["unit"], row["round"], row["key"])] = row
     rows = []
     for e in events:

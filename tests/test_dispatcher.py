@@ -32,12 +32,13 @@ from dispatcher.config import (
 )
 from dispatcher.core.decisions import Override, read_dumps, write_overrides
 from dispatcher.core.jobs import RunJob
+from dispatcher.core.outputs import unpack
 from dispatcher.core.tree import Tree, to_overrides
 from dispatcher.running.local import LocalBackend
 from dispatcher.running.scheduler import Scheduler
 from dispatcher.running.ssh import MAX_CACHE_MB
 from dispatcher.storage.gc import Needs, collect
-from dispatcher.storage.store import Store, unpack
+from dispatcher.storage.store import Store
 from tests.helpers import FIRST_CPU, REPO, cli, invoke, one_line_error, write_config
 
 

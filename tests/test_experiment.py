@@ -14,7 +14,10 @@ import pytest
 import yaml
 
 from dispatcher.config import SearchConfig
+from dispatcher.core.dump_cache import DUMPS
+from dispatcher.core.outputs import OUTPUTS, unpack
 from dispatcher.core.records import (
+    FORMAT_VERSION,
     BaselineEvent,
     CanaryEvent,
     ConfirmEvent,
@@ -24,6 +27,8 @@ from dispatcher.core.records import (
     StepEvent,
 )
 from dispatcher.core.rundir import KILL_HOOK_ENV, Rundir, read_batch_log
+from dispatcher.core.tree import Tree
+from dispatcher.search.chain_core import counts
 from tests.helpers import (
     FIRST_CPU,
     REPO,
@@ -144,7 +149,7 @@ def test_a_resume_runs_with_the_recorded_settings_not_the_configs(compiler, tmp_
     assert Rundir(rundir).baseline() is None
     recorded = Rundir(rundir).experiment
     assert (recorded.version, recorded.timeout, recorded.perf, recorded.aslr, recorded.focus) \
-        == (5, 30, False, False, "uniform")
+        == (FORMAT_VERSION, 30, False, False, "uniform")
     proc = subprocess.Popen(command(edited, "--resume", str(rundir)), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, KILL_HOOK_ENV: "step:2"})
@@ -218,7 +223,15 @@ def test_sa_rundir_contents_and_ctrl_c(compiler, tmp_path):
     assert step is not None
     cand = step.candidates[0]
     d = journal.parent / cand.dir
-    assert (d / "overrides.sexp").is_file() and list(d.glob("*.decisions.sexp"))
+    # Version 6: the candidate keeps the store's pack of its outputs (its dumps in it, no
+    # plain dump beside it) and its proposal as text; its dumps give the decisions recorded.
+    assert rundir.experiment.packs_outputs and not list(d.glob("*.decisions.sexp"))
+    entry = tmp_path / "store" / "compiled" / cand.artifact[:2] / cand.artifact
+    assert (d / OUTPUTS).read_bytes() == (entry / OUTPUTS).read_bytes()
+    kept = unpack(d / OUTPUTS)
+    assert kept["overrides.sexp"] == (d / "overrides.sexp").read_bytes()
+    assert counts(DUMPS.build(kept, str(d))) == cand.decisions
+    assert Tree.from_dir(d) == DUMPS.tree_of_dir(d) and len(Tree.from_dir(d))
     results = rundir.read_measurements(d)
     # Paired with the baseline on one CPU, one run per job, in ABBA rounds.
     shas = [r.sha256 for r in results]

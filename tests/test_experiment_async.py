@@ -108,7 +108,7 @@ def test_an_async_search_judges_each_candidate_once_as_it_lands(compiler, tmp_pa
     experiment = Rundir(rundir).experiment
     assert (experiment.mode, experiment.in_flight, experiment.candidates_per_step) == \
         ("async", 2, 1)  # one slot, one chain: one measured, one compiled ahead
-    assert experiment.version == FORMAT_VERSION == 5
+    assert experiment.version == FORMAT_VERSION == 6
     events = check_journal(rundir, STEPS)
     assert Rundir(rundir).events_of(StartEvent).__next__().mode == "async"
     # Re-measurements follow judged candidates 2, 4, 6 (when the incumbent is not the

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from dispatcher.core import records
+from dispatcher.core.outputs import OUTPUTS
 from dispatcher.core.records import (
     BaselineEvent,
     FinishEvent,
@@ -97,9 +98,9 @@ def _write_experiment(tmp_path: Path, **changes) -> Path:
 
 
 def test_an_unknown_version_or_a_damaged_record_is_one_line_naming_file_and_field(tmp_path):
-    path = _write_experiment(tmp_path, version=6)
-    with pytest.raises(RecordError, match=r"experiment.json: rundir format version 6 is not one "
-                                          r"this tool reads \(1, 2, 3, 4, 5\)$"):
+    path = _write_experiment(tmp_path, version=7)
+    with pytest.raises(RecordError, match=r"experiment.json: rundir format version 7 is not one "
+                                          r"this tool reads \(1, 2, 3, 4, 5, 6\)$"):
         read_experiment(path)
     path = _write_experiment(tmp_path, steps=None)
     with pytest.raises(RecordError, match=r"experiment.json: steps: Field required$"):
@@ -128,7 +129,7 @@ def test_resume_refuses_a_rundir_of_another_version_with_one_line(tmp_path):
     (rundir / "experiment.json").write_text(json.dumps({**data, "version": 9}))
     line = one_line_error(invoke("run_training_experiments", "--resume", str(rundir), cwd=REPO))
     assert line == (f"run_training_experiments: {rundir}/experiment.json: rundir format "
-                    "version 9 is not one this tool reads (1, 2, 3, 4, 5)")
+                    "version 9 is not one this tool reads (1, 2, 3, 4, 5, 6)")
 
 
 # --------------------------------------------------------------------------- the document
@@ -323,6 +324,10 @@ def test_golden_v4_async_resumes_exactly_with_a_fresh_store(compiler, tmp_path):
         assert (rundir / d / "overrides.sexp").read_text() == \
             (V4 / d / "overrides.sexp").read_text() == \
             (V4 / records.proposal_file(n)).read_text()
+        # a rundir keeps the layout of the version it began with: plain dumps, as in V4's
+        assert not (rundir / d / OUTPUTS).exists()
+        assert sorted(p.name for p in (rundir / d).glob("*.decisions.sexp")) == \
+            sorted(p.name for p in (V4 / d).glob("*.decisions.sexp"))
     assert isinstance(events[-1], FinishEvent) and events[-1].reason == "completed"
     (resume,) = [e for e in events if isinstance(e, ResumeEvent)]
     assert resume.from_config == {"timeout": 60, "perf": True, "aslr": False, "focus": "hot"}

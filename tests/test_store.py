@@ -22,10 +22,11 @@ from dispatcher.build.driver import build_benchmark
 from dispatcher.build.manifest import resolve_benchmark
 from dispatcher.build.service import CompileJob, CompileService
 from dispatcher.core.decisions import Override
+from dispatcher.core.outputs import pack, unpack
 from dispatcher.core.records import BaselineEvent, FinishEvent, StepEvent
 from dispatcher.core.rundir import Rundir
 from dispatcher.running.local import install_binary
-from dispatcher.storage.store import Store, StoreError, pack, unpack
+from dispatcher.storage.store import Store, StoreError
 from tests.helpers import kill_after, only_rundir, run_to_end, rundirs_in, search_config, start
 
 REPO = Path(__file__).resolve().parent.parent

@@ -35,13 +35,13 @@ from dispatcher.core.decisions import (
     DUMP_NAME,
     Decision,
     DecisionDump,
-    dump_files,
     fast_blocks,
     fast_head,
     fast_lines,
     fast_tail,
     parse_dump,
 )
+from dispatcher.core.outputs import read_outputs, where
 from dispatcher.core.tree import Node, RoundTree, Tree, TreeError, round_roots, round_tree, tally
 
 #: Dumps kept: a program has tens of them (units x rounds), a chain holds a few trees, and a
@@ -218,9 +218,9 @@ class DumpCache:
         return self.build(files, where).tree
 
     def tree_of_dir(self, directory: Path) -> Tree:
-        """The tree of a directory holding a build's dumps (``Tree.from_dir``'s)."""
-        return self.tree({p.name: p.read_bytes() for p in dump_files(directory)},
-                         str(directory))
+        """The tree of a directory holding a build's dumps, packed or plain
+        (``Tree.from_dir``'s)."""
+        return self.tree(read_outputs(directory), where(directory))
 
 
 DUMPS = DumpCache()

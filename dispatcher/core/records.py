@@ -12,9 +12,11 @@ record what the agent measured but version 1 dropped (``stdout_sha256``, ``stdou
 baseline spent its time, which biases the search's flips, so a resume must see it.  Version 4
 adds the asynchronous search (``Experiment.mode``): ``propose`` events and the
 ``proposals/`` files they name, and the proposal a step judged; and the compiler's identity
-(``Experiment.compiler``), which a resume must match.  Version 5 (this one) records every
-setting of a chain in one record (``SearchSettings``), the run settings and the focus
-included, which earlier versions took from the config of each resume.  Older rundirs are
+(``Experiment.compiler``), which a resume must match.  Version 5 records every setting of a
+chain in one record (``SearchSettings``), the run settings and the focus included, which
+earlier versions took from the config of each resume.  Version 6 (this one) keeps each
+candidate's decision dumps packed (``dispatcher.core.outputs``), and its records as version
+5's; a rundir keeps the layout of the version it began with.  Older rundirs are
 read as they are (missing fields take their defaults: synchronous steps; no profile: every
 site alike, as they were searched; no run settings: the resume's config's, named in its
 ``resume`` event); a newer version is refused.
@@ -28,8 +30,10 @@ from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-FORMAT_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+FORMAT_VERSION = 6
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+#: The first version whose candidate directories keep the compiler's outputs packed
+PACKED_OUTPUTS_VERSION = 6
 
 STEPS_DIR = "steps"
 REMEASURE_DIR = "remeasure"
@@ -323,6 +327,12 @@ class Experiment(SearchSettings):
     # compiler would mix two compilers' binaries in one chain, so it is refused.
     compiler: Optional[str] = None
     later_fields: ClassVar[frozenset[str]] = SearchSettings.later_fields | {"compiler"}
+
+    @property
+    def packs_outputs(self) -> bool:
+        """Whether its candidates' outputs are kept packed (version 6 on): a rundir keeps the
+        layout it began with, so that the tool that began it can still read it."""
+        return self.version >= PACKED_OUTPUTS_VERSION
 
 
 def check_version(version: Any, where: str) -> None:

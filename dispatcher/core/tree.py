@@ -21,8 +21,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple, Protocol, TypeVar
 
-from dispatcher.core.decisions import Decision, DecisionDump, Override, dump_files, read_dumps
+from dispatcher.core.decisions import Decision, DecisionDump, Override
 from dispatcher.core.lazy import cached
+from dispatcher.core.outputs import read_dumps_in
 
 T = TypeVar("T")
 
@@ -205,8 +206,9 @@ class Tree:
 
     @staticmethod
     def from_dir(directory: Path | str) -> Tree:
-        """The tree of a build directory holding ``*.decisions.sexp`` files."""
-        return from_dumps(read_dumps(dump_files(directory)))
+        """The tree of a build directory holding its dumps (packed, or ``*.decisions.sexp``
+        files)."""
+        return from_dumps(read_dumps_in(Path(directory)))
 
     # ---- access
     def part(self, unit: str, round: int) -> RoundTree | None:

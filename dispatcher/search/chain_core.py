@@ -193,12 +193,15 @@ class ChainCore:
 
     def save_candidate(self, d: Path, compiled: CompileResult,
                        results: list[RunResult] | Comparison) -> Build:
-        """A compiled candidate's dumps, overrides.sexp (uncompressed) and measurements into
-        its dir -> what the compiler really did (its counts; its tree when asked for), read
-        from the dumps in hand (each parsed once per content: ``dump_cache``), not back from
-        the files."""
+        """A compiled candidate's outputs (the store's pack of its dumps; plain files in a
+        rundir begun before version 6), overrides.sexp and measurements into its dir -> what
+        the compiler really did (its counts; its tree when asked for), read from the dumps in
+        hand (each parsed once per content: ``dump_cache``), not back from the files."""
         outputs = compiled.artifact.outputs()
-        compiled.artifact.export(d, outputs)
+        if self.rundir.experiment.packs_outputs:
+            compiled.artifact.keep_packed(d, outputs)
+        else:
+            compiled.artifact.export(d, outputs)
         self.rundir.write_measurements(d, results)
         return DUMPS.build(outputs, str(d))
 

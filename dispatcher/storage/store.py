@@ -45,16 +45,13 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import gzip
 import hashlib
-import io
 import json
 import os
 import shutil
 import tarfile
 import tempfile
 import threading
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -62,12 +59,10 @@ from pathlib import Path
 from dispatcher.core.decisions import DUMP_NAME, DecisionDump, parse_dump
 from dispatcher.core.files import sha256_file, write_json_atomic
 from dispatcher.core.jobs import RunJob
+from dispatcher.core.outputs import COMPILER_OUTPUT, OUTPUTS, OVERRIDES, is_output, pack, unpack
 from dispatcher.core.records import RunResult
 
-OUTPUTS = "outputs.tar.gz"  # a compiled entry's text outputs
 UNIT_FILES = "files.tar.gz"  # a unit entry's files
-OVERRIDES = "overrides.sexp"
-COMPILER_OUTPUT = "compiler-output.txt"
 LOCK = "lock"
 USERS = "users"
 AREAS = ("compiled", "units", "measurements", "comparisons", "worker-cache", "failures", USERS)
@@ -126,45 +121,6 @@ def binary_key(sha256: str, args: tuple[str, ...], worker_class: str,
     return _hash({"binary": sha256, "args": list(args), "worker_class": worker_class})
 
 
-#: gzip's level for packed entries.  The master packs every candidate's dumps: level 3 takes
-#: less than half the CPU of level 6 (4 ms against 9 for 770 KB of dumps) for a pack 40%
-#: larger (the dumps still compress about 18 times).
-PACK_LEVEL = 3
-
-
-def pack(path: Path, files: dict[str, bytes]) -> None:
-    """Write ``files`` (name -> content) as one gzip'd tar (made in memory, then compressed
-    whole: faster than tarfile's stream)."""
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w") as tar:
-        for name, data in sorted(files.items()):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = 0o644
-            tar.addfile(info, io.BytesIO(data))
-    path.write_bytes(gzip.compress(raw.getvalue(), compresslevel=PACK_LEVEL, mtime=0))
-
-
-def unpack(path: Path) -> dict[str, bytes]:
-    """name -> content of the plain files in a gzip'd tar written by ``pack`` (decompressed
-    whole, then read: faster than tarfile's stream); tarfile.ReadError if it is not one."""
-    try:
-        raw = gzip.decompress(path.read_bytes())
-    except (gzip.BadGzipFile, zlib.error, EOFError) as exc:
-        raise tarfile.ReadError(f"{path}: {exc}") from None
-    out = {}
-    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
-        for member in tar.getmembers():
-            f = tar.extractfile(member) if member.isfile() and "/" not in member.name else None
-            if f is not None:
-                out[member.name] = f.read()
-    return out
-
-
-def _is_output(name: str) -> bool:
-    return name in (OVERRIDES, COMPILER_OUTPUT) or DUMP_NAME.match(name) is not None
-
-
 @dataclass(frozen=True)
 class Artifact:
     """A compiled candidate as stored."""
@@ -191,7 +147,7 @@ class Artifact:
         packed = self.directory / OUTPUTS
         if packed.exists():
             return unpack(packed)
-        return {p.name: p.read_bytes() for p in self.directory.iterdir() if _is_output(p.name)}
+        return {p.name: p.read_bytes() for p in self.directory.iterdir() if is_output(p.name)}
 
     def decision_texts(self) -> dict[str, str]:
         """Dump file name -> text, sorted by name."""
@@ -213,9 +169,28 @@ class Artifact:
     def compiler_output(self) -> str:
         return self.outputs().get(COMPILER_OUTPUT, b"").decode()
 
+    def keep_packed(self, dest: Path, outputs: Mapping[str, bytes] | None = None
+                    ) -> list[Path]:
+        """Copy its packed outputs, and its overrides.sexp uncompressed (a resume and a reader
+        of the rundir want the proposal as text), into ``dest`` (what a search's rundir keeps
+        of a candidate) -> the files written.  The copy is the store's own pack: no
+        compression more (an entry of an earlier version, without one, is packed here).
+        ``outputs``: its ``outputs()``, when the caller has read them already."""
+        outputs = self.outputs() if outputs is None else outputs
+        try:
+            shutil.copyfile(self.directory / OUTPUTS, dest / OUTPUTS)
+        except FileNotFoundError:
+            pack(dest / OUTPUTS, dict(outputs))
+        written = [dest / OUTPUTS]
+        if OVERRIDES in outputs:
+            (dest / OVERRIDES).write_bytes(outputs[OVERRIDES])
+            written.append(dest / OVERRIDES)
+        return written
+
     def export(self, dest: Path, outputs: dict[str, bytes] | None = None) -> list[Path]:
         """Write its decision dumps and overrides.sexp, uncompressed, into ``dest`` (what a
-        rundir keeps of a candidate) -> the files written.  ``outputs``: its ``outputs()``,
+        labels rundir keeps of a build, and a search's rundir begun before version 6 of a
+        candidate) -> the files written.  ``outputs``: its ``outputs()``,
         when the caller has read them already."""
         written = []
         for name, data in sorted((self.outputs() if outputs is None else outputs).items()):
@@ -424,7 +399,7 @@ class Store:
         compiler-output.txt) as entry ``key``: the text outputs packed, then a rename.  An
         entry already there is kept if it is whole, replaced if its binary was dropped."""
         try:
-            outputs = {p.name: p.read_bytes() for p in staging.iterdir() if _is_output(p.name)}
+            outputs = {p.name: p.read_bytes() for p in staging.iterdir() if is_output(p.name)}
             pack(staging / OUTPUTS, outputs)
             for name in outputs:
                 (staging / name).unlink()
@@ -462,7 +437,7 @@ class Store:
         """Pack the plain outputs of an entry written before compression, as
         ``commit_artifact`` packs them now (a crash midway leaves both: the pack is read)."""
         d = self._artifact_dir(key)
-        plain = {p.name: p for p in d.iterdir() if _is_output(p.name)}
+        plain = {p.name: p for p in d.iterdir() if is_output(p.name)}
         if not plain:
             return
         if not (d / OUTPUTS).exists():
