@@ -67,6 +67,7 @@ from dispatcher.build.remote import (
 from dispatcher.build.toolchain import Compiler
 from dispatcher.core.decisions import DUMP_NAME, Override, canonical_lines, overrides_file
 from dispatcher.core.lazy import cached
+from dispatcher.core.outputs import COMPILER_OUTPUT, OVERRIDES
 from dispatcher.storage.store import (
     Artifact,
     CompileFailure,
@@ -512,8 +513,6 @@ class CompileService:
         except OSError as exc:
             raise store_error(exc, f"{job.benchmark.name}: cannot compile in the store") from None
         try:
-            if job.overrides:
-                (staging / "overrides.sexp").write_text(job.canonical_overrides)
             # Each unit gets its own entries only, so its cache key does not change when
             # another unit's overrides do.
             per_unit = staging / "unit-overrides"
@@ -539,14 +538,16 @@ class CompileService:
                 raise CompileError(policy_named(str(exc), job), policy_named(exc.output, job)
                                    ) from None
             check_override_rounds(job, result.decision_files, result.compiler_output)
-            # Keep what analysis needs, not the object files.
+            # Keep what analysis needs, not the object files: the text outputs read once,
+            # packed by the store (never written out plain again).
+            outputs = {dump.name: dump.read_bytes() for dump in result.decision_files}
+            outputs[COMPILER_OUTPUT] = result.compiler_output.encode()
+            if job.overrides:
+                outputs[OVERRIDES] = job.canonical_overrides.encode()
             result.binary.rename(staging / "binary")
-            for dump in result.decision_files:
-                dump.rename(staging / dump.name)
-            (staging / "compiler-output.txt").write_text(result.compiler_output)
             shutil.rmtree(build)
             shutil.rmtree(per_unit)
-            artifact = self.store.commit_artifact(key, staging, {
+            artifact = self.store.commit_artifact(key, staging, outputs, {
                 "benchmark": job.benchmark.name, "flags": list(job.effective_flags),
                 "compiler": self.toolchain.identity,
                 "source_hash": source_hash,

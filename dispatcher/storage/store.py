@@ -394,15 +394,14 @@ class Store:
         """A private directory to build in; ``commit_artifact`` publishes it."""
         return _staging(self.compiled, key)
 
-    def commit_artifact(self, key: str, staging: Path, meta: dict) -> Artifact:
-        """Publish ``staging`` (the binary, the decision dumps, overrides.sexp if any and
-        compiler-output.txt) as entry ``key``: the text outputs packed, then a rename.  An
-        entry already there is kept if it is whole, replaced if its binary was dropped."""
+    def commit_artifact(self, key: str, staging: Path, outputs: dict[str, bytes],
+                        meta: dict) -> Artifact:
+        """Publish ``staging`` (holding the binary) as entry ``key``, with ``outputs`` (its
+        decision dumps, overrides.sexp if any and compiler-output.txt, name -> content, read
+        once where the build left them) packed beside it, then a rename.  An entry already
+        there is kept if it is whole, replaced if its binary was dropped."""
         try:
-            outputs = {p.name: p.read_bytes() for p in staging.iterdir() if is_output(p.name)}
             pack(staging / OUTPUTS, outputs)
-            for name in outputs:
-                (staging / name).unlink()
             meta = {**meta, "sha256": sha256_file(staging / "binary")}
             write_json_atomic(staging / "meta.json", meta)
         except OSError as exc:
