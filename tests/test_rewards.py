@@ -172,7 +172,7 @@ def test_bad_inputs_are_one_line(tmp_path):
     r = _cli("assign-rewards", str(rundir), cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.strip() == (
         f"assign-rewards: {rundir}/experiment.json: rundir format version 9 is not one this "
-        "tool reads (1, 2, 3, 4, 5)")
+        "tool reads (1, 2, 3, 4, 5, 6)")
     # a benchmark with a single measured tree: nothing to fit, said in one line
     one = tmp_path / "one"
     shutil.copytree(GOLDEN / "rundir-v2", one)
