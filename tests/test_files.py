@@ -112,3 +112,35 @@ def test_plot_failure_keeps_the_old_plot(tmp_path, monkeypatch):
         plots.plot_experiment(rundir)
     assert (rundir / "plot.png").read_bytes() == b"old plot"
     assert listing(rundir) == ["plot.png"]
+
+
+def test_run_records_are_written_a_record_a_line_and_read_as_they_were():
+    """records_json (the files of runs) and json_text_with (a head around runs serialised
+    once): the same values as json_text's, a record on each line, nested runs indented."""
+    import json
+
+    from dispatcher.core.comparison import Comparison
+    from dispatcher.core.files import json_text, json_text_with, records_json
+    from dispatcher.core.records import RunResult
+
+    assert records_json([]) == "[]" and json.loads(records_json([])) == []
+    runs = [{"b": [1, 2.5, None], "a": {"z": "x\ny", "y": float("1e-5")}}, {"c": True}]
+    text = records_json(runs)
+    assert json.loads(text) == runs
+    assert text.splitlines() == ["[", json.dumps(runs[0], sort_keys=True) + ",",
+                                 json.dumps(runs[1], sort_keys=True), "]"]
+    head = {"worker": "local/cpu1", "results_": 3}
+    whole = json_text_with(head, "results", text)
+    assert json.loads(whole) == {**head, "results": runs}
+    assert json_text_with(head, "results", "[]") == json_text({**head, "results": []})
+    # a stored comparison reads back as it was; its runs are the rundir's measurements.json
+    result = RunResult.model_validate({
+        "sha256": "0" * 64, "args": ["1"], "worker": "local/cpu1", "worker_class": "local",
+        "cpu": 1, "records": [{"wall_ns": 5, "user_s": 0.1, "sys_s": 0.0, "maxrss_kb": 9,
+                               "gc": {"minor_collections": 3}, "counts": {"Ir": 7}}]})
+    c = Comparison(worker="local/cpu1", reference_times=[1.0], candidate_times=[0.9],
+                   results=[result, result], stopped="target", metric="cycles")
+    assert json.loads(c.text()) == c.to_json()
+    assert Comparison.from_json(json.loads(c.text())) == c
+    assert json.loads(c.results_text) == c.to_json()["results"]
+    assert len(c.results_text.splitlines()) == 4

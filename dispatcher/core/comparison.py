@@ -6,10 +6,9 @@ running layer.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
-from dispatcher.core.files import json_text, nested_json
+from dispatcher.core.files import json_text_with, records_json
 from dispatcher.core.lazy import cached
 from dispatcher.core.records import RunResult, results_to_json
 from dispatcher.core.stats import paired_speedup_ci
@@ -79,15 +78,14 @@ class Comparison:
 
     @cached
     def results_text(self) -> str:
-        """Its runs as a measurements.json holds them (``json_text``), serialised once: the
-        stored comparison holds the same list (``text``)."""
-        return json_text(results_to_json(self.results))
+        """Its runs as a measurements.json holds them (``records_json``), serialised once:
+        the stored comparison holds the same list (``text``)."""
+        return records_json(results_to_json(self.results))
 
     def text(self) -> str:
-        """``json_text(self.to_json())``, its runs (most of it) not serialised again."""
-        head = json_text({**self.to_json_head(), "results": _RUNS})
-        assert head.count(_RUNS_JSON) == 1
-        return head.replace(_RUNS_JSON, nested_json(self.results_text))
+        """The stored comparison: ``to_json()`` as JSON, its runs (most of it) as
+        ``results_text``, not serialised again."""
+        return json_text_with(self.to_json_head(), "results", self.results_text)
 
     def to_json_head(self) -> dict:
         """``to_json()`` but its runs."""
@@ -105,11 +103,6 @@ class Comparison:
                    failed=data["failed"], dropped=data["dropped"],
                    min_pairs=data.get("min_pairs", 0), metric=data.get("metric", "time"),
                    results=[RunResult.model_validate(r) for r in data["results"]])
-
-
-# Where ``Comparison.text`` puts its runs' text: a string no field of it holds.
-_RUNS = "\0runs"
-_RUNS_JSON = json.dumps(_RUNS)
 
 
 def share_range(results: list[RunResult]) -> str:

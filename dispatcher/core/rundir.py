@@ -55,6 +55,7 @@ from dispatcher.core.files import (
     append_json_lines,
     current_umask,
     json_text,
+    records_json,
     write_json_atomic,
     write_text_atomic,
 )
@@ -673,7 +674,7 @@ class Rundir:
         directory.mkdir(parents=True, exist_ok=True)
         if isinstance(results, Comparison):
             return write_text_atomic(directory / MEASUREMENTS, results.results_text)
-        return write_json_atomic(directory / MEASUREMENTS, results_to_json(results))
+        return write_text_atomic(directory / MEASUREMENTS, records_json(results_to_json(results)))
 
     @staticmethod
     def read_measurements(directory: Path) -> list[RunResult]:

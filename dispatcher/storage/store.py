@@ -57,7 +57,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dispatcher.core.decisions import DUMP_NAME, DecisionDump, parse_dump
-from dispatcher.core.files import sha256_file, write_json_atomic
+from dispatcher.core.files import (
+    json_text_with,
+    records_json,
+    sha256_file,
+    write_json_atomic,
+    write_text_atomic,
+)
 from dispatcher.core.jobs import RunJob
 from dispatcher.core.outputs import COMPILER_OUTPUT, OUTPUTS, OVERRIDES, is_output, pack, unpack
 from dispatcher.core.records import RunResult
@@ -597,9 +603,9 @@ class Store:
         with self._locks[hash(path.name) % _LOCK_STRIPES]:
             existing = _read_results(path)
             try:
-                write_json_atomic(path, {"job": job.measurement_identity(),
-                                         "worker_class": result.worker_class,
-                                         "results": [r.to_json() for r in [*existing, result]]})
+                write_text_atomic(path, json_text_with(
+                    {"job": job.measurement_identity(), "worker_class": result.worker_class},
+                    "results", records_json([r.to_json() for r in [*existing, result]])))
             except OSError as exc:
                 raise store_error(exc, "cannot store a measurement") from None
 
