@@ -226,3 +226,29 @@ def test_a_dump_that_differs_in_one_block_parses_that_block_alone():
             parse_dump(stray, "e", features=False)
         with pytest.raises(DecisionFileError, match=re.escape(str(whole.value))):
             cache._parsed(stray.encode(), "e")  # noqa: SLF001
+
+
+def test_a_build_directory_is_read_packed_or_plain_and_a_damaged_pack_is_one_line(tmp_path):
+    """A search rundir's candidate (format 6) keeps its outputs packed, one of an earlier
+    version keeps them plain: both readers give the same tree; a pack that is not one, or a
+    dump in it that is not one, is an error naming the pack (and the dump)."""
+    from dispatcher.core.outputs import OUTPUTS, pack, read_dumps_in
+
+    golden = TESTS / "golden" / "rundir-v4" / "steps" / "00001" / "c0"
+    files = {p.name: p.read_bytes() for p in golden.iterdir()
+             if p.name.endswith((".decisions.sexp", "overrides.sexp"))}
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    pack(packed / OUTPUTS, files)
+    whole = Tree.from_dir(golden)
+    assert len(whole) and Tree.from_dir(packed) == whole
+    assert DumpCache().tree_of_dir(packed) == whole == DumpCache().tree_of_dir(golden)
+    assert [d.unit for d in read_dumps_in(packed)] == [d.unit for d in read_dumps_in(golden)]
+    (packed / OUTPUTS).write_bytes(b"not a pack")
+    for read in (Tree.from_dir, DumpCache().tree_of_dir):
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(packed / OUTPUTS))}: not a "
+                                             r"gzip'd tar of a build's outputs \(.*\)$"):
+            read(packed)
+    pack(packed / OUTPUTS, {**files, "main.0.decisions.sexp": b"(oops"})
+    with pytest.raises(DecisionFileError, match=re.escape(f"{packed / OUTPUTS}/main.0.")):
+        Tree.from_dir(packed)

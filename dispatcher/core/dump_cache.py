@@ -41,7 +41,7 @@ from dispatcher.core.decisions import (
     fast_tail,
     parse_dump,
 )
-from dispatcher.core.outputs import read_outputs, where
+from dispatcher.core.outputs import place, read_outputs
 from dispatcher.core.tree import Node, RoundTree, Tree, TreeError, round_roots, round_tree, tally
 
 #: Dumps kept: a program has tens of them (units x rounds), a chain holds a few trees, and a
@@ -220,7 +220,7 @@ class DumpCache:
     def tree_of_dir(self, directory: Path) -> Tree:
         """The tree of a directory holding a build's dumps, packed or plain
         (``Tree.from_dir``'s)."""
-        return self.tree(read_outputs(directory), where(directory))
+        return self.tree(read_outputs(directory), place(directory))
 
 
 DUMPS = DumpCache()

@@ -76,7 +76,7 @@ def read_outputs(directory: Path) -> dict[str, bytes]:
                          f"({' '.join(str(exc).split())[:200]})") from None
 
 
-def where(directory: Path) -> str:
+def place(directory: Path) -> str:
     """What to name, in an error, the place a directory's outputs are read from: its pack,
     or the directory of plain files."""
     return str(directory / OUTPUTS) if (directory / OUTPUTS).exists() else str(directory)
@@ -85,6 +85,6 @@ def where(directory: Path) -> str:
 def read_dumps_in(directory: Path) -> list[DecisionDump]:
     """The decision dumps a directory keeps (packed or plain), sorted by (unit, round)."""
     files = read_outputs(directory)
-    at = where(directory)
+    at = place(directory)
     return sorted((parse_dump(data.decode(), f"{at}/{name}") for name, data in files.items()
                    if DUMP_NAME.match(name)), key=lambda d: (d.unit, d.round))
