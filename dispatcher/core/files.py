@@ -126,15 +126,15 @@ def records_json(items: Sequence[Any]) -> str:
 
 
 _SERIALISED = "\0serialised"  # a string no field of ours holds
+_SERIALISED_JSON = json.dumps(_SERIALISED)
 
 
 def json_text_with(data: Mapping[str, Any], key: str, text: str) -> str:
     """``json_text`` of ``data`` with ``key``'s value the JSON ``text`` already serialised
     (``records_json``'s, say), indented as it reads there, not serialised again."""
     head = json_text({**data, key: _SERIALISED})
-    placeholder = json.dumps(_SERIALISED)
-    assert head.count(placeholder) == 1
-    return head.replace(placeholder, text.replace("\n", "\n "))
+    assert head.count(_SERIALISED_JSON) == 1
+    return head.replace(_SERIALISED_JSON, text.replace("\n", "\n "))
 
 
 def write_json_atomic(path: Path, data: Any) -> Path:

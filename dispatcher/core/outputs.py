@@ -14,6 +14,7 @@ import gzip
 import io
 import tarfile
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 
 from dispatcher.core.decisions import DUMP_NAME, DecisionDump, parse_dump
@@ -33,7 +34,7 @@ def is_output(name: str) -> bool:
     return name in (OVERRIDES, COMPILER_OUTPUT) or DUMP_NAME.match(name) is not None
 
 
-def pack(path: Path, files: dict[str, bytes]) -> None:
+def pack(path: Path, files: Mapping[str, bytes]) -> None:
     """Write ``files`` (name -> content) as one gzip'd tar (made in memory, then compressed
     whole: faster than tarfile's stream)."""
     raw = io.BytesIO()

@@ -65,7 +65,15 @@ from dispatcher.core.files import (
     write_text_atomic,
 )
 from dispatcher.core.jobs import RunJob
-from dispatcher.core.outputs import COMPILER_OUTPUT, OUTPUTS, OVERRIDES, is_output, pack, unpack
+from dispatcher.core.outputs import (
+    COMPILER_OUTPUT,
+    OUTPUTS,
+    OVERRIDES,
+    is_output,
+    pack,
+    read_outputs,
+    unpack,
+)
 from dispatcher.core.records import RunResult
 
 UNIT_FILES = "files.tar.gz"  # a unit entry's files
@@ -147,13 +155,9 @@ class Artifact:
 
     def outputs(self) -> dict[str, bytes]:
         """name -> content of its decision dumps, overrides.sexp (if any) and compiler
-        output, from the packed file or (an entry of an earlier version) the plain files."""
-        if self.packed is not None:
-            return dict(self.packed)
-        packed = self.directory / OUTPUTS
-        if packed.exists():
-            return unpack(packed)
-        return {p.name: p.read_bytes() for p in self.directory.iterdir() if is_output(p.name)}
+        output, from the packed file or (an entry of an earlier version) the plain files
+        (``read_outputs``: a damaged pack is a ValueError naming it)."""
+        return dict(self.packed) if self.packed is not None else read_outputs(self.directory)
 
     def decision_texts(self) -> dict[str, str]:
         """Dump file name -> text, sorted by name."""
@@ -186,7 +190,7 @@ class Artifact:
         try:
             shutil.copyfile(self.directory / OUTPUTS, dest / OUTPUTS)
         except FileNotFoundError:
-            pack(dest / OUTPUTS, dict(outputs))
+            pack(dest / OUTPUTS, outputs)
         written = [dest / OUTPUTS]
         if OVERRIDES in outputs:
             (dest / OVERRIDES).write_bytes(outputs[OVERRIDES])
