@@ -146,7 +146,7 @@ def calibrate(compiler: CompileService, benches: Sequence[Benchmark], size: str,
             seconds = None
             for _ in range(TRIES):
                 candidate, _how = propose(tree, rng)
-                result = compiler.compile(CompileJob(bench, tuple(to_overrides(candidate))))
+                result = compiler.compile(CompileJob(bench, to_overrides(candidate)))
                 if not result.cached:
                     seconds = result.seconds
                     break

@@ -252,3 +252,33 @@ def test_a_build_directory_is_read_packed_or_plain_and_a_damaged_pack_is_one_lin
     pack(packed / OUTPUTS, {**files, "main.0.decisions.sexp": b"(oops"})
     with pytest.raises(DecisionFileError, match=re.escape(f"{packed / OUTPUTS}/main.0.")):
         Tree.from_dir(packed)
+
+
+def test_a_pack_is_the_tar_tarfile_writes_and_tar_reads_it(tmp_path):
+    """``pack`` lays the tar out itself (headers by ``TarInfo.tobuf``): the bytes
+    ``tarfile``'s own writer gives for the same members, a long name and a non-ASCII one
+    included, which ``tar(1)`` lists and extracts as they were."""
+    import gzip
+    import io
+    import shutil
+    import subprocess
+    import tarfile
+
+    from dispatcher.core.outputs import OUTPUTS, pack, unpack
+
+    files = {"main.0.decisions.sexp": b"(a)\n" * 1000, "compiler-output.txt": b"",
+             "m" * 120 + ".1.decisions.sexp": b"x" * 513, "\u00e9t\u00e9.0.decisions.sexp": b"y"}
+    pack(tmp_path / OUTPUTS, files)
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for name, data in sorted(files.items()):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    assert gzip.decompress((tmp_path / OUTPUTS).read_bytes()) == raw.getvalue()
+    assert unpack(tmp_path / OUTPUTS) == files
+    if shutil.which("tar"):
+        out = tmp_path / "out"
+        out.mkdir()
+        subprocess.run(["tar", "-xzf", str(tmp_path / OUTPUTS), "-C", str(out)], check=True)
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == files

@@ -31,12 +31,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import operator
 import os
 import queue
 import shutil
 import tempfile
 import threading
 import time
+from bisect import bisect_right
 from collections.abc import Iterator
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -128,6 +130,22 @@ class CompileJob:
         return self.benchmark.source_hash()
 
     @cached
+    def _keys(self) -> dict[str, str]:
+        return {}
+
+    def compile_key(self, compiler_identity: str) -> str:
+        """The store's key of this job with the compiler ``compiler_identity``, made once per
+        job and compiler: a search asks for it as it launches a proposal, and again as the
+        compile service takes the job (hashing the overrides' text, tens of kilobytes)."""
+        key = self._keys.get(compiler_identity)
+        if key is None:
+            key = self._keys[compiler_identity] = compile_key(
+                compiler_identity, self.source_hash, self.effective_flags,
+                self.canonical_overrides,
+                self.policy.identity() if self.policy is not None else None)
+        return key
+
+    @cached
     def _canonical(self) -> tuple[tuple[Override, ...], tuple[str, ...]]:
         return canonical_lines(self.overrides)
 
@@ -140,10 +158,15 @@ class CompileJob:
     def unit_overrides(self) -> dict[str, str]:
         """Each unit's own overrides as a file (``overrides_text`` of its entries alone),
         by unit: the lines of the canonical text, which keeps a unit's entries together."""
-        lines: dict[str, list[str]] = {}
-        for o, line in zip(*self._canonical):
-            lines.setdefault(o.unit, []).append(line)
-        return {unit: overrides_file(own) for unit, own in lines.items()}
+        overrides, lines = self._canonical
+        units = list(map(_UNIT, overrides))  # sorted: a unit's lines are one slice
+        out: dict[str, str] = {}
+        start = 0
+        for unit in dict.fromkeys(units):
+            end = bisect_right(units, unit, start)
+            out[unit] = overrides_file(lines[start:end])
+            start = end
+        return out
 
 
 @dataclass(frozen=True)
@@ -179,6 +202,9 @@ def _full_disk(output: str) -> bool:
     return any(text in output for text in _DISK_ERRORS)
 
 
+_UNIT = operator.attrgetter("unit")
+_UNIT_ROUND = operator.attrgetter("unit", "round")
+
 _KEPT_OUTPUT = 200_000  # characters of a failed build's output kept with its failure
 
 
@@ -203,6 +229,8 @@ def check_override_units(job: CompileJob) -> None:
     given only its own entries, so any other would be dropped)."""
     units = [u.module for u in job.benchmark.units() if u.is_impl]
     known = set(units)
+    if known.issuperset(map(_UNIT, job.overrides)):
+        return
     for i, o in enumerate(job.overrides):
         if o.unit not in known:
             same = [u for u in units if u.lower() == o.unit.lower()]
@@ -220,6 +248,9 @@ def check_override_rounds(job: CompileJob, decision_files: list[Path], output: s
         m = DUMP_NAME.match(f.name)
         if m and m["prefix"] in stems:
             ran.setdefault(stems[m["prefix"]], set()).add(int(m["round"]))
+    ran_pairs = {(unit, r) for unit, rounds in ran.items() for r in rounds}
+    if ran_pairs.issuperset(map(_UNIT_ROUND, job.overrides)):
+        return
     for i, o in enumerate(job.overrides):
         rounds = ran.get(o.unit, set())
         if o.round not in rounds:
@@ -375,16 +406,14 @@ class CompileService:
         self._builder = builder
         old.shutdown(wait=False)
 
-    def key(self, job: CompileJob, source_hash: str | None = None) -> str:
-        return compile_key(self.toolchain.identity, source_hash or job.source_hash,
-                           job.effective_flags, job.canonical_overrides,
-                           job.policy.identity() if job.policy is not None else None)
+    def key(self, job: CompileJob) -> str:
+        return job.compile_key(self.toolchain.identity)
 
     def submit(self, job: CompileJob) -> Future[CompileResult]:
         """Compile ``job`` (or find it stored); the calling thread holds the result's binary
         until it ``release``s it."""
         source_hash = job.source_hash  # reads every source file: once per job
-        key = self.key(job, source_hash)
+        key = self.key(job)
         with self._lock:
             self._apply_ended()
             self._hold(key)

@@ -548,13 +548,24 @@ def _quote(s: str) -> str:
 
 #: ``Override``'s own order, as a tuple: several times faster to sort by than its comparisons.
 _OVERRIDE_ORDER = operator.attrgetter("unit", "round", "key", "action")
+_LINE = operator.attrgetter("line")
+
+
+class SortedOverrides(tuple):
+    """Overrides in the canonical order (unit, round, key) with one per site, as
+    ``tree.to_overrides`` makes them: ``canonical_lines`` takes them as they are, neither
+    sorted nor checked again.  Made only where that order is guaranteed."""
+
+    __slots__ = ()
 
 
 def canonical_lines(overrides: Iterable[Override]) -> tuple[tuple[Override, ...],
                                                           tuple[str, ...]]:
     """The overrides sorted and de-duplicated, and each one's line of the canonical text;
-    ValueError for two actions at one site.  Overrides already in that order (``to_overrides``
-    gives them so) are only checked, not sorted again."""
+    ValueError for two actions at one site.  Overrides already in that order are only
+    checked, not sorted again; ``SortedOverrides`` not even checked."""
+    if isinstance(overrides, SortedOverrides):
+        return overrides, tuple(map(_LINE, overrides))
     items = list(overrides)
     order = list(map(_OVERRIDE_ORDER, items))
     if all(a < b for a, b in zip(order, order[1:])):  # sorted, no two equal
@@ -565,7 +576,7 @@ def canonical_lines(overrides: Iterable[Override]) -> tuple[tuple[Override, ...]
         if (prev.unit, prev.round, prev.key) == (o.unit, o.round, o.key):
             raise ValueError(f"conflicting overrides for {o.key!r} in {o.unit} round "
                              f"{o.round}: {prev.action} and {o.action}")
-    return tuple(unique), tuple(o.line for o in unique)
+    return tuple(unique), tuple(map(_LINE, unique))
 
 
 def overrides_file(lines: Iterable[str]) -> str:

@@ -35,16 +35,21 @@ def is_output(name: str) -> bool:
 
 
 def pack(path: Path, files: Mapping[str, bytes]) -> None:
-    """Write ``files`` (name -> content) as one gzip'd tar (made in memory, then compressed
-    whole: faster than tarfile's stream)."""
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w") as tar:
-        for name, data in sorted(files.items()):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = 0o644
-            tar.addfile(info, io.BytesIO(data))
-    path.write_bytes(gzip.compress(raw.getvalue(), compresslevel=PACK_LEVEL, mtime=0))
+    """Write ``files`` (name -> content) as one gzip'd tar, made in memory and compressed
+    whole: each member's header (``TarInfo.tobuf``, the format ``tarfile`` writes by
+    default), its bytes and their padding to a block, then the two empty blocks that end an
+    archive and the padding to a record; the very bytes ``tarfile.open(mode="w")`` writes,
+    without copying each member through a file object."""
+    chunks = []
+    for name, data in sorted(files.items()):
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        info.mode = 0o644
+        chunks += (info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"), data,
+                   bytes(-len(data) % tarfile.BLOCKSIZE))
+    chunks.append(bytes(2 * tarfile.BLOCKSIZE))
+    chunks.append(bytes(-sum(map(len, chunks)) % tarfile.RECORDSIZE))
+    path.write_bytes(gzip.compress(b"".join(chunks), compresslevel=PACK_LEVEL, mtime=0))
 
 
 def unpack(path: Path) -> dict[str, bytes]:

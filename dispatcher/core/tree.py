@@ -14,6 +14,7 @@ inlined body are decided by the compiler, so the next state of a search is alway
 """
 from __future__ import annotations
 
+import operator
 import random
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -21,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple, Protocol, TypeVar
 
-from dispatcher.core.decisions import Decision, DecisionDump, Override
+from dispatcher.core.decisions import Decision, DecisionDump, Override, SortedOverrides
 from dispatcher.core.lazy import cached
 from dispatcher.core.outputs import read_dumps_in
 
@@ -107,6 +108,13 @@ class Node:
         yield self
         for c in self.children:
             yield from c.walk()
+
+    @cached
+    def pins_memo(self) -> dict[tuple[str, int, int, tuple[int, ...]],
+                                tuple[tuple[RoundTree, ...], tuple[Override, ...]]]:
+        """``_unit_pins``' pins of this root-level node, by (unit, round, last round, ids
+        of the unit's later round trees: held in the entry, so their ids stay theirs)."""
+        return {}
 
 
 @dataclass(frozen=True)
@@ -433,7 +441,7 @@ def to_dumps(tree: Tree) -> list[DecisionDump]:
 # --------------------------------------------------------------------------- overrides
 
 
-def to_overrides(tree: Tree, rounds: int | None = None) -> list[Override]:
+def to_overrides(tree: Tree, rounds: int | None = None) -> SortedOverrides:
     """Pins that ask the compiler for exactly this tree: every call node with its action.
 
     Under -O3 every round re-decides the call sites that survived the earlier ones, with the same
@@ -442,7 +450,7 @@ def to_overrides(tree: Tree, rounds: int | None = None) -> list[Override]:
     node speaks for the site (its action, carried on if it is dont_inline).  R is ``rounds``
     when given, else the number of rounds the tree has for the unit (highest round + 1).
     Prevented nodes are pinned as what happened (their action), so the pin is honoured.
-    Sorted, one pin per (unit, round, key).
+    Sorted, one pin per (unit, round, key): ``SortedOverrides``.
     """
     by_unit: dict[str, list[RoundTree]] = {}
     for part in tree.parts:  # sorted by (unit, round): so are the units' pins, one after another
@@ -459,29 +467,57 @@ def to_overrides(tree: Tree, rounds: int | None = None) -> list[Override]:
         if hit is None or any(a is not b for a, b in zip(hit[0], later)):
             hit = memo[key] = (later, _unit_pins(unit, parts, rounds))
         out.extend(hit[1])
-    return out
+    return SortedOverrides(out)
 
 
 def _unit_pins(unit: str, parts: Sequence[RoundTree], rounds: int | None
                ) -> tuple[Override, ...]:
-    """``to_overrides``' pins of one unit (``parts``: its round trees, by round), sorted."""
-    pins: dict[tuple[int, str], str] = {}
-    last = rounds if rounds is not None else parts[-1].round + 1
-    later_keys = {p.round: p.keys for p in parts}
-    for part in parts:
-        r = part.round
-        for n in part.preorder:
-            if n.kind != CALL:
-                continue
-            pins[(r, n.key)] = n.decided
-            if n.action == DONT_INLINE:
-                for later in range(r + 1, last):
-                    has = later_keys.get(later)
-                    if has is not None and n.key in has:
-                        break
-                    pins[(later, n.key)] = DONT_INLINE
-    return tuple(_pin(unit, r, key, action) for (r, key), action in sorted(pins.items()))
+    """``to_overrides``' pins of one unit (``parts``: its round trees, by round), sorted.
 
+    A node's pins depend on the node, its round and the keys of the unit's later rounds
+    only, and no two nodes give a pin for one (round, key): a node's own pin is for its round
+    and key, unique in a round tree, and a ``dont_inline`` is carried only into rounds that
+    have no node of its key.  So the pins are made per root-level node (``_root_pins``,
+    kept on the node), and a flip, which copies the roots on its path and shares the others,
+    makes only its own roots' pins again."""
+    last = rounds if rounds is not None else parts[-1].round + 1
+    later_keys = {p.round: p.keys for p in parts[1:]}
+    pins: list[Override] = []
+    for i, part in enumerate(parts):
+        later = tuple(parts[i + 1:])
+        context = (unit, part.round, last, tuple(map(id, later)))
+        for root in part.roots:
+            memo = root.pins_memo
+            hit = memo.get(context)
+            if hit is None or any(a is not b for a, b in zip(hit[0], later)):
+                hit = memo[context] = (later, _root_pins(unit, part.round, root, later_keys,
+                                                         last))
+            pins.extend(hit[1])
+    pins.sort(key=_ROUND_KEY)  # each a distinct (round, key)
+    return tuple(pins)
+
+
+def _root_pins(unit: str, r: int, root: Node, later_keys: dict[int, frozenset[str]],
+               last: int) -> tuple[Override, ...]:
+    """The pins of the nodes under (and of) ``root``, of round ``r``, each after its
+    (round, key): a call's action in its round, a ``dont_inline`` carried on to round
+    ``last - 1`` up to the first later round that has a node of its key."""
+    out: list[Override] = []
+    for n in root.walk():
+        if n.kind != CALL:
+            continue
+        key = n.key
+        out.append(_pin(unit, r, key, n.decided))
+        if n.action == DONT_INLINE:
+            for later in range(r + 1, last):
+                has = later_keys.get(later)
+                if has is not None and key in has:
+                    break
+                out.append(_pin(unit, later, key, DONT_INLINE))
+    return tuple(out)
+
+
+_ROUND_KEY = operator.attrgetter("round", "key")
 
 #: Pins made so far, by (unit, round, key, action).  A flip's unit has its pins made again for
 #: every candidate (most programs are one or two units: most of their pins), and the same

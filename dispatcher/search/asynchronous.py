@@ -169,7 +169,7 @@ class AsyncSearch:
         mutated, mutation = propose(tree, rng, chain.settings.max_flips, hot=chain.hot)
         u = rng.random()
         path = proposal_file(n)
-        job = CompileJob(chain.benchmark, tuple(to_overrides(mutated)))
+        job = CompileJob(chain.benchmark, to_overrides(mutated))
         chain.rundir.write_proposal(path, job.canonical_overrides)
         event = ProposeEvent(proposal=n, origin=origin, mutation=mutation, overrides=path,
                              bar=1.0 / incumbent.energy, u=u)

@@ -111,7 +111,7 @@ class SyncSearch:
         chain, p = self.chain, self.chain.settings
         n = p.candidates_per_step if p.algorithm == "sa" else 1
         proposals = [propose(origin, rng, p.max_flips, hot=chain.hot) for _ in range(n)]
-        compiles = [chain.builds.submit(CompileJob(chain.benchmark, tuple(to_overrides(t))))
+        compiles = [chain.builds.submit(CompileJob(chain.benchmark, to_overrides(t)))
                     for t, _ in proposals]
         compiled: list[CompileResult | None] = []
         errors: list[str | None] = []
