@@ -89,9 +89,12 @@ def check_journal(rundir: Path, steps: int) -> list:
             assert e.accepted == accept("sa", incumbent.energy, c.energy, temp,
                                         drawn[e.proposal].u)
             assert c.mutation == drawn[e.proposal].mutation and e.rng == []
-            # the tree compiled is the proposal's file
+            # the tree compiled is the proposal's file, kept once: the candidate's
+            # overrides.sexp is a hard link to it
             assert (rundir / c.dir / "overrides.sexp").read_text() == \
                 (rundir / drawn[e.proposal].overrides).read_text()
+            assert (rundir / c.dir / "overrides.sexp").samefile(
+                rundir / drawn[e.proposal].overrides)
             incumbent = e.incumbent
             in_flight -= 1
     assert in_flight == 0

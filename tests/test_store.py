@@ -412,3 +412,30 @@ def test_store_gc_refuses_what_would_cost_candidates_by_mistake(tmp_path):
     line = one_line_error(cli("store-gc", "--config", str(elsewhere), "--rundir", str(rundir)))
     assert line == f"store-gc: {tmp_path / 'nowhere'}: no store there"
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_candidate_keeps_its_proposal_file_once_and_never_another_text(tmp_path):
+    """``keep_packed`` with the file a candidate's overrides came from: a hard link to it when
+    it holds the very bytes; written apart when it holds others (the proposal file left as
+    it was), or is gone."""
+    store = Store(tmp_path / "store")
+    text = b"(inlining_overrides (version 1)\n (overrides\n))\n"
+    staging = store.staging_dir("k" * 64)
+    (staging / "binary").write_bytes(b"\x7fELF")
+    artifact = store.commit_artifact("k" * 64, staging, {"overrides.sexp": text,
+                                                         "main.0.decisions.sexp": b"x"}, {})
+    proposal = tmp_path / "proposal.sexp"
+    for held, linked in ((text, True), (text.replace(b"version 1", b"version 2"), False),
+                         (None, False)):
+        dest = tmp_path / f"c-{linked}-{held is None}"
+        dest.mkdir()
+        proposal.unlink(missing_ok=True)
+        if held is not None:
+            proposal.write_bytes(held)
+        artifact.keep_packed(dest, same_overrides=proposal)
+        assert (dest / "overrides.sexp").read_bytes() == text
+        assert unpack(dest / "outputs.tar.gz")["overrides.sexp"] == text
+        assert proposal.exists() == (held is not None)
+        if held is not None:
+            assert proposal.read_bytes() == held
+            assert (dest / "overrides.sexp").samefile(proposal) == linked

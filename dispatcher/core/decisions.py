@@ -398,9 +398,11 @@ def fast_tail(text: str, pos: int) -> bool:
     return _DUMP_TAIL.match(text, pos) is not None
 
 
-#: A decision's line as the compiler writes it, from the newline before it: its key's text up
-#: to its first '/' (or its end), which its top-level frame begins.
-_LINE_KEY = re.compile(r'\n  \(\(key "([^/"\n]*)')
+#: A block of decisions' lines as the compiler writes them, from the newline before its first:
+#: that line (its key's text up to its first '/', or its end, is the group: its top-level
+#: frame) and every line after it whose key starts with the same text followed by '/' or its
+#: end.  The regular expression walks the lines, not Python.
+_LINE_BLOCK = re.compile(r'\n  \(\(key "([^/"\n]*)[^\n]*(?:\n  \(\(key "\1[/"][^\n]*)*')
 
 
 def fast_blocks(text: str, pos: int) -> list[tuple[int, int]] | None:
@@ -408,25 +410,29 @@ def fast_blocks(text: str, pos: int) -> list[tuple[int, int]] | None:
     one per run of lines whose keys start with the same text up to their first '/' (their
     top-level frame: a key's ancestors share it, so a block's tree needs no other block);
     None when a top-level frame comes back after another one's block (no block may then be
-    read alone).  The lines are not checked: ``fast_lines`` reads each block, and a block it
-    does not read to its end is not one."""
-    found = [(m.start() + 1, m.group(1)) for m in _LINE_KEY.finditer(text, pos - 1)]
-    if not found:
-        return []
-    if found[0][0] != pos:
-        return None  # another line first: the whole reading says what it is
+    read alone).  Lines that are not a decision's stay in the block before them.  The lines
+    are not checked: ``fast_lines`` reads each block, and a block it does not read to its end
+    is not one."""
     blocks: list[tuple[int, int]] = []
     seen: set[str] = set()
-    start, group = found[0]
-    for at, first in found:
-        if first != group:
+    group: str | None = None
+    start = end = pos
+    for m in _LINE_BLOCK.finditer(text, pos - 1):
+        first, at = m.group(1), m.start() + 1
+        if group is None:
+            if at != pos:
+                return None  # another line first: the whole reading says what it is
+            group = first
+        elif first != group:
             if first in seen:
                 return None
             seen.add(group)
             blocks.append((start, at))
             start, group = at, first
-    stop = text.find("\n", found[-1][0])
-    blocks.append((start, len(text) if stop < 0 else stop + 1))
+        end = m.end()
+    if group is None:
+        return []
+    blocks.append((start, min(end + 1, len(text))))
     return blocks
 
 

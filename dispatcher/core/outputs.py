@@ -40,7 +40,7 @@ def pack(path: Path, files: Mapping[str, bytes]) -> None:
     default), its bytes and their padding to a block, then the two empty blocks that end an
     archive and the padding to a record; the very bytes ``tarfile.open(mode="w")`` writes,
     without copying each member through a file object."""
-    chunks = []
+    chunks: list[bytes] = []
     for name, data in sorted(files.items()):
         info = tarfile.TarInfo(name)
         info.size = len(data)

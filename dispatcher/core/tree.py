@@ -256,6 +256,13 @@ class Tree:
         return frozenset(self.decisions())
 
     @cached
+    def derived(self) -> dict[tuple[str, int | None], tuple[Located, ...]]:
+        """What pure functions of the tree derive from it, made once per tree, by function
+        and round (``flippable``, ``backtrackable``): a chain draws every proposal of a
+        step from one tree."""
+        return {}
+
+    @cached
     def _parts_by_id(self) -> dict[tuple[str, int], RoundTree]:
         return {(p.unit, p.round): p for p in self.parts}
 
@@ -624,8 +631,12 @@ def flippable(tree: Tree, round: int | None = 0) -> list[Located]:
     the guard that stopped the heuristic stops an override too, and the flip would build the
     same binary.  Depends on the tree alone, so proposals replay exactly from the RNG.
     """
-    return [x for x in leaves(tree, round)
-            if not x.node.prevented or honourable(guard_class(x.node))]
+    got = tree.derived.get(("flippable", round))
+    if got is None:
+        got = tree.derived["flippable", round] = tuple(
+            x for x in leaves(tree, round)
+            if not x.node.prevented or honourable(guard_class(x.node)))
+    return list(got)
 
 
 def flip(action: str) -> str:
@@ -689,9 +700,13 @@ def weighted_sample(pool: Sequence[T], weights: Sequence[float], k: int,
 
 def backtrackable(tree: Tree, round: int | None = 0) -> list[Located]:
     """Inlined (or specialised) calls of ``round`` with something decided below them."""
-    return [Located(p.unit, p.round, n) for p in tree.parts if round is None or p.round == round
+    got = tree.derived.get(("backtrackable", round))
+    if got is None:
+        got = tree.derived["backtrackable", round] = tuple(
+            Located(p.unit, p.round, n) for p in tree.parts if round is None or p.round == round
             for n in p.preorder
-            if n.kind == CALL and n.children and n.action in (INLINE, SPECIALISE)]
+            if n.kind == CALL and n.children and n.action in (INLINE, SPECIALISE))
+    return list(got)
 
 
 def backtrack(tree: Tree, rng: random.Random, round: int | None = 0) -> Tree:

@@ -121,7 +121,8 @@ class AsyncSearch:
                         else None)
                 entry = Candidate(candidate=0, dir=candidate_dir(step, 0),
                                   mutation=flight.proposal.mutation, error=flight.error)
-                entry, built = chain.record(step, entry, flight.compiled, flight.compared)
+                entry, built = chain.record(step, entry, flight.compiled, flight.compared,
+                                            rundir.path / flight.proposal.overrides)
                 verdict = judge(p.algorithm, step, entry, incumbent, best, current, temp,
                                 flight.proposal.u)
                 if verdict.best is not best:

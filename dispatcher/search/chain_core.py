@@ -192,14 +192,17 @@ class ChainCore:
     # -- the rundir
 
     def save_candidate(self, d: Path, compiled: CompileResult,
-                       results: list[RunResult] | Comparison) -> Build:
+                       results: list[RunResult] | Comparison,
+                       proposal: Path | None = None) -> Build:
         """A compiled candidate's outputs (the store's pack of its dumps; plain files in a
         rundir begun before version 6), overrides.sexp and measurements into its dir -> what
         the compiler really did (its counts; its tree when asked for), read from the dumps in
-        hand (each parsed once per content: ``dump_cache``), not back from the files."""
+        hand (each parsed once per content: ``dump_cache``), not back from the files.
+        ``proposal``: the proposal file it was compiled from (its overrides.sexp's bytes: a
+        hard link to it, not a second copy)."""
         outputs = compiled.artifact.outputs()
         if self.rundir.experiment.packs_outputs:
-            compiled.artifact.keep_packed(d, outputs)
+            compiled.artifact.keep_packed(d, outputs, same_overrides=proposal)
         else:
             compiled.artifact.export(d, outputs)
         self.rundir.write_measurements(d, results)
@@ -222,14 +225,15 @@ class ChainCore:
                 else f"{self.status.error}; {why}"
 
     def record(self, step: int, entry: Candidate, c: CompileResult | None,
-               compared: Comparison | None) -> tuple[Candidate, Build | None]:
+               compared: Comparison | None, proposal: Path | None = None
+               ) -> tuple[Candidate, Build | None]:
         """A measured (or failed) candidate into its dir -> its record, and the build the
         compiler really produced, whose ``tree`` the search asks for if it keeps the
-        candidate (None: it did not compile)."""
+        candidate (None: it did not compile).  ``proposal``: its proposal file, if any."""
         d = self.rundir.fresh_candidate_dir(step, entry.candidate)
         if c is None or compared is None:
             return entry, None
-        built = self.save_candidate(d, c, compared)  # what the compiler really did
+        built = self.save_candidate(d, c, compared, proposal)  # what the compiler really did
         speedup, low, high = compared.interval  # None when unresolved: never accepted
         if not compared.resolved:
             self.status.unresolved += 1

@@ -53,7 +53,7 @@ import tarfile
 import tempfile
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dispatcher.core.decisions import DUMP_NAME, DecisionDump, parse_dump
@@ -179,13 +179,16 @@ class Artifact:
     def compiler_output(self) -> str:
         return self.outputs().get(COMPILER_OUTPUT, b"").decode()
 
-    def keep_packed(self, dest: Path, outputs: Mapping[str, bytes] | None = None
-                    ) -> list[Path]:
+    def keep_packed(self, dest: Path, outputs: Mapping[str, bytes] | None = None,
+                    same_overrides: Path | None = None) -> list[Path]:
         """Copy its packed outputs, and its overrides.sexp uncompressed (a resume and a reader
         of the rundir want the proposal as text), into ``dest`` (what a search's rundir keeps
         of a candidate) -> the files written.  The copy is the store's own pack: no
         compression more (an entry of an earlier version, without one, is packed here).
-        ``outputs``: its ``outputs()``, when the caller has read them already."""
+        ``outputs``: its ``outputs()``, when the caller has read them already;
+        ``same_overrides``: a file holding its overrides.sexp's very bytes (an asynchronous
+        proposal's, in the same rundir), hard-linked instead of written again where the file
+        system allows it and its size says it may be the same."""
         outputs = self.outputs() if outputs is None else outputs
         try:
             shutil.copyfile(self.directory / OUTPUTS, dest / OUTPUTS)
@@ -193,7 +196,10 @@ class Artifact:
             pack(dest / OUTPUTS, outputs)
         written = [dest / OUTPUTS]
         if OVERRIDES in outputs:
-            (dest / OVERRIDES).write_bytes(outputs[OVERRIDES])
+            data = outputs[OVERRIDES]
+            if not (same_overrides is not None and _linked_same(same_overrides,
+                                                                 dest / OVERRIDES, data)):
+                (dest / OVERRIDES).write_bytes(data)
             written.append(dest / OVERRIDES)
         return written
 
@@ -208,6 +214,19 @@ class Artifact:
                 (dest / name).write_bytes(data)
                 written.append(dest / name)
         return written
+
+
+def _linked_same(source: Path, link: Path, data: bytes) -> bool:
+    """Whether ``link`` now names the file ``source`` and it holds ``data``: made a hard link
+    when ``source``'s bytes are ``data`` (False, nothing made: not the same bytes, no such
+    file, or no hard links on this file system)."""
+    try:
+        if source.stat().st_size != len(data) or source.read_bytes() != data:
+            return False
+        os.link(source, link)
+    except OSError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -429,10 +448,13 @@ class Store:
                     continue
                 shutil.rmtree(staging, ignore_errors=True)  # an identical entry won a race
                 break
+        if ours:  # what it just wrote, not read back
+            return Artifact(key, final, meta["sha256"], _seconds(meta.get("cpu_s")),
+                            packed=outputs)
         artifact = self.artifact(key)
         if artifact is None:
             raise StoreError(f"{final}: the compiled candidate vanished as it was stored")
-        return replace(artifact, packed=outputs) if ours else artifact
+        return artifact
 
     def artifact_sha(self, key: str) -> str | None:
         """The sha256 of entry ``key``'s binary, as its meta records it (None: no entry)."""
