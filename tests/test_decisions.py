@@ -179,3 +179,28 @@ def test_a_file_at_the_limit_compiles(compiler, tmp_path):
                 if (d.unit, d.round) == ("Main", 0)]
     assert main0.override_entries == MAX_OVERRIDES
     assert len(main0.unmatched_keys) == MAX_OVERRIDES
+
+
+def test_a_compile_key_made_from_the_lines_escapes_is_the_key_of_the_whole_text():
+    """``compile_key`` hashes the identity's JSON; given the overrides' JSON made from each
+    line's own escape (``overrides_json``), it is the same key, for keys with quotes,
+    backslashes, tabs, control and non-ASCII characters, with a policy or not, and for no
+    overrides at all."""
+    import hashlib
+    import json
+
+    from dispatcher.core.decisions import canonical_lines, overrides_json
+    from dispatcher.storage.store import compile_key
+
+    odd = [Override("M\u00e9\"x", 0, 'D(a\\b"c@f.ml:1)/C(\u00e9\U0001F600\t@x)', "inline"),
+           Override("M", 1, "k\x7f\x01\n", "dont_inline"), Override("M", 0, KEY, "inline")]
+    for overrides in (odd, odd[2:], []):
+        unique, _ = canonical_lines(overrides)
+        text = overrides_text(overrides)
+        assert overrides_json(unique) == json.dumps(text)
+        for policy in (None, "policy-identity"):
+            identity = {"compiler": "c\u00e9", "sources": "s", "flags": ["-O3", "-inline", "200"],
+                        "overrides": text, **({"policy": policy} if policy else {})}
+            whole = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+            args = ("c\u00e9", "s", ("-O3", "-inline", "200"), text, policy)
+            assert compile_key(*args) == whole == compile_key(*args, overrides_json(unique))

@@ -67,7 +67,13 @@ from dispatcher.build.remote import (
     reused_units,
 )
 from dispatcher.build.toolchain import Compiler
-from dispatcher.core.decisions import DUMP_NAME, Override, canonical_lines, overrides_file
+from dispatcher.core.decisions import (
+    DUMP_NAME,
+    Override,
+    canonical_lines,
+    overrides_file,
+    overrides_json,
+)
 from dispatcher.core.lazy import cached
 from dispatcher.core.outputs import COMPILER_OUTPUT, OVERRIDES
 from dispatcher.storage.store import (
@@ -142,7 +148,8 @@ class CompileJob:
             key = self._keys[compiler_identity] = compile_key(
                 compiler_identity, self.source_hash, self.effective_flags,
                 self.canonical_overrides,
-                self.policy.identity() if self.policy is not None else None)
+                self.policy.identity() if self.policy is not None else None,
+                overrides_json(self._canonical[0]))
         return key
 
     @cached

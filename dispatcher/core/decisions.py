@@ -7,6 +7,7 @@ the same keys, so a tool copies a dump, flips actions, feeds it back.
 """
 from __future__ import annotations
 
+import json
 import operator
 import re
 from collections.abc import Iterable, Sequence
@@ -245,6 +246,13 @@ class Override:
         next (``tree.to_overrides``)."""
         return (f"  ((unit {_quote(self.unit)}) (round {self.round}) (key {_quote(self.key)}) "
                 f"(action {self.action}))")
+
+    @cached
+    def line_json(self) -> str:
+        """Its line as the inside of a JSON string (``json.dumps(line)`` less its quotes),
+        made once per object: a compile key hashes the canonical text as JSON
+        (``overrides_json``)."""
+        return json.dumps(self.line)[1:-1]
 
 
 def _sym(x) -> str | None:
@@ -585,10 +593,23 @@ def canonical_lines(overrides: Iterable[Override]) -> tuple[tuple[Override, ...]
     return tuple(unique), tuple(map(_LINE, unique))
 
 
+_FILE_HEAD = f"(inlining_overrides (version {FORMAT_VERSION})\n (overrides\n"
+_FILE_TAIL = "))\n"
+_LINE_JSON = operator.attrgetter("line_json")
+
+
 def overrides_file(lines: Iterable[str]) -> str:
     """The overrides file of these lines (``canonical_lines``', or a part of them)."""
-    body = "\n".join(lines)
-    return f"(inlining_overrides (version {FORMAT_VERSION})\n (overrides\n{body}))\n"
+    return _FILE_HEAD + "\n".join(lines) + _FILE_TAIL
+
+
+def overrides_json(overrides: Iterable[Override]) -> str:
+    """``json.dumps`` of the overrides file of ``overrides`` (in canonical order, as
+    ``canonical_lines`` gives them), made from each one's ``line_json``: JSON escapes a text
+    character by character, so the escape of a text is its pieces' escapes joined, and the
+    lines of a unit a flip left alone are escaped once, not for every candidate."""
+    return (json.dumps(_FILE_HEAD)[:-1] + "\\n".join(map(_LINE_JSON, overrides))
+            + json.dumps(_FILE_TAIL)[1:])
 
 
 def overrides_text(overrides: Iterable[Override]) -> str:

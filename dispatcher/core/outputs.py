@@ -10,6 +10,7 @@ hand: ``tar -xzf outputs.tar.gz`` (or ``tar -xzOf outputs.tar.gz main.0.decision
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import tarfile
@@ -42,14 +43,20 @@ def pack(path: Path, files: Mapping[str, bytes]) -> None:
     without copying each member through a file object."""
     chunks: list[bytes] = []
     for name, data in sorted(files.items()):
-        info = tarfile.TarInfo(name)
-        info.size = len(data)
-        info.mode = 0o644
-        chunks += (info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"), data,
-                   bytes(-len(data) % tarfile.BLOCKSIZE))
+        chunks += (_header(name, len(data)), data, bytes(-len(data) % tarfile.BLOCKSIZE))
     chunks.append(bytes(2 * tarfile.BLOCKSIZE))
     chunks.append(bytes(-sum(map(len, chunks)) % tarfile.RECORDSIZE))
     path.write_bytes(gzip.compress(b"".join(chunks), compresslevel=PACK_LEVEL, mtime=0))
+
+
+@functools.lru_cache(maxsize=4096)
+def _header(name: str, size: int) -> bytes:
+    """A member's tar header: made once per name and size (a candidate's dumps are mostly
+    its parent's, and ``tobuf`` is pure Python)."""
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mode = 0o644
+    return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
 
 
 def unpack(path: Path) -> dict[str, bytes]:

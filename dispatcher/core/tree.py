@@ -488,7 +488,7 @@ def _unit_pins(unit: str, parts: Sequence[RoundTree], rounds: int | None
     kept on the node), and a flip, which copies the roots on its path and shares the others,
     makes only its own roots' pins again."""
     last = rounds if rounds is not None else parts[-1].round + 1
-    later_keys = {p.round: p.keys for p in parts[1:]}
+    later_keys: dict[int, frozenset[str]] | None = None  # made on the first root not kept
     pins: list[Override] = []
     for i, part in enumerate(parts):
         later = tuple(parts[i + 1:])
@@ -497,6 +497,8 @@ def _unit_pins(unit: str, parts: Sequence[RoundTree], rounds: int | None
             memo = root.pins_memo
             hit = memo.get(context)
             if hit is None or any(a is not b for a, b in zip(hit[0], later)):
+                if later_keys is None:
+                    later_keys = {p.round: p.keys for p in parts[1:]}
                 hit = memo[context] = (later, _root_pins(unit, part.round, root, later_keys,
                                                          last))
             pins.extend(hit[1])

@@ -102,15 +102,34 @@ def _hash(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
+#: Where a compile key's identity holds its overrides while the rest is serialised
+#: (``compile_key`` given them already as JSON): a text no flag, hash or identity holds.
+_OVERRIDES_SLOT = json.dumps("\0overrides\0")
+
+
 def compile_key(compiler_identity: str, source_hash: str, flags: tuple[str, ...],
-                overrides_text: str, policy: str | None = None) -> str:
+                overrides_text: str, policy: str | None = None,
+                overrides_json: str | None = None) -> str:
     """``policy`` (a policy's identity) joins the key only when a compile has one, so the keys
-    of every other compile are those they always were."""
+    of every other compile are those they always were.  ``overrides_json``:
+    ``json.dumps(overrides_text)``, when the caller has it (``decisions.overrides_json``,
+    made from pieces): the same key, without escaping the whole text again."""
     identity = {"compiler": compiler_identity, "sources": source_hash, "flags": list(flags),
                 "overrides": overrides_text}
     if policy is not None:
         identity["policy"] = policy
-    return _hash(identity)
+    if overrides_json is None:
+        return _hash(identity)
+    identity["overrides"] = json.loads(_OVERRIDES_SLOT)
+    text = json.dumps(identity, sort_keys=True)
+    if text.count(_OVERRIDES_SLOT) != 1:  # (never: the slot is in no other field)
+        identity["overrides"] = overrides_text
+        return _hash(identity)
+    head, tail = text.split(_OVERRIDES_SLOT)
+    h = hashlib.sha256(head.encode())
+    h.update(overrides_json.encode())
+    h.update(tail.encode())
+    return h.hexdigest()
 
 
 def unit_key(compiler_identity: str, inputs: dict) -> str:
