@@ -282,3 +282,27 @@ def test_a_pack_is_the_tar_tarfile_writes_and_tar_reads_it(tmp_path):
         out.mkdir()
         subprocess.run(["tar", "-xzf", str(tmp_path / OUTPUTS), "-C", str(out)], check=True)
         assert {p.name: p.read_bytes() for p in out.iterdir()} == files
+
+
+def test_a_pack_compresses_only_the_files_not_packed_before(tmp_path, monkeypatch):
+    """Each file of a pack is a gzip member of its own, compressed once per name and
+    content: a second pack that changes one file of five compresses that one (and the end
+    of the tar, whose padding depends on the sizes) and none of the others, and both read
+    back whole."""
+    import gzip
+
+    from dispatcher.core import outputs
+
+    files = {f"m{i}.0.decisions.sexp": f"(pack test {i})\n".encode() * (300 + i)
+             for i in range(5)}
+    outputs.pack(tmp_path / "a.tar.gz", files)
+    compressed: list[bytes] = []
+    real = gzip.compress
+    monkeypatch.setattr(outputs.gzip, "compress",
+                        lambda data, **kw: compressed.append(data) or real(data, **kw))
+    changed = {**files, "m2.0.decisions.sexp": b"(changed)\n"}
+    outputs.pack(tmp_path / "b.tar.gz", changed)
+    assert any(b"(changed)\n" in data for data in compressed)  # (and the tar's end)
+    assert not any(files[name] in data for data in compressed for name in files)
+    assert outputs.unpack(tmp_path / "a.tar.gz") == files
+    assert outputs.unpack(tmp_path / "b.tar.gz") == changed

@@ -1,19 +1,24 @@
 """A build's text outputs (its decision dumps, overrides.sexp, the compiler's output) as the
 store and a search's rundir keep them: one gzip'd tar, ``outputs.tar.gz``.
 
-One file instead of a dozen, about 18 times smaller: a search keeps every candidate's
+One file instead of a dozen, about 16 times smaller: a search keeps every candidate's
 outputs, and a candidate's dumps are hundreds of kilobytes as text.  The store packs them once
-(``Store.commit_artifact``), and a rundir of format version 6 keeps a copy of that pack, so a
-candidate's dumps cost one write and no compression more.  A directory written before holds
-the same files uncompressed, side by side; ``read_outputs`` reads either.  To read a pack by
-hand: ``tar -xzf outputs.tar.gz`` (or ``tar -xzOf outputs.tar.gz main.0.decisions.sexp``).
+(``Store.commit_artifact``), each file compressed apart and once per content (most of a
+candidate's dumps are its parent's), and a rundir of format version 6 keeps a copy of that
+pack, so a candidate's dumps cost one write and no compression more.  A directory written
+before holds the same files uncompressed, side by side; ``read_outputs`` reads either.  To
+read a pack by hand: ``tar -xzf outputs.tar.gz`` (or ``tar -xzOf outputs.tar.gz
+main.0.decisions.sexp``).
 """
 from __future__ import annotations
 
+import collections
 import functools
 import gzip
+import hashlib
 import io
 import tarfile
+import threading
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,23 +41,58 @@ def is_output(name: str) -> bool:
 
 
 def pack(path: Path, files: Mapping[str, bytes]) -> None:
-    """Write ``files`` (name -> content) as one gzip'd tar, made in memory and compressed
-    whole: each member's header (``TarInfo.tobuf``, the format ``tarfile`` writes by
-    default), its bytes and their padding to a block, then the two empty blocks that end an
-    archive and the padding to a record; the very bytes ``tarfile.open(mode="w")`` writes,
-    without copying each member through a file object."""
-    chunks: list[bytes] = []
-    for name, data in sorted(files.items()):
-        chunks += (_header(name, len(data)), data, bytes(-len(data) % tarfile.BLOCKSIZE))
-    chunks.append(bytes(2 * tarfile.BLOCKSIZE))
-    chunks.append(bytes(-sum(map(len, chunks)) % tarfile.RECORDSIZE))
-    path.write_bytes(gzip.compress(b"".join(chunks), compresslevel=PACK_LEVEL, mtime=0))
+    """Write ``files`` (name -> content) as one gzip'd tar: the tar ``tarfile.open(mode="w")``
+    writes (each member's header, its bytes padded to a block, two empty blocks, the padding
+    to a record), compressed one member at a time, as a gzip stream of several members
+    (which gzip, ``tar -xzf`` and Python read as one).  A candidate's dumps are mostly its
+    parent's, byte for byte: each member is compressed once per name and content
+    (``_member``), and only the new ones cost compression."""
+    members = [_member(name, data) for name, data in sorted(files.items())]
+    size = sum(_raw_size(name, len(data)) for name, data in files.items())
+    path.write_bytes(b"".join(members) + _end_member(-(size + 2 * tarfile.BLOCKSIZE)
+                                                     % tarfile.RECORDSIZE))
+
+
+#: Members kept compressed, by name and the sha256 of their content: a candidate's dozen
+#: dumps, for the trees the chains draw from and the candidates in flight.
+_MEMBERS: collections.OrderedDict[tuple[str, bytes], bytes] = collections.OrderedDict()
+_MEMBERS_MAX = 4096
+_MEMBERS_LOCK = threading.Lock()
+
+
+def _member(name: str, data: bytes) -> bytes:
+    """One file of a pack as a gzip member of its own: its header, bytes and padding."""
+    key = (name, hashlib.sha256(data).digest())
+    with _MEMBERS_LOCK:
+        member = _MEMBERS.get(key)
+        if member is not None:
+            _MEMBERS.move_to_end(key)
+            return member
+    member = gzip.compress(b"".join((_header(name, len(data)), data,
+                                     bytes(-len(data) % tarfile.BLOCKSIZE))),
+                           compresslevel=PACK_LEVEL, mtime=0)
+    with _MEMBERS_LOCK:
+        _MEMBERS[key] = member
+        while len(_MEMBERS) > _MEMBERS_MAX:
+            _MEMBERS.popitem(last=False)
+    return member
+
+
+def _raw_size(name: str, size: int) -> int:
+    return len(_header(name, size)) + size + (-size % tarfile.BLOCKSIZE)
+
+
+@functools.lru_cache(maxsize=64)
+def _end_member(padding: int) -> bytes:
+    """The two empty blocks that end a tar, and ``padding`` zero bytes to fill its record."""
+    return gzip.compress(bytes(2 * tarfile.BLOCKSIZE + padding), compresslevel=PACK_LEVEL,
+                         mtime=0)
 
 
 @functools.lru_cache(maxsize=4096)
 def _header(name: str, size: int) -> bytes:
-    """A member's tar header: made once per name and size (a candidate's dumps are mostly
-    its parent's, and ``tobuf`` is pure Python)."""
+    """A member's tar header (what ``tarfile`` writes: several blocks for a long or
+    non-ASCII name), made once per name and size: ``tobuf`` is pure Python."""
     info = tarfile.TarInfo(name)
     info.size = size
     info.mode = 0o644
