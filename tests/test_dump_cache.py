@@ -167,7 +167,8 @@ def test_a_cached_attribute_computed_in_one_thread_holds_up_no_other_object():
 
 def test_a_dump_read_in_blocks_is_the_dump_and_tree_read_whole():
     """Every dump the compiler wrote (bundled programs, golden files) is read in blocks, one per
-    top-level frame, into the very dump and round tree the whole reading gives."""
+    top-level frame, into the very dump and round tree the whole reading gives, the tree's
+    keys made from its blocks'."""
     from dispatcher.core.tree import round_tree
     texts = bundled_dumps(47)
     texts.update({str(p): p.read_text() for p in TESTS.glob("golden/**/*.decisions.sexp")})
@@ -185,6 +186,8 @@ def test_a_dump_read_in_blocks_is_the_dump_and_tree_read_whole():
                 _ = parsed.tree
             continue
         assert parsed.tree == expected, name
+        # its keys, the union of its blocks', are its nodes'
+        assert parsed.tree.keys == frozenset(n.key for n in expected.preorder), name
     assert in_blocks >= len(bundled_dumps(47))  # every dump the compiler wrote
 
 

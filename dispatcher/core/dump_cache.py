@@ -52,19 +52,27 @@ BLOCK_CAPACITY = 16 * CAPACITY
 
 
 class _Block:
-    """The decisions of one block of a dump, and its root nodes when first asked for."""
+    """The decisions of one block of a dump, and its root nodes and their keys when first
+    asked for."""
 
-    __slots__ = ("decisions", "_roots")
+    __slots__ = ("decisions", "_roots", "_keys")
 
     def __init__(self, decisions: tuple[Decision, ...]):
         self.decisions = decisions
         self._roots: tuple[Node, ...] | None = None
+        self._keys: frozenset[str] | None = None
 
     def roots(self, unit: str, round_: int) -> tuple[Node, ...]:
         """TreeError if its keys do not form a tree."""
         if self._roots is None:
             self._roots = round_roots(unit, round_, self.decisions)
         return self._roots
+
+    def keys(self, unit: str, round_: int) -> frozenset[str]:
+        """The keys of its nodes (declarations too)."""
+        if self._keys is None:
+            self._keys = frozenset(n.key for r in self.roots(unit, round_) for n in r.walk())
+        return self._keys
 
 
 class _Parsed:
@@ -95,8 +103,9 @@ class _Parsed:
             return None
         d = self.dump
         try:
-            return RoundTree(d.unit, d.round,
-                             tuple(n for b in self.blocks for n in b.roots(d.unit, d.round)))
+            return RoundTree.with_keys(
+                d.unit, d.round, tuple(n for b in self.blocks for n in b.roots(d.unit, d.round)),
+                frozenset().union(*(b.keys(d.unit, d.round) for b in self.blocks)))
         except TreeError:
             return None
 

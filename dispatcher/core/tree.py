@@ -110,10 +110,10 @@ class Node:
             yield from c.walk()
 
     @cached
-    def pins_memo(self) -> dict[tuple[str, int, int, tuple[int, ...]],
-                                tuple[tuple[RoundTree, ...], tuple[Override, ...]]]:
-        """``_unit_pins``' pins of this root-level node, by (unit, round, last round, ids
-        of the unit's later round trees: held in the entry, so their ids stay theirs)."""
+    def pins_memo(self) -> dict[tuple[str, int, int, tuple[frozenset[str], ...]],
+                                tuple[Override, ...]]:
+        """``_unit_pins``' pins of this root-level node, by (unit, round, last round, keys
+        of each of the unit's later rounds)."""
         return {}
 
 
@@ -137,8 +137,17 @@ class RoundTree:
 
     @cached
     def keys(self) -> frozenset[str]:
-        """The keys of its nodes."""
+        """The keys of its nodes (set at once by ``with_keys``, when its maker knows them)."""
         return frozenset(n.key for n in self.preorder)
+
+    @staticmethod
+    def with_keys(unit: str, round_: int, roots: tuple[Node, ...],
+                  keys: frozenset[str]) -> RoundTree:
+        """The round tree of ``roots``, whose nodes' keys its maker knows already (the dumps'
+        cache: the union of its blocks' keys), so that ``keys`` walks no node."""
+        tree = RoundTree(unit, round_, roots)
+        tree.__dict__["keys"] = keys  # (``cached``'s place for it)
+        return tree
 
     @cached
     def pins_memo(self) -> dict[tuple[int | None, tuple[int, ...]],
@@ -484,24 +493,21 @@ def _unit_pins(unit: str, parts: Sequence[RoundTree], rounds: int | None
     A node's pins depend on the node, its round and the keys of the unit's later rounds
     only, and no two nodes give a pin for one (round, key): a node's own pin is for its round
     and key, unique in a round tree, and a ``dont_inline`` is carried only into rounds that
-    have no node of its key.  So the pins are made per root-level node (``_root_pins``,
-    kept on the node), and a flip, which copies the roots on its path and shares the others,
-    makes only its own roots' pins again."""
+    have no node of its key.  So the pins are made per root-level node (``_root_pins``) and
+    kept on it, by those later rounds' keys (sets compared by content: a build's later
+    rounds are new objects, mostly with the keys of the build before): a flip, which copies
+    the roots on its path and shares the others, makes only its own roots' pins again."""
     last = rounds if rounds is not None else parts[-1].round + 1
-    later_keys: dict[int, frozenset[str]] | None = None  # made on the first root not kept
+    later_keys = {p.round: p.keys for p in parts[1:]}
     pins: list[Override] = []
     for i, part in enumerate(parts):
-        later = tuple(parts[i + 1:])
-        context = (unit, part.round, last, tuple(map(id, later)))
+        context = (unit, part.round, last, tuple(p.keys for p in parts[i + 1:]))
         for root in part.roots:
             memo = root.pins_memo
             hit = memo.get(context)
-            if hit is None or any(a is not b for a, b in zip(hit[0], later)):
-                if later_keys is None:
-                    later_keys = {p.round: p.keys for p in parts[1:]}
-                hit = memo[context] = (later, _root_pins(unit, part.round, root, later_keys,
-                                                         last))
-            pins.extend(hit[1])
+            if hit is None:
+                hit = memo[context] = _root_pins(unit, part.round, root, later_keys, last)
+            pins.extend(hit)
     pins.sort(key=_ROUND_KEY)  # each a distinct (round, key)
     return tuple(pins)
 
