@@ -54,9 +54,10 @@ def pack(path: Path, files: Mapping[str, bytes]) -> None:
 
 
 #: Members kept compressed, by name and the sha256 of their content: a candidate's dozen
-#: dumps, for the trees the chains draw from and the candidates in flight.
+#: dumps, for the trees the chains draw from and the candidates in flight (a member is a few
+#: to 50 KB: tens of MB at most).
 _MEMBERS: collections.OrderedDict[tuple[str, bytes], bytes] = collections.OrderedDict()
-_MEMBERS_MAX = 4096
+_MEMBERS_MAX = 1024
 _MEMBERS_LOCK = threading.Lock()
 
 

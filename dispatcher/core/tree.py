@@ -506,6 +506,8 @@ def _unit_pins(unit: str, parts: Sequence[RoundTree], rounds: int | None
             memo = root.pins_memo
             hit = memo.get(context)
             if hit is None:
+                if len(memo) >= _ROOT_CONTEXTS:  # a long search meets many: keep the last few
+                    memo.clear()
                 hit = memo[context] = _root_pins(unit, part.round, root, later_keys, last)
             pins.extend(hit)
     pins.sort(key=_ROUND_KEY)  # each a distinct (round, key)
@@ -533,6 +535,10 @@ def _root_pins(unit: str, r: int, root: Node, later_keys: dict[int, frozenset[st
 
 
 _ROUND_KEY = operator.attrgetter("round", "key")
+
+#: Contexts (later rounds' keys) a root-level node keeps pins for: the trees a chain draws
+#: from at once are a few, and each context holds its later rounds' keys alive.
+_ROOT_CONTEXTS = 8
 
 #: Pins made so far, by (unit, round, key, action).  A flip's unit has its pins made again for
 #: every candidate (most programs are one or two units: most of their pins), and the same
