@@ -102,9 +102,11 @@ def _hash(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
-#: Where a compile key's identity holds its overrides while the rest is serialised
-#: (``compile_key`` given them already as JSON): a text no flag, hash or identity holds.
-_OVERRIDES_SLOT = json.dumps("\0overrides\0")
+#: What a compile key's identity holds in place of its overrides while the rest is serialised
+#: (``compile_key`` given them already as JSON), and its JSON: a text no flag, hash or
+#: identity holds.
+_SLOT = "\0overrides\0"
+_SLOT_JSON = json.dumps(_SLOT)
 
 
 def compile_key(compiler_identity: str, source_hash: str, flags: tuple[str, ...],
@@ -120,12 +122,12 @@ def compile_key(compiler_identity: str, source_hash: str, flags: tuple[str, ...]
         identity["policy"] = policy
     if overrides_json is None:
         return _hash(identity)
-    identity["overrides"] = json.loads(_OVERRIDES_SLOT)
+    identity["overrides"] = _SLOT
     text = json.dumps(identity, sort_keys=True)
-    if text.count(_OVERRIDES_SLOT) != 1:  # (never: the slot is in no other field)
+    if text.count(_SLOT_JSON) != 1:  # (never: the slot is in no other field)
         identity["overrides"] = overrides_text
         return _hash(identity)
-    head, tail = text.split(_OVERRIDES_SLOT)
+    head, tail = text.split(_SLOT_JSON)
     h = hashlib.sha256(head.encode())
     h.update(overrides_json.encode())
     h.update(tail.encode())
@@ -205,9 +207,9 @@ class Artifact:
         of a candidate) -> the files written.  The copy is the store's own pack: no
         compression more (an entry of an earlier version, without one, is packed here).
         ``outputs``: its ``outputs()``, when the caller has read them already;
-        ``same_overrides``: a file holding its overrides.sexp's very bytes (an asynchronous
-        proposal's, in the same rundir), hard-linked instead of written again where the file
-        system allows it and its size says it may be the same."""
+        ``same_overrides``: a file that may hold its overrides.sexp's very bytes (an
+        asynchronous proposal's, in the same rundir): hard-linked instead of written again
+        when it does and the file system has hard links."""
         outputs = self.outputs() if outputs is None else outputs
         try:
             shutil.copyfile(self.directory / OUTPUTS, dest / OUTPUTS)
