@@ -248,6 +248,12 @@ class Override:
                 f"(action {self.action}))")
 
     @cached
+    def order(self) -> tuple[int, str]:
+        """(round, key): its place among its unit's pins, made once per object (one sort of
+        a unit's pins per candidate: ``tree.to_overrides``)."""
+        return (self.round, self.key)
+
+    @cached
     def line_json(self) -> str:
         """Its line as the inside of a JSON string (``json.dumps(line)`` less its quotes),
         made once per object: a compile key hashes the canonical text as JSON

@@ -510,15 +510,15 @@ def _unit_pins(unit: str, parts: Sequence[RoundTree], rounds: int | None
                     memo.clear()
                 hit = memo[context] = _root_pins(unit, part.round, root, later_keys, last)
             pins.extend(hit)
-    pins.sort(key=_ROUND_KEY)  # each a distinct (round, key)
+    pins.sort(key=_ORDER)  # each a distinct (round, key); each root's pins one sorted run
     return tuple(pins)
 
 
 def _root_pins(unit: str, r: int, root: Node, later_keys: dict[int, frozenset[str]],
                last: int) -> tuple[Override, ...]:
-    """The pins of the nodes under (and of) ``root``, of round ``r``, each after its
-    (round, key): a call's action in its round, a ``dont_inline`` carried on to round
-    ``last - 1`` up to the first later round that has a node of its key."""
+    """The pins of the nodes under (and of) ``root``, of round ``r``, sorted by (round, key):
+    a call's action in its round, a ``dont_inline`` carried on to round ``last - 1`` up to
+    the first later round that has a node of its key."""
     out: list[Override] = []
     for n in root.walk():
         if n.kind != CALL:
@@ -531,10 +531,10 @@ def _root_pins(unit: str, r: int, root: Node, later_keys: dict[int, frozenset[st
                 if has is not None and key in has:
                     break
                 out.append(_pin(unit, later, key, DONT_INLINE))
-    return tuple(out)
+    return tuple(sorted(out, key=_ORDER))
 
 
-_ROUND_KEY = operator.attrgetter("round", "key")
+_ORDER = operator.attrgetter("order")
 
 #: Contexts (later rounds' keys) a root-level node keeps pins for: the trees a chain draws
 #: from at once are a few, and each context holds its later rounds' keys alive.
