@@ -129,12 +129,22 @@ _SERIALISED = "\0serialised"  # a string no field of ours holds
 _SERIALISED_JSON = json.dumps(_SERIALISED)
 
 
+def _with_serialised(head: str, text: str) -> str:
+    """``head`` (JSON holding ``_SERIALISED`` once) with ``text`` in its place."""
+    assert head.count(_SERIALISED_JSON) == 1
+    return head.replace(_SERIALISED_JSON, text)
+
+
 def json_text_with(data: Mapping[str, Any], key: str, text: str) -> str:
     """``json_text`` of ``data`` with ``key``'s value the JSON ``text`` already serialised
     (``records_json``'s, say), indented as it reads there, not serialised again."""
-    head = json_text({**data, key: _SERIALISED})
-    assert head.count(_SERIALISED_JSON) == 1
-    return head.replace(_SERIALISED_JSON, text.replace("\n", "\n "))
+    return _with_serialised(json_text({**data, key: _SERIALISED}), text.replace("\n", "\n "))
+
+
+def json_with(data: Mapping[str, Any], key: str, text: str) -> str:
+    """``json.dumps(data, sort_keys=True)`` with ``key``'s value the JSON ``text`` already
+    serialised (a long string escaped from pieces, say), not serialised again."""
+    return _with_serialised(json.dumps({**data, key: _SERIALISED}, sort_keys=True), text)
 
 
 def write_json_atomic(path: Path, data: Any) -> Path:

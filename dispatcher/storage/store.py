@@ -59,6 +59,7 @@ from pathlib import Path
 from dispatcher.core.decisions import DUMP_NAME, DecisionDump, parse_dump
 from dispatcher.core.files import (
     json_text_with,
+    json_with,
     records_json,
     sha256_file,
     write_json_atomic,
@@ -102,13 +103,6 @@ def _hash(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
-#: What a compile key's identity holds in place of its overrides while the rest is serialised
-#: (``compile_key`` given them already as JSON), and its JSON: a text no flag, hash or
-#: identity holds.
-_SLOT = "\0overrides\0"
-_SLOT_JSON = json.dumps(_SLOT)
-
-
 def compile_key(compiler_identity: str, source_hash: str, flags: tuple[str, ...],
                 overrides_text: str, policy: str | None = None,
                 overrides_json: str | None = None) -> str:
@@ -122,16 +116,7 @@ def compile_key(compiler_identity: str, source_hash: str, flags: tuple[str, ...]
         identity["policy"] = policy
     if overrides_json is None:
         return _hash(identity)
-    identity["overrides"] = _SLOT
-    text = json.dumps(identity, sort_keys=True)
-    if text.count(_SLOT_JSON) != 1:  # (never: the slot is in no other field)
-        identity["overrides"] = overrides_text
-        return _hash(identity)
-    head, tail = text.split(_SLOT_JSON)
-    h = hashlib.sha256(head.encode())
-    h.update(overrides_json.encode())
-    h.update(tail.encode())
-    return h.hexdigest()
+    return hashlib.sha256(json_with(identity, "overrides", overrides_json).encode()).hexdigest()
 
 
 def unit_key(compiler_identity: str, inputs: dict) -> str:
